@@ -1,0 +1,412 @@
+//! DRAM allocators: per-shard free-extent lists for blocks, per-shard bitmaps for
+//! inode slots. Both are rebuilt at mount (from the checkpoint after a clean unmount,
+//! from the logs after a crash) and never stored except in the checkpoint.
+//!
+//! Invariants:
+//! - A block is in at most one free extent; extents never overlap or touch (freeing
+//!   merges neighbours) and never cross a shard's range.
+//! - Blocks freed by an operation are returned only after that operation's commit
+//!   fence, so a crash never finds a committed entry naming a reused block.
+//! - A small reserve is kept for operations that free space (unlink, truncate, GC),
+//!   so a full pool can always be emptied.
+
+use crate::error::{Error, Result};
+use crate::layout::Geometry;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A plain bitmap.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Bitmap {
+    words: Vec<u64>,
+    bits: u64,
+}
+
+impl Bitmap {
+    /// `bits` clear bits.
+    pub fn new(bits: u64) -> Bitmap {
+        Bitmap { words: vec![0; bits.div_ceil(64) as usize], bits }
+    }
+    /// From little-endian bytes.
+    pub fn from_bytes(bits: u64, b: &[u8]) -> Bitmap {
+        let mut bm = Bitmap::new(bits);
+        for (i, w) in bm.words.iter_mut().enumerate() {
+            let mut x = [0u8; 8];
+            let s = i * 8;
+            if s < b.len() {
+                let e = (s + 8).min(b.len());
+                x[..e - s].copy_from_slice(&b[s..e]);
+            }
+            *w = u64::from_le_bytes(x);
+        }
+        bm
+    }
+    /// To little-endian bytes (`bits.div_ceil(8)` bytes).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v: Vec<u8> = self.words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        v.truncate(self.bits.div_ceil(8) as usize);
+        v
+    }
+    /// Bit count.
+    pub fn len(&self) -> u64 {
+        self.bits
+    }
+    /// No bits?
+    pub fn is_empty(&self) -> bool {
+        self.bits == 0
+    }
+    /// Test.
+    pub fn get(&self, i: u64) -> bool {
+        i < self.bits && self.words[(i / 64) as usize] >> (i % 64) & 1 == 1
+    }
+    /// Set.
+    pub fn set(&mut self, i: u64) {
+        self.words[(i / 64) as usize] |= 1 << (i % 64);
+    }
+    /// Clear.
+    pub fn clear(&mut self, i: u64) {
+        self.words[(i / 64) as usize] &= !(1 << (i % 64));
+    }
+    /// Set bits.
+    pub fn count(&self) -> u64 {
+        self.words.iter().map(|w| w.count_ones() as u64).sum()
+    }
+}
+
+/// A bitmap that several recovery workers fill at once; detects double ownership.
+pub struct AtomicBitmap {
+    words: Vec<AtomicU64>,
+    bits: u64,
+}
+
+impl AtomicBitmap {
+    /// `bits` clear bits.
+    pub fn new(bits: u64) -> Self {
+        AtomicBitmap { words: (0..bits.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(), bits }
+    }
+    /// Set bit `i`; false if it was already set.
+    pub fn claim(&self, i: u64) -> bool {
+        assert!(i < self.bits);
+        let m = 1u64 << (i % 64);
+        self.words[(i / 64) as usize].fetch_or(m, Ordering::AcqRel) & m == 0
+    }
+    /// Into a plain bitmap.
+    pub fn into_bitmap(self) -> Bitmap {
+        Bitmap { words: self.words.into_iter().map(|w| w.into_inner()).collect(), bits: self.bits }
+    }
+}
+
+#[derive(Default)]
+struct FreeList {
+    ext: BTreeMap<u64, u64>,
+}
+
+impl FreeList {
+    fn insert(&mut self, mut start: u64, mut len: u64) {
+        if let Some((&ps, &pl)) = self.ext.range(..start).next_back() {
+            assert!(ps + pl <= start, "double free of block {start}");
+            if ps + pl == start {
+                self.ext.remove(&ps);
+                start = ps;
+                len += pl;
+            }
+        }
+        if let Some((&ns, &nl)) = self.ext.range(start..).next() {
+            assert!(start + len <= ns, "double free of block {ns}");
+            if start + len == ns {
+                self.ext.remove(&ns);
+                len += nl;
+            }
+        }
+        self.ext.insert(start, len);
+    }
+
+    /// Take up to `want` blocks as one extent: the first extent at least `want`
+    /// long, else the largest one.
+    fn take(&mut self, want: u64) -> Option<(u64, u64)> {
+        let mut best: Option<(u64, u64)> = None;
+        for (&s, &l) in self.ext.iter().take(64) {
+            if l >= want {
+                best = Some((s, l));
+                break;
+            }
+            if best.is_none_or(|(_, bl)| l > bl) {
+                best = Some((s, l));
+            }
+        }
+        if best.is_none_or(|(_, bl)| bl < want) {
+            if let Some((&s, &l)) = self.ext.iter().find(|(_, &l)| l >= want) {
+                best = Some((s, l));
+            }
+        }
+        let (s, l) = best?;
+        self.ext.remove(&s);
+        let n = l.min(want);
+        if l > n {
+            self.ext.insert(s + n, l - n);
+        }
+        Some((s, n))
+    }
+}
+
+/// Block allocator.
+pub struct BlockAlloc {
+    geo: Geometry,
+    shards: Vec<Mutex<FreeList>>,
+    free: AtomicU64,
+    reserve: u64,
+}
+
+impl BlockAlloc {
+    /// All data blocks free except those set in `used`.
+    pub fn from_used(geo: &Geometry, used: &Bitmap) -> Self {
+        let shards: Vec<Mutex<FreeList>> =
+            (0..geo.nshards).map(|_| Mutex::new(FreeList::default())).collect();
+        let mut free = 0;
+        for s in 0..geo.nshards {
+            let (a, b) = geo.shard_range(s);
+            let mut fl = shards[s as usize].lock();
+            let mut run: Option<u64> = None;
+            for blk in a..=b {
+                let is_free = blk < b && !used.get(blk);
+                match (is_free, run) {
+                    (true, None) => run = Some(blk),
+                    (false, Some(st)) => {
+                        fl.ext.insert(st, blk - st);
+                        free += blk - st;
+                        run = None;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let reserve = (geo.nblocks / 512).clamp(8, 1024);
+        BlockAlloc { geo: *geo, shards, free: AtomicU64::new(free), reserve }
+    }
+
+    /// Free blocks.
+    pub fn free_blocks(&self) -> u64 {
+        self.free.load(Ordering::Relaxed)
+    }
+
+    /// Blocks held back for space-freeing operations.
+    pub fn reserve(&self) -> u64 {
+        self.reserve
+    }
+
+    fn debit(&self, n: u64, use_reserve: bool) -> Result<()> {
+        let floor = if use_reserve { 0 } else { self.reserve };
+        let mut cur = self.free.load(Ordering::Relaxed);
+        loop {
+            if cur < n + floor {
+                return Err(Error::NoSpace);
+            }
+            match self.free.compare_exchange_weak(cur, cur - n, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(()),
+                Err(c) => cur = c,
+            }
+        }
+    }
+
+    /// Allocate `n` blocks as one or more extents `(start, len)`, preferring `shard`.
+    pub fn alloc(&self, shard: u32, n: u64, use_reserve: bool) -> Result<Vec<(u64, u64)>> {
+        if n == 0 {
+            return Ok(vec![]);
+        }
+        self.debit(n, use_reserve)?;
+        let mut out = Vec::new();
+        let mut need = n;
+        let ns = self.geo.nshards;
+        for i in 0..ns {
+            let s = (shard + i) % ns;
+            let mut fl = self.shards[s as usize].lock();
+            while need > 0 {
+                match fl.take(need) {
+                    Some((st, l)) => {
+                        out.push((st, l));
+                        need -= l;
+                    }
+                    None => break,
+                }
+            }
+            if need == 0 {
+                break;
+            }
+        }
+        assert_eq!(need, 0, "free counter out of step with the free lists");
+        Ok(out)
+    }
+
+    /// Allocate one block.
+    pub fn alloc_one(&self, shard: u32, use_reserve: bool) -> Result<u64> {
+        Ok(self.alloc(shard, 1, use_reserve)?[0].0)
+    }
+
+    /// Return blocks `[start, start + len)`.
+    pub fn free(&self, start: u64, len: u64) {
+        let mut b = start;
+        let end = start + len;
+        while b < end {
+            assert!(self.geo.is_data_block(b), "freeing non-data block {b}");
+            let s = self.geo.block_shard(b);
+            let (_, se) = self.geo.shard_range(s);
+            let e = end.min(se);
+            self.shards[s as usize].lock().insert(b, e - b);
+            b = e;
+        }
+        self.free.fetch_add(len, Ordering::AcqRel);
+    }
+
+    /// Used-block bitmap over the whole pool (metadata blocks included).
+    pub fn used_bitmap(&self) -> Bitmap {
+        let mut bm = Bitmap::new(self.geo.nblocks);
+        for b in 0..self.geo.nblocks {
+            bm.set(b);
+        }
+        for s in &self.shards {
+            for (&st, &l) in s.lock().ext.iter() {
+                for b in st..st + l {
+                    bm.clear(b);
+                }
+            }
+        }
+        bm
+    }
+}
+
+/// Inode slot allocator: one bitmap and cursor per shard.
+pub struct InodeAlloc {
+    geo: Geometry,
+    shards: Vec<Mutex<(Bitmap, u64)>>,
+    free: AtomicU64,
+}
+
+impl InodeAlloc {
+    /// From the set of used inode numbers (bit `ino - 1`).
+    pub fn from_used(geo: &Geometry, used: &Bitmap) -> Self {
+        let per = geo.ninodes / geo.nshards as u64;
+        let mut free = 0;
+        let shards = (0..geo.nshards)
+            .map(|s| {
+                let mut bm = Bitmap::new(per);
+                for local in 0..per {
+                    let ino = local * geo.nshards as u64 + s as u64 + 1;
+                    if used.get(ino - 1) {
+                        bm.set(local);
+                    } else {
+                        free += 1;
+                    }
+                }
+                Mutex::new((bm, 0))
+            })
+            .collect();
+        InodeAlloc { geo: *geo, shards, free: AtomicU64::new(free) }
+    }
+
+    /// Free inode slots.
+    pub fn free_inodes(&self) -> u64 {
+        self.free.load(Ordering::Relaxed)
+    }
+
+    /// Take a free inode number, preferring `shard`.
+    pub fn alloc(&self, shard: u32) -> Result<u64> {
+        let ns = self.geo.nshards;
+        for i in 0..ns {
+            let s = (shard + i) % ns;
+            let mut g = self.shards[s as usize].lock();
+            let (bm, cur) = &mut *g;
+            let per = bm.len();
+            for k in 0..per {
+                let local = (*cur + k) % per;
+                if !bm.get(local) {
+                    bm.set(local);
+                    *cur = (local + 1) % per;
+                    self.free.fetch_sub(1, Ordering::AcqRel);
+                    return Ok(local * ns as u64 + s as u64 + 1);
+                }
+            }
+        }
+        Err(Error::NoSpace)
+    }
+
+    /// Mark `ino` used (mkfs root).
+    pub fn mark_used(&self, ino: u64) {
+        let s = self.geo.ino_shard(ino);
+        let local = (ino - 1) / self.geo.nshards as u64;
+        let mut g = self.shards[s as usize].lock();
+        if !g.0.get(local) {
+            g.0.set(local);
+            self.free.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Return `ino`.
+    pub fn free(&self, ino: u64) {
+        let s = self.geo.ino_shard(ino);
+        let local = (ino - 1) / self.geo.nshards as u64;
+        let mut g = self.shards[s as usize].lock();
+        assert!(g.0.get(local), "double free of inode {ino}");
+        g.0.clear(local);
+        self.free.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Used-inode bitmap (bit `ino - 1`).
+    pub fn used_bitmap(&self) -> Bitmap {
+        let ns = self.geo.nshards as u64;
+        let mut bm = Bitmap::new(self.geo.ninodes);
+        for (s, m) in self.shards.iter().enumerate() {
+            let g = m.lock();
+            for local in 0..g.0.len() {
+                if g.0.get(local) {
+                    bm.set(local * ns + s as u64);
+                }
+            }
+        }
+        bm
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alloc_free_merge_and_reserve() {
+        let g = Geometry::compute(1024, 2, 64).unwrap();
+        let mut used = Bitmap::new(1024);
+        for b in 0..g.data_start {
+            used.set(b);
+        }
+        let a = BlockAlloc::from_used(&g, &used);
+        let total = a.free_blocks();
+        let ex = a.alloc(0, 10, false).unwrap();
+        assert_eq!(ex.iter().map(|e| e.1).sum::<u64>(), 10);
+        for (s, l) in ex {
+            a.free(s, l);
+        }
+        assert_eq!(a.free_blocks(), total);
+        assert!(a.alloc(1, total, false).is_err());
+        let all = a.alloc(1, total, true).unwrap();
+        assert!(a.alloc_one(0, true).is_err());
+        for (s, l) in all {
+            a.free(s, l);
+        }
+        assert_eq!(a.used_bitmap().count(), g.data_start);
+    }
+
+    #[test]
+    fn inode_alloc_roundtrip() {
+        let g = Geometry::compute(1024, 4, 64).unwrap();
+        let ia = InodeAlloc::from_used(&g, &Bitmap::new(64));
+        ia.mark_used(1);
+        let mut seen = std::collections::HashSet::new();
+        while let Ok(i) = ia.alloc(2) {
+            assert!(seen.insert(i) && (1..=64).contains(&i) && i != 1);
+        }
+        assert_eq!(seen.len(), 63);
+        ia.free(5);
+        assert_eq!(ia.alloc(0).unwrap(), 5);
+    }
+}

@@ -1,0 +1,388 @@
+//! The real medium: a pool file mapped shared into this process.
+//!
+//! Invariants:
+//! - The mapping lives as long as the [`MmapMedium`]; every access is bounds-checked
+//!   against its length before any pointer arithmetic.
+//! - MAP_SHARED_VALIDATE|MAP_SYNC is tried first (DAX: stores reach persistence
+//!   domain on flush+fence); otherwise a plain MAP_SHARED mapping is used and the
+//!   durability is reported honestly (see [`Durability`]).
+//! - A pool is owned by one process at a time: an exclusive POSIX record lock on the
+//!   file names the holder's pid to a second opener; a process-wide registry stops a
+//!   second open inside the same process (POSIX locks do not conflict there).
+#![allow(unsafe_code)]
+
+use crate::error::{Error, Result};
+use crate::pmem::{self, config, Durability, FlushInstr, Medium, PersistStats};
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// How to open a pool file.
+#[derive(Clone, Debug, Default)]
+pub struct MapOptions {
+    /// msync the dirty range at every fence (full durability on non-DAX files).
+    pub msync_each_commit: bool,
+    /// Refuse to run without MAP_SYNC.
+    pub require_dax: bool,
+    /// Map read-only (no stores allowed; used by `info` and `fsck` without repair).
+    pub read_only: bool,
+}
+
+fn registry() -> &'static Mutex<HashSet<(u64, u64)>> {
+    static R: OnceLock<Mutex<HashSet<(u64, u64)>>> = OnceLock::new();
+    R.get_or_init(|| Mutex::new(HashSet::new()))
+}
+
+/// A pool file mapped into memory.
+pub struct MmapMedium {
+    ptr: *mut u8,
+    len: u64,
+    file: File,
+    path: PathBuf,
+    key: (u64, u64),
+    durability: Durability,
+    flush: FlushInstr,
+    read_only: bool,
+    dirty_lo: AtomicU64,
+    dirty_hi: AtomicU64,
+    stats: Arc<PersistStats>,
+}
+
+// SAFETY: the mapping is plain shared memory; the core's locking guarantees that
+// concurrent accesses touch disjoint ranges (see the Medium contract).
+unsafe impl Send for MmapMedium {}
+// SAFETY: as above; all interior mutation goes through raw pointer writes on
+// disjoint ranges and atomics.
+unsafe impl Sync for MmapMedium {}
+
+fn holder_of(file: &File) -> Option<String> {
+    // SAFETY: flock is a plain C struct; zeroed is a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as i16;
+    fl.l_whence = libc::SEEK_SET as i16;
+    // SAFETY: valid fd and a valid pointer to a flock struct.
+    let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut fl) };
+    if r != 0 || fl.l_type == libc::F_UNLCK as i16 {
+        return None;
+    }
+    let pid = fl.l_pid;
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into());
+    Some(format!("pid {pid} ({comm})"))
+}
+
+fn lock_file(file: &File, exclusive: bool) -> std::io::Result<bool> {
+    // SAFETY: zeroed flock is valid.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = if exclusive { libc::F_WRLCK } else { libc::F_RDLCK } as i16;
+    fl.l_whence = libc::SEEK_SET as i16;
+    // SAFETY: valid fd, valid pointer.
+    let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EAGAIN) => Ok(false),
+        _ => Err(e),
+    }
+}
+
+impl MmapMedium {
+    /// Create (or truncate to) a pool file of `len` bytes and map it.
+    pub fn create(path: &Path, len: u64, opts: &MapOptions) -> Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| Error::io(path, e))?;
+        let me = Self::lock_and_register(file, path, false)?;
+        me.file().set_len(0).map_err(|e| Error::io(path, e))?;
+        me.file().set_len(len).map_err(|e| Error::io(path, e))?;
+        me.map(len, opts)
+    }
+
+    /// Open and map an existing pool file.
+    pub fn open(path: &Path, opts: &MapOptions) -> Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(!opts.read_only)
+            .open(path)
+            .map_err(|e| Error::io(path, e))?;
+        let me = Self::lock_and_register(file, path, opts.read_only)?;
+        let len = me.file().metadata().map_err(|e| Error::io(path, e))?.len();
+        me.map(len, opts)
+    }
+
+    fn lock_and_register(file: File, path: &Path, shared: bool) -> Result<Unmapped> {
+        let md = file.metadata().map_err(|e| Error::io(path, e))?;
+        if !md.is_file() && !is_block_dev(&md) && !is_char_dev(&md) {
+            return Err(Error::Invalid(format!("{} is not a file", path.display())));
+        }
+        let key = (md.dev(), md.ino());
+        {
+            let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
+            if !reg.insert(key) {
+                return Err(Error::PoolInUse {
+                    path: path.to_path_buf(),
+                    holder: format!("this process (pid {})", std::process::id()),
+                });
+            }
+        }
+        let unmapped = Unmapped { file: Some(file), path: path.to_path_buf(), key };
+        match lock_file(unmapped.file(), !shared) {
+            Ok(true) => Ok(unmapped),
+            Ok(false) => Err(Error::PoolInUse {
+                path: path.to_path_buf(),
+                holder: holder_of(unmapped.file())
+                    .unwrap_or_else(|| "another process".into()),
+            }),
+            Err(e) => Err(Error::io(path, e)),
+        }
+    }
+
+    /// The pool file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Persistence counters of this mapping.
+    pub fn stats(&self) -> &Arc<PersistStats> {
+        &self.stats
+    }
+
+    #[inline]
+    fn check(&self, off: u64, len: u64) {
+        assert!(
+            off.checked_add(len).is_some_and(|e| e <= self.len),
+            "pool access out of bounds: {off}+{len} > {}",
+            self.len
+        );
+    }
+
+    #[inline]
+    fn note_dirty(&self, off: u64, len: u64) {
+        if self.durability == Durability::MsyncEachCommit {
+            self.dirty_lo.fetch_min(off, Ordering::Relaxed);
+            self.dirty_hi.fetch_max(off + len, Ordering::Relaxed);
+        }
+    }
+}
+
+fn is_block_dev(md: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    md.file_type().is_block_device()
+}
+
+fn is_char_dev(md: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    md.file_type().is_char_device()
+}
+
+struct Unmapped {
+    file: Option<File>,
+    path: PathBuf,
+    key: (u64, u64),
+}
+
+impl Drop for Unmapped {
+    fn drop(&mut self) {
+        if self.key != (0, 0) {
+            let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
+            reg.remove(&self.key);
+        }
+    }
+}
+
+impl Unmapped {
+    fn file(&self) -> &File {
+        self.file.as_ref().expect("file present until mapped")
+    }
+
+    fn map(mut self, len: u64, opts: &MapOptions) -> Result<MmapMedium> {
+        if len == 0 || len > isize::MAX as u64 {
+            return Err(Error::Corrupt(format!("pool file has unusable length {len}")));
+        }
+        let fd = self.file().as_raw_fd();
+        let prot = if opts.read_only {
+            libc::PROT_READ
+        } else {
+            libc::PROT_READ | libc::PROT_WRITE
+        };
+        let mut durability = Durability::Dax;
+        // SAFETY: mapping a file we hold open; length checked above. A failure
+        // returns MAP_FAILED, which is checked.
+        let mut p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                prot,
+                libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED || opts.read_only {
+            if p != libc::MAP_FAILED {
+                // SAFETY: p/len came from the successful mmap above.
+                unsafe { libc::munmap(p, len as usize) };
+            }
+            if opts.require_dax && !opts.read_only {
+                return Err(Error::Invalid(format!(
+                    "{} does not support MAP_SYNC (not a DAX file)",
+                    self.path.display()
+                )));
+            }
+            durability = if opts.msync_each_commit {
+                Durability::MsyncEachCommit
+            } else {
+                Durability::ProcessCrashOnly
+            };
+            // SAFETY: as above, without MAP_SYNC.
+            p = unsafe {
+                libc::mmap(std::ptr::null_mut(), len as usize, prot, libc::MAP_SHARED, fd, 0)
+            };
+            if p == libc::MAP_FAILED {
+                return Err(Error::io(&self.path, std::io::Error::last_os_error()));
+            }
+        }
+        let key = std::mem::replace(&mut self.key, (0, 0));
+        let file = self.file.take().expect("file present until mapped");
+        Ok(MmapMedium {
+            ptr: p as *mut u8,
+            len,
+            file,
+            path: self.path.clone(),
+            key,
+            durability,
+            flush: config().flush,
+            read_only: opts.read_only,
+            dirty_lo: AtomicU64::new(u64::MAX),
+            dirty_hi: AtomicU64::new(0),
+            stats: Arc::new(PersistStats::default()),
+        })
+    }
+}
+
+impl Drop for MmapMedium {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len describe our live mapping; nothing uses it after drop.
+        unsafe {
+            libc::msync(self.ptr as *mut libc::c_void, self.len as usize, libc::MS_ASYNC);
+            libc::munmap(self.ptr as *mut libc::c_void, self.len as usize);
+        }
+        let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
+        reg.remove(&self.key);
+        let _ = &self.file;
+    }
+}
+
+impl Medium for MmapMedium {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read(&self, off: u64, dst: &mut [u8]) {
+        self.check(off, dst.len() as u64);
+        // SAFETY: bounds checked; the source range is inside our mapping and the
+        // core guarantees no concurrent writer of this range.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.add(off as usize), dst.as_mut_ptr(), dst.len())
+        };
+    }
+
+    fn load_u64(&self, off: u64) -> u64 {
+        self.check(off, 8);
+        assert_eq!(off % 8, 0, "unaligned atomic load");
+        // SAFETY: aligned, in bounds; AtomicU64 has the layout of u64.
+        let a = unsafe { &*(self.ptr.add(off as usize) as *const AtomicU64) };
+        u64::from_le(a.load(Ordering::Acquire))
+    }
+
+    fn write(&self, off: u64, src: &[u8]) {
+        assert!(!self.read_only, "store to a read-only pool");
+        self.check(off, src.len() as u64);
+        // SAFETY: bounds checked; ranges written concurrently are disjoint.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(off as usize), src.len())
+        };
+    }
+
+    fn write_nt(&self, off: u64, src: &[u8]) {
+        assert!(!self.read_only, "store to a read-only pool");
+        self.check(off, src.len() as u64);
+        let cfg = config();
+        // SAFETY: bounds checked; destination is our writable mapping.
+        unsafe {
+            if cfg.nt_stores {
+                pmem::copy_nt_raw(self.ptr.add(off as usize), src, self.flush);
+            } else {
+                let d = self.ptr.add(off as usize);
+                std::ptr::copy_nonoverlapping(src.as_ptr(), d, src.len());
+                pmem::flush_raw(d, src.len(), self.flush);
+            }
+        }
+        self.stats.nt_bytes.fetch_add(src.len() as u64, Ordering::Relaxed);
+        self.note_dirty(off, src.len() as u64);
+    }
+
+    fn zero_nt(&self, off: u64, len: u64) {
+        assert!(!self.read_only, "store to a read-only pool");
+        self.check(off, len);
+        // SAFETY: bounds checked.
+        unsafe { pmem::zero_nt_raw(self.ptr.add(off as usize), len as usize, self.flush) };
+        self.stats.nt_bytes.fetch_add(len, Ordering::Relaxed);
+        self.note_dirty(off, len);
+    }
+
+    fn store_u64(&self, off: u64, val: u64) {
+        assert!(!self.read_only, "store to a read-only pool");
+        self.check(off, 8);
+        assert_eq!(off % 8, 0, "unaligned atomic store");
+        // SAFETY: aligned and in bounds.
+        let a = unsafe { &*(self.ptr.add(off as usize) as *const AtomicU64) };
+        a.store(val.to_le(), Ordering::Release);
+    }
+
+    fn flush(&self, off: u64, len: u64) {
+        self.check(off, len);
+        // SAFETY: bounds checked.
+        unsafe { pmem::flush_raw(self.ptr.add(off as usize), len as usize, self.flush) };
+        let (s, e) = pmem::line_span(off, len);
+        self.stats.flushed_bytes.fetch_add(e - s, Ordering::Relaxed);
+        self.note_dirty(off, len);
+    }
+
+    fn fence(&self) {
+        pmem::sfence();
+        self.stats.fences.fetch_add(1, Ordering::Relaxed);
+        if self.durability == Durability::MsyncEachCommit {
+            let lo = self.dirty_lo.swap(u64::MAX, Ordering::AcqRel);
+            let hi = self.dirty_hi.swap(0, Ordering::AcqRel);
+            if lo < hi {
+                let page = 4096;
+                let s = lo / page * page;
+                let e = hi.min(self.len);
+                // SAFETY: [s, e) lies within our mapping and s is page aligned.
+                unsafe {
+                    libc::msync(
+                        self.ptr.add(s as usize) as *mut libc::c_void,
+                        (e - s) as usize,
+                        libc::MS_SYNC,
+                    )
+                };
+            }
+        }
+    }
+
+    fn durability(&self) -> Durability {
+        self.durability
+    }
+}

@@ -1,0 +1,146 @@
+//! Typed errors. They become errno values only at the FUSE / C / LD_PRELOAD
+//! boundary, through [`Error::errno`].
+
+use std::path::{Path, PathBuf};
+
+/// A FerriteFS error.
+#[derive(Debug)]
+pub enum Error {
+    /// ENOENT
+    NotFound,
+    /// EEXIST
+    Exists,
+    /// ENOTDIR
+    NotDir,
+    /// EISDIR
+    IsDir,
+    /// ENOTEMPTY
+    NotEmpty,
+    /// EINVAL, with what was invalid.
+    Invalid(String),
+    /// ENOSPC: the pool (blocks, inodes or log space) is full.
+    NoSpace,
+    /// ENAMETOOLONG
+    NameTooLong,
+    /// EFBIG
+    FileTooBig,
+    /// ELOOP
+    Loop,
+    /// EPERM
+    NotPermitted,
+    /// ENODATA: no such extended attribute.
+    NoAttr,
+    /// E2BIG: extended attribute value too large.
+    TooBig,
+    /// ERANGE: caller's buffer too small.
+    Range,
+    /// EROFS
+    ReadOnly,
+    /// EBUSY
+    Busy,
+    /// EXDEV
+    CrossDevice,
+    /// EBADF
+    BadHandle,
+    /// EOPNOTSUPP
+    NotSupported(&'static str),
+    /// The pool is mounted by another process (or this one).
+    PoolInUse {
+        /// Pool file.
+        path: PathBuf,
+        /// Who holds it.
+        holder: String,
+    },
+    /// The pool is not a FerriteFS pool, or a different version.
+    Foreign(String),
+    /// The pool's contents are damaged (checksum mismatch, bad pointer, log cycle...).
+    Corrupt(String),
+    /// An I/O error on the pool file.
+    Io {
+        /// Pool file.
+        path: PathBuf,
+        /// Underlying error.
+        err: std::io::Error,
+    },
+}
+
+/// Result alias.
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// An I/O error about `path`.
+    pub fn io(path: &Path, err: std::io::Error) -> Self {
+        Error::Io { path: path.to_path_buf(), err }
+    }
+
+    /// A corruption error.
+    pub fn corrupt(msg: impl Into<String>) -> Self {
+        Error::Corrupt(msg.into())
+    }
+
+    /// An EINVAL with a reason.
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        Error::Invalid(msg.into())
+    }
+
+    /// The errno value for this error (Linux numbering).
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::NotFound => libc::ENOENT,
+            Error::Exists => libc::EEXIST,
+            Error::NotDir => libc::ENOTDIR,
+            Error::IsDir => libc::EISDIR,
+            Error::NotEmpty => libc::ENOTEMPTY,
+            Error::Invalid(_) => libc::EINVAL,
+            Error::NoSpace => libc::ENOSPC,
+            Error::NameTooLong => libc::ENAMETOOLONG,
+            Error::FileTooBig => libc::EFBIG,
+            Error::Loop => libc::ELOOP,
+            Error::NotPermitted => libc::EPERM,
+            Error::NoAttr => libc::ENODATA,
+            Error::TooBig => libc::E2BIG,
+            Error::Range => libc::ERANGE,
+            Error::ReadOnly => libc::EROFS,
+            Error::Busy | Error::PoolInUse { .. } => libc::EBUSY,
+            Error::CrossDevice => libc::EXDEV,
+            Error::BadHandle => libc::EBADF,
+            Error::NotSupported(_) => libc::EOPNOTSUPP,
+            Error::Foreign(_) | Error::Corrupt(_) => libc::EUCLEAN,
+            Error::Io { err, .. } => err.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::NotFound => write!(f, "no such file or directory"),
+            Error::Exists => write!(f, "file exists"),
+            Error::NotDir => write!(f, "not a directory"),
+            Error::IsDir => write!(f, "is a directory"),
+            Error::NotEmpty => write!(f, "directory not empty"),
+            Error::Invalid(m) => write!(f, "invalid argument: {m}"),
+            Error::NoSpace => write!(f, "no space left in the pool"),
+            Error::NameTooLong => write!(f, "file name too long (255 bytes at most)"),
+            Error::FileTooBig => write!(f, "file too large"),
+            Error::Loop => write!(f, "too many levels of symbolic links"),
+            Error::NotPermitted => write!(f, "operation not permitted"),
+            Error::NoAttr => write!(f, "no such extended attribute"),
+            Error::TooBig => write!(f, "extended attribute value too large"),
+            Error::Range => write!(f, "result too large for the buffer"),
+            Error::ReadOnly => write!(f, "pool is mounted read-only"),
+            Error::Busy => write!(f, "resource busy"),
+            Error::CrossDevice => write!(f, "cross-device link"),
+            Error::BadHandle => write!(f, "bad file handle"),
+            Error::NotSupported(m) => write!(f, "not supported: {m}"),
+            Error::PoolInUse { path, holder } => {
+                write!(f, "pool {} is in use by {holder}", path.display())
+            }
+            Error::Foreign(m) => write!(f, "not a FerriteFS pool: {m}"),
+            Error::Corrupt(m) => write!(f, "pool is corrupt: {m}"),
+            Error::Io { path, err } => write!(f, "{}: {err}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for Error {}

@@ -1,0 +1,731 @@
+//! The file system object: inode cache, commit paths and public types.
+//!
+//! Invariants:
+//! - An inode's [`InodeState`] is guarded by its `RwLock`; the log of an inode is
+//!   appended only under the write lock. Operations on several inodes take their
+//!   locks in ascending inode order (renames first take the global rename lock).
+//! - A single-inode operation commits with one 8-byte tail store: one fence when all
+//!   its bytes are inside checksummed log entries, two when it wrote data blocks
+//!   (data and entries, fence, tail, fence).
+//! - A multi-inode operation commits through the shard journal (see `journal`).
+//! - After a commit, the same entries are applied to the DRAM state with
+//!   [`InodeState::apply`]; blocks they release are freed only then.
+
+use crate::alloc::{BlockAlloc, InodeAlloc};
+use crate::error::{Error, Result};
+use crate::index::{FileType, Freed, InodeState};
+use crate::journal::{self, Record};
+use crate::layout::{logptr, Geometry, InodeSlot, Superblock, BLOCK, SLOT_STATE, SLOT_TAIL};
+use crate::log::{self, AttrRec, EntryBuf, Ts};
+use crate::pmem::{persist_u64, Medium};
+use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Test-only faults in the core's persist order, for proving that the crash
+/// simulator detects them. Never set outside tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoreFault {
+    /// Commit the log tail before the entries and data it covers are persistent
+    /// (the tail store joins the first fence window of a copy-on-write commit).
+    TailBeforeData,
+    /// Apply journaled words before the journal is written and fenced.
+    JournalOutOfOrder,
+    /// Fast GC unlinks dead log pages before the operation that killed their
+    /// entries is durable.
+    EarlyGc,
+}
+
+/// Attributes of an inode, as `stat` reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Attr {
+    /// Inode number.
+    pub ino: u64,
+    /// Generation (slot state); changes when an inode number is reused.
+    pub generation: u64,
+    /// Type.
+    pub ftype: FileType,
+    /// Permission bits (07777).
+    pub perm: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Links.
+    pub nlink: u32,
+    /// Size.
+    pub size: u64,
+    /// 512-byte blocks.
+    pub blocks: u64,
+    /// Access time.
+    pub atime: Ts,
+    /// Modification time.
+    pub mtime: Ts,
+    /// Change time.
+    pub ctime: Ts,
+}
+
+impl Attr {
+    /// Full st_mode (type and permission bits).
+    pub fn mode(&self) -> u32 {
+        self.ftype.mode_bits() | self.perm
+    }
+}
+
+/// A time to set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetTime {
+    /// The current time.
+    Now,
+    /// A given time.
+    At(Ts),
+}
+
+/// Attribute changes (`None` leaves a field alone).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// New permission bits.
+    pub perm: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New size (truncate).
+    pub size: Option<u64>,
+    /// New atime.
+    pub atime: Option<SetTime>,
+    /// New mtime.
+    pub mtime: Option<SetTime>,
+}
+
+/// One directory entry from `readdir`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Name.
+    pub name: Vec<u8>,
+    /// Inode.
+    pub ino: u64,
+    /// Type.
+    pub ftype: FileType,
+    /// Offset to resume after this entry.
+    pub cookie: u64,
+}
+
+/// File system statistics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct StatFs {
+    /// Block size.
+    pub bsize: u64,
+    /// Total data blocks.
+    pub blocks: u64,
+    /// Free blocks.
+    pub bfree: u64,
+    /// Free blocks for ordinary allocations (minus the reserve).
+    pub bavail: u64,
+    /// Inode slots.
+    pub files: u64,
+    /// Free inode slots.
+    pub ffree: u64,
+    /// Longest name.
+    pub namelen: u64,
+}
+
+/// Rename flags.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    /// RENAME_NOREPLACE.
+    pub noreplace: bool,
+    /// RENAME_EXCHANGE.
+    pub exchange: bool,
+}
+
+/// fallocate modes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FallocMode {
+    /// FALLOC_FL_KEEP_SIZE.
+    pub keep_size: bool,
+    /// FALLOC_FL_PUNCH_HOLE (requires keep_size).
+    pub punch_hole: bool,
+}
+
+/// setxattr flags.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum XattrSet {
+    /// Create or replace.
+    #[default]
+    Any,
+    /// XATTR_CREATE: fail with EEXIST if present.
+    Create,
+    /// XATTR_REPLACE: fail with ENODATA if absent.
+    Replace,
+}
+
+/// mkfs options.
+#[derive(Clone, Debug)]
+pub struct MkfsOptions {
+    /// Shards (per-CPU inode tables, journals, free lists).
+    pub shards: u32,
+    /// Inode slots (0: one per 8 KiB of pool).
+    pub inodes: u64,
+    /// Owner of the root directory.
+    pub root_uid: u32,
+    /// Group of the root directory.
+    pub root_gid: u32,
+    /// Pool identity (None: derived from time and pid).
+    pub uuid: Option<[u8; 16]>,
+}
+
+impl Default for MkfsOptions {
+    fn default() -> Self {
+        MkfsOptions { shards: 8, inodes: 0, root_uid: 0, root_gid: 0, uuid: None }
+    }
+}
+
+/// Mount options.
+#[derive(Clone, Debug, Default)]
+pub struct MountOptions {
+    /// Refuse all changes.
+    pub read_only: bool,
+    /// Test-only fault in the persist order.
+    pub fault: Option<CoreFault>,
+    /// Recovery workers (0: one per core).
+    pub workers: usize,
+}
+
+/// How the last mount found the pool.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct MountReport {
+    /// The pool had been cleanly unmounted and its checkpoint was used.
+    pub clean: bool,
+    /// Journals rolled back.
+    pub journals_rolled_back: u32,
+    /// Inodes whose torn last operation was cut off.
+    pub torn_logs: u32,
+    /// Unlinked-but-open inodes freed.
+    pub orphans_freed: u32,
+    /// Inodes scanned.
+    pub inodes_scanned: u64,
+    /// Mount time in microseconds.
+    pub micros: u64,
+    /// Superblock copy used (0 primary, 1 replica).
+    pub superblock_copy: u32,
+}
+
+/// An inode in the cache.
+pub struct Inode {
+    pub(crate) ino: u64,
+    pub(crate) state_word: u64,
+    pub(crate) seed: u32,
+    pub(crate) st: RwLock<InodeState>,
+    pub(crate) open: AtomicU32,
+    pub(crate) ranges: RangeLock,
+}
+
+/// Byte-range (page-range) lock for writers of one file.
+#[derive(Default)]
+pub(crate) struct RangeLock {
+    held: Mutex<Vec<(u64, u64)>>,
+    cv: parking_lot::Condvar,
+}
+
+pub(crate) struct RangeGuard<'a> {
+    lock: &'a RangeLock,
+    r: (u64, u64),
+}
+
+impl RangeLock {
+    pub(crate) fn lock(&self, a: u64, b: u64) -> RangeGuard<'_> {
+        let mut h = self.held.lock();
+        while h.iter().any(|&(x, y)| x < b && a < y) {
+            self.cv.wait(&mut h);
+        }
+        h.push((a, b));
+        RangeGuard { lock: self, r: (a, b) }
+    }
+}
+
+impl Drop for RangeGuard<'_> {
+    fn drop(&mut self) {
+        let mut h = self.lock.held.lock();
+        if let Some(i) = h.iter().position(|&r| r == self.r) {
+            h.swap_remove(i);
+        }
+        self.lock.cv.notify_all();
+    }
+}
+
+const CACHE_SHARDS: usize = 64;
+
+/// A mounted FerriteFS pool.
+pub struct Fs<M: Medium> {
+    pub(crate) m: M,
+    pub(crate) sb: Superblock,
+    pub(crate) geo: Geometry,
+    pub(crate) balloc: BlockAlloc,
+    pub(crate) ialloc: InodeAlloc,
+    pub(crate) cache: Vec<Mutex<HashMap<u64, Arc<Inode>>>>,
+    pub(crate) txids: Vec<Mutex<u64>>,
+    pub(crate) rename_lock: Mutex<()>,
+    pub(crate) read_only: bool,
+    pub(crate) fault: Option<CoreFault>,
+    pub(crate) generation: u64,
+    pub(crate) report: MountReport,
+    pub(crate) unmounted: AtomicBool,
+    pub(crate) gc_stats: GcStats,
+}
+
+/// GC counters.
+#[derive(Default, Debug)]
+pub struct GcStats {
+    /// Log pages freed by fast GC.
+    pub fast_pages: AtomicU64,
+    /// Thorough GC runs.
+    pub thorough_runs: AtomicU64,
+    /// Log pages freed by thorough GC.
+    pub thorough_pages: AtomicU64,
+}
+
+thread_local! {
+    static SHARD_HINT: u32 = {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    };
+}
+
+/// Per-thread shard choice (the per-CPU structures of NOVA, by thread).
+pub(crate) fn shard_hint(n: u32) -> u32 {
+    SHARD_HINT.with(|s| *s % n)
+}
+
+/// One inode's part of a commit.
+pub(crate) struct Part {
+    pub ino: u64,
+    pub entries: Vec<EntryBuf>,
+}
+
+/// A new inode created by a multi-inode commit.
+pub(crate) struct NewInode {
+    pub ino: u64,
+    pub ftype: FileType,
+    pub state_word: u64,
+    pub seed: u32,
+    pub head_page: u64,
+    pub entries: Vec<EntryBuf>,
+    /// Data blocks written for it (a long symlink target).
+    pub data: Vec<(u64, u64)>,
+}
+
+/// Inodes locked for writing by one operation, in ascending order.
+pub(crate) struct Locked<'a> {
+    pub guards: Vec<(u64, &'a Inode, RwLockWriteGuard<'a, InodeState>)>,
+}
+
+impl<'a> Locked<'a> {
+    pub(crate) fn new(mut inodes: Vec<&'a Arc<Inode>>) -> Locked<'a> {
+        inodes.sort_by_key(|i| i.ino);
+        inodes.dedup_by_key(|i| i.ino);
+        let guards = inodes.into_iter().map(|i| (i.ino, &**i, i.st.write())).collect();
+        Locked { guards }
+    }
+    pub(crate) fn st(&self, ino: u64) -> &InodeState {
+        &self.guards.iter().find(|g| g.0 == ino).expect("inode locked").2
+    }
+    pub(crate) fn st_mut(&mut self, ino: u64) -> &mut InodeState {
+        &mut self.guards.iter_mut().find(|g| g.0 == ino).expect("inode locked").2
+    }
+    pub(crate) fn inode(&self, ino: u64) -> &'a Inode {
+        self.guards.iter().find(|g| g.0 == ino).expect("inode locked").1
+    }
+}
+
+impl<M: Medium> Fs<M> {
+    /// The medium.
+    pub fn medium(&self) -> &M {
+        &self.m
+    }
+
+    /// The superblock.
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+
+    /// The geometry.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    /// What mount found and did.
+    pub fn mount_report(&self) -> &MountReport {
+        &self.report
+    }
+
+    /// GC counters.
+    pub fn gc_stats(&self) -> &GcStats {
+        &self.gc_stats
+    }
+
+    /// Root inode number.
+    pub fn root(&self) -> u64 {
+        crate::layout::ROOT_INO
+    }
+
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        if self.read_only {
+            Err(Error::ReadOnly)
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) fn shard(&self) -> u32 {
+        shard_hint(self.geo.nshards)
+    }
+
+    fn cache_shard(&self, ino: u64) -> &Mutex<HashMap<u64, Arc<Inode>>> {
+        &self.cache[(ino as usize) % CACHE_SHARDS]
+    }
+
+    pub(crate) fn new_cache() -> Vec<Mutex<HashMap<u64, Arc<Inode>>>> {
+        (0..CACHE_SHARDS).map(|_| Mutex::new(HashMap::new())).collect()
+    }
+
+    pub(crate) fn read_slot(&self, ino: u64) -> InodeSlot {
+        let mut b = [0u8; 64];
+        self.m.read(self.geo.slot_off(ino), &mut b);
+        InodeSlot::decode(&b)
+    }
+
+    /// Replay an inode's log from media. `Ok(None)` if the slot is free.
+    pub(crate) fn load_state(&self, ino: u64) -> Result<Option<(InodeSlot, InodeState, log::Walk)>> {
+        if ino == 0 || ino > self.geo.ninodes {
+            return Ok(None);
+        }
+        let slot = self.read_slot(ino);
+        if !slot.in_use() {
+            return Ok(None);
+        }
+        let ftype = FileType::from_code(slot.ftype)
+            .ok_or_else(|| Error::corrupt(format!("inode {ino} has unknown type {}", slot.ftype)))?;
+        let seed = log::seed(&self.sb.uuid, ino, slot.state);
+        let walk = log::walk(&self.m, &self.geo, seed, logptr::addr(slot.head), logptr::addr(slot.tail))?;
+        let mut st = InodeState::new(ftype);
+        let mut freed = Vec::new();
+        for (loc, e) in &walk.entries {
+            st.apply(*loc, e, &mut freed);
+        }
+        if st.setattr_loc.is_none() {
+            return Err(Error::corrupt(format!("inode {ino} has no attributes in its log")));
+        }
+        st.log = log::LogState {
+            head: slot.head,
+            tail: logptr::make(logptr::epoch(slot.tail), walk.end),
+            next_seq: walk.next_seq,
+            pages: walk.pages.clone(),
+        };
+        st.gc_check_at = (st.log.pages.len() * 2).max(4);
+        Ok(Some((slot, st, walk)))
+    }
+
+    /// The cached inode `ino`, loading it from its log on first access.
+    pub(crate) fn inode(&self, ino: u64) -> Result<Arc<Inode>> {
+        if let Some(i) = self.cache_shard(ino).lock().get(&ino) {
+            return Ok(i.clone());
+        }
+        let Some((slot, st, walk)) = self.load_state(ino)? else {
+            return Err(Error::NotFound);
+        };
+        if walk.torn {
+            return Err(Error::corrupt(format!(
+                "inode {ino}: log has a torn entry on a pool that was recovered"
+            )));
+        }
+        let inode = Arc::new(Inode {
+            ino,
+            state_word: slot.state,
+            seed: log::seed(&self.sb.uuid, ino, slot.state),
+            st: RwLock::new(st),
+            open: AtomicU32::new(0),
+            ranges: RangeLock::default(),
+        });
+        let mut c = self.cache_shard(ino).lock();
+        Ok(c.entry(ino).or_insert(inode).clone())
+    }
+
+    pub(crate) fn cache_insert(&self, inode: Arc<Inode>) {
+        self.cache_shard(inode.ino).lock().insert(inode.ino, inode);
+    }
+
+    pub(crate) fn cache_remove(&self, ino: u64) {
+        self.cache_shard(ino).lock().remove(&ino);
+    }
+
+    pub(crate) fn cached_inodes(&self) -> Vec<Arc<Inode>> {
+        self.cache.iter().flat_map(|c| c.lock().values().cloned().collect::<Vec<_>>()).collect()
+    }
+
+    /// Drop cached inodes that are not open (their DRAM indexes are rebuilt from
+    /// the log on next access). Returns how many were dropped.
+    pub fn evict_idle(&self) -> usize {
+        let mut n = 0;
+        for c in &self.cache {
+            c.lock().retain(|_, i| {
+                let keep = i.open.load(Ordering::Acquire) > 0 || Arc::strong_count(i) > 1;
+                n += !keep as usize;
+                keep
+            });
+        }
+        n
+    }
+
+    pub(crate) fn attr_of(&self, inode: &Inode, st: &InodeState) -> Attr {
+        let a = &st.attr;
+        Attr {
+            ino: inode.ino,
+            generation: inode.state_word,
+            ftype: st.ftype,
+            perm: a.mode & 0o7777,
+            uid: a.uid,
+            gid: a.gid,
+            nlink: a.nlink,
+            size: st.size(),
+            blocks: st.blocks(),
+            atime: a.atime,
+            mtime: a.mtime,
+            ctime: a.ctime,
+        }
+    }
+
+    fn alloc_log_page(&self, shard: u32, reserve: bool) -> Result<u64> {
+        Ok(self.balloc.alloc_one(shard, reserve)? * BLOCK)
+    }
+
+    pub(crate) fn free_pages(&self, pages: &[u64]) {
+        for &p in pages {
+            self.balloc.free(p / BLOCK, 1);
+        }
+    }
+
+    pub(crate) fn free_runs(&self, runs: &[(u64, u64)]) {
+        for &(b, n) in runs {
+            self.balloc.free(b, n);
+        }
+    }
+
+    /// Append `entries` to `st`'s log (not committed). On error nothing is left
+    /// allocated.
+    pub(crate) fn append_entries(
+        &self,
+        seed: u32,
+        st: &InodeState,
+        entries: &mut [EntryBuf],
+        reserve: bool,
+    ) -> Result<log::Appended> {
+        let shard = self.shard();
+        let mut taken = Vec::new();
+        let mut alloc = || self.alloc_log_page(shard, reserve);
+        match log::append(&self.m, &st.log, seed, entries, &mut alloc, &mut taken) {
+            Ok(a) => Ok(a),
+            Err(e) => {
+                self.free_pages(&taken);
+                Err(e)
+            }
+        }
+    }
+
+    /// Apply committed entries to the DRAM state; returns the blocks they released.
+    pub(crate) fn apply_committed(
+        st: &mut InodeState,
+        a: &log::Appended,
+        entries: &[EntryBuf],
+    ) -> Freed {
+        st.log.tail = a.new_tail;
+        st.log.next_seq = a.next_seq;
+        st.log.pages.extend_from_slice(&a.new_pages);
+        let mut freed = Vec::new();
+        for (loc, e) in a.locs.iter().zip(entries) {
+            let entry = log::decode_entry(&e.bytes).expect("entry we just encoded decodes");
+            st.apply(*loc, &entry, &mut freed);
+        }
+        freed
+    }
+
+    /// Commit entries of one inode. `data_written`: data blocks were written for
+    /// them (two-fence commit). Returns after the operation is durable.
+    pub(crate) fn commit_single(
+        &self,
+        inode: &Inode,
+        st: &mut InodeState,
+        mut entries: Vec<EntryBuf>,
+        data_written: bool,
+        reserve: bool,
+    ) -> Result<()> {
+        let a = self.append_entries(inode.seed, st, &mut entries, reserve)?;
+        let tail_off = self.geo.slot_off(inode.ino) + SLOT_TAIL;
+        if data_written {
+            if self.fault == Some(CoreFault::TailBeforeData) {
+                persist_u64(&self.m, tail_off, a.new_tail);
+            }
+            self.m.fence();
+        }
+        persist_u64(&self.m, tail_off, a.new_tail);
+        self.m.fence();
+        let freed = Self::apply_committed(st, &a, &entries);
+        self.free_runs(&freed);
+        self.after_commit(inode, st, !a.new_pages.is_empty());
+        Ok(())
+    }
+
+    /// Commit entries of several inodes (and create / free inodes) atomically
+    /// through the journal.
+    pub(crate) fn commit_multi(
+        &self,
+        locked: &mut Locked<'_>,
+        mut parts: Vec<Part>,
+        new: Option<NewInode>,
+        free: &[u64],
+        reserve: bool,
+    ) -> Result<Option<Arc<Inode>>> {
+        let mut appended: Vec<log::Appended> = Vec::with_capacity(parts.len());
+        let mut new_app: Option<log::Appended> = None;
+        let mut cleanup_pages: Vec<u64> = Vec::new();
+        let res = (|| -> Result<()> {
+            for p in parts.iter_mut() {
+                let inode = locked.inode(p.ino);
+                let a = self.append_entries(inode.seed, locked.st(p.ino), &mut p.entries, reserve)?;
+                cleanup_pages.extend_from_slice(&a.new_pages);
+                appended.push(a);
+            }
+            Ok(())
+        })();
+        if let Err(e) = res {
+            self.free_pages(&cleanup_pages);
+            return Err(e);
+        }
+        let mut recs: Vec<Record> = Vec::new();
+        let mut new_inode_entries = Vec::new();
+        if let Some(mut n) = new {
+            let shard = self.shard();
+            let mut taken = Vec::new();
+            let mut alloc = || self.alloc_log_page(shard, reserve);
+            let r = log::write_fresh(&self.m, 0, 1, n.head_page, n.seed, &mut n.entries, &mut alloc, &mut taken);
+            let a = match r {
+                Ok(a) => a,
+                Err(e) => {
+                    self.free_pages(&taken);
+                    self.free_pages(&cleanup_pages);
+                    return Err(e);
+                }
+            };
+            let slot = InodeSlot {
+                state: n.state_word,
+                head: logptr::make(0, n.head_page),
+                tail: a.new_tail,
+                ftype: n.ftype.code() as u32,
+                ..Default::default()
+            };
+            let off = self.geo.slot_off(n.ino);
+            let bytes = slot.encode();
+            self.m.write(off + 8, &bytes[8..]);
+            self.m.flush(off, 64);
+            recs.push(Record { addr: off + SLOT_STATE, old: n.state_word, new: n.state_word + 1 });
+            new_app = Some(a);
+            new_inode_entries.push(n);
+        }
+        for (p, a) in parts.iter().zip(&appended) {
+            let old = locked.st(p.ino).log.tail;
+            recs.push(Record { addr: self.geo.slot_off(p.ino) + SLOT_TAIL, old, new: a.new_tail });
+        }
+        for &ino in free {
+            let w = locked.inode(ino).state_word;
+            recs.push(Record { addr: self.geo.slot_off(ino) + SLOT_STATE, old: w, new: w + 1 });
+        }
+        self.journal_commit(&recs);
+        // DRAM side.
+        let mut all_freed: Freed = Vec::new();
+        for (p, a) in parts.iter().zip(&appended) {
+            let st = locked.st_mut(p.ino);
+            all_freed.extend(Self::apply_committed(st, a, &p.entries));
+        }
+        for &ino in free {
+            let st = locked.st_mut(ino);
+            all_freed.extend(st.data_runs());
+            let pages = std::mem::take(&mut st.log.pages);
+            self.free_pages(&pages);
+            self.ialloc.free(ino);
+            self.cache_remove(ino);
+        }
+        self.free_runs(&all_freed);
+        for p in &parts {
+            let inode = locked.inode(p.ino);
+            if !free.contains(&p.ino) {
+                let st = locked.st_mut(p.ino);
+                self.after_commit(inode, st, true);
+            }
+        }
+        let created = match (new_inode_entries.pop(), new_app) {
+            (Some(n), Some(a)) => {
+                let mut st = InodeState::new(n.ftype);
+                st.log.head = logptr::make(0, n.head_page);
+                st.log.pages.push(n.head_page);
+                let freed = Self::apply_committed(&mut st, &a, &n.entries);
+                debug_assert!(freed.is_empty());
+                let _ = &n.data;
+                let inode = Arc::new(Inode {
+                    ino: n.ino,
+                    state_word: n.state_word + 1,
+                    seed: n.seed,
+                    st: RwLock::new(st),
+                    open: AtomicU32::new(0),
+                    ranges: RangeLock::default(),
+                });
+                self.cache_insert(inode.clone());
+                Some(inode)
+            }
+            _ => None,
+        };
+        Ok(created)
+    }
+
+    /// The journal protocol for `recs` (see `journal`): begin, fence, apply, fence,
+    /// finish. Also used by thorough GC.
+    pub(crate) fn journal_commit(&self, recs: &[Record]) {
+        let shard = self.shard();
+        let mut txid = self.txids[shard as usize].lock();
+        *txid += 1;
+        if self.fault == Some(CoreFault::JournalOutOfOrder) {
+            journal::apply(&self.m, recs);
+            self.m.fence();
+            journal::begin(&self.m, &self.geo, shard, *txid, recs);
+            self.m.fence();
+        } else {
+            journal::begin(&self.m, &self.geo, shard, *txid, recs);
+            self.m.fence();
+            journal::apply(&self.m, recs);
+            self.m.fence();
+        }
+        journal::finish(&self.m, &self.geo, shard, *txid);
+    }
+
+    /// Free an inode whose last link is gone and that is no longer open: one
+    /// 8-byte state store, one fence.
+    pub(crate) fn free_inode_now(&self, inode: &Inode, st: &mut InodeState) {
+        let off = self.geo.slot_off(inode.ino) + SLOT_STATE;
+        persist_u64(&self.m, off, inode.state_word + 1);
+        self.m.fence();
+        let runs = st.data_runs();
+        self.free_runs(&runs);
+        let pages = std::mem::take(&mut st.log.pages);
+        self.free_pages(&pages);
+        self.ialloc.free(inode.ino);
+        self.cache_remove(inode.ino);
+    }
+
+    /// Build a SETATTR entry for `st` with changes from `f`.
+    pub(crate) fn setattr_entry(st: &InodeState, f: impl FnOnce(&mut AttrRec)) -> (EntryBuf, AttrRec) {
+        let mut a = st.attr;
+        f(&mut a);
+        let shrink = a.size < st.attr.size && st.ftype != FileType::Directory;
+        (EntryBuf::setattr(&a, shrink), a)
+    }
+}

@@ -1,0 +1,200 @@
+//! Log garbage collection.
+//!
+//! Fast GC: a log page whose live-reference count is zero (see `index`) holds only
+//! dead entries; it is unlinked from the chain by one 8-byte store (the previous
+//! page's next pointer, or the inode's head) *after* the operation that killed its
+//! last entry is durable, then a fence, then the page is freed.
+//!
+//! Thorough GC: when a log holds more than twice the pages its live state needs, the
+//! live state is written as a fresh log (a snapshot: extents, overlays, zero ranges,
+//! directory entries, extended attributes, then one SETATTR) in new pages, and the
+//! head and tail are swapped through the journal with a bumped epoch. Pinned entries
+//! (removals, shrinks) disappear there. Sequence numbers and readdir cookies carry
+//! over, so cookies stay stable.
+
+use crate::error::Result;
+use crate::fs::{CoreFault, Fs, Inode};
+use crate::index::{Body, InodeState, PageOp};
+use crate::journal::Record;
+use crate::layout::{logptr, BLOCK, SLOT_HEAD, SLOT_TAIL};
+use crate::log::{self, EntryBuf, LOG_DATA_END};
+use crate::pmem::{persist_u64, Medium};
+use std::sync::atomic::Ordering;
+
+impl<M: Medium> Fs<M> {
+    /// GC work after a committed operation on `inode`.
+    pub(crate) fn after_commit(&self, inode: &Inode, st: &mut InodeState, grew: bool) {
+        if !st.dead_pages().is_empty() {
+            self.fast_gc(inode, st);
+        }
+        if grew && st.log.pages.len() >= st.gc_check_at {
+            let need = snapshot_pages(&self.m, st);
+            if st.log.pages.len() > 2 * need + 1 && self.thorough_gc(inode, st).is_ok() {
+                st.gc_check_at = (st.log.pages.len() * 2).max(4);
+            } else {
+                st.gc_check_at = st.log.pages.len() + (st.log.pages.len() / 2).max(2);
+            }
+        }
+    }
+
+    /// Unlink and free the dead pages of `st`'s log.
+    pub(crate) fn fast_gc(&self, inode: &Inode, st: &mut InodeState) {
+        let dead = st.dead_pages();
+        if dead.is_empty() {
+            return;
+        }
+        let slot = self.geo.slot_off(inode.ino);
+        let mut pages = st.log.pages.clone();
+        for d in &dead {
+            let i = pages.iter().position(|p| p == d).expect("dead page is in the chain");
+            let next = pages[i + 1]; // the tail page is never dead, so a successor exists
+            if i == 0 {
+                let h = logptr::make(logptr::epoch(st.log.head), next);
+                persist_u64(&self.m, slot + SLOT_HEAD, h);
+                st.log.head = h;
+            } else {
+                persist_u64(&self.m, pages[i - 1] + LOG_DATA_END, next);
+            }
+            pages.remove(i);
+        }
+        if self.fault != Some(CoreFault::EarlyGc) {
+            self.m.fence();
+        }
+        st.log.pages = pages;
+        for d in &dead {
+            st.refs.remove(d);
+        }
+        self.free_pages(&dead);
+        self.gc_stats.fast_pages.fetch_add(dead.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Rewrite `st`'s log as a compact snapshot (see the module comment).
+    pub(crate) fn thorough_gc(&self, inode: &Inode, st: &mut InodeState) -> Result<()> {
+        let mut entries = snapshot_entries(&self.m, st);
+        let shard = self.shard();
+        let first = self.balloc.alloc_one(shard, true)? * BLOCK;
+        let mut taken = vec![first];
+        let epoch = logptr::epoch(st.log.tail).wrapping_add(1);
+        let mut alloc = || Ok(self.balloc.alloc_one(shard, true)? * BLOCK);
+        let a = match log::write_fresh(
+            &self.m,
+            epoch,
+            st.log.next_seq,
+            first,
+            inode.seed,
+            &mut entries,
+            &mut alloc,
+            &mut taken,
+        ) {
+            Ok(a) => a,
+            Err(e) => {
+                self.free_pages(&taken);
+                return Err(e);
+            }
+        };
+        let slot = self.geo.slot_off(inode.ino);
+        let new_head = logptr::make(epoch, first);
+        let recs = [
+            Record { addr: slot + SLOT_HEAD, old: st.log.head, new: new_head },
+            Record { addr: slot + SLOT_TAIL, old: st.log.tail, new: a.new_tail },
+        ];
+        self.journal_commit(&recs);
+        let old_pages = std::mem::take(&mut st.log.pages);
+        let mut fresh = InodeState::new(st.ftype);
+        fresh.log.head = new_head;
+        fresh.log.pages.push(first);
+        let freed = Self::apply_committed(&mut fresh, &a, &entries);
+        debug_assert!(freed.is_empty(), "a snapshot releases no data");
+        fresh.gc_check_at = st.gc_check_at;
+        *st = fresh;
+        self.free_pages(&old_pages);
+        self.gc_stats.thorough_runs.fetch_add(1, Ordering::Relaxed);
+        self.gc_stats
+            .thorough_pages
+            .fetch_add(old_pages.len().saturating_sub(st.log.pages.len()) as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Run thorough GC on `ino` now (tests and `ferrite gc`).
+    pub fn compact(&self, ino: u64) -> Result<()> {
+        self.check_writable()?;
+        let i = self.inode_arc(ino)?;
+        let _r = i.ranges.lock(0, u64::MAX);
+        let mut st = i.st.write();
+        self.fast_gc(&i, &mut st);
+        self.thorough_gc(&i, &mut st)
+    }
+}
+
+fn snapshot_pages<M: Medium>(m: &M, st: &InodeState) -> usize {
+    let bytes: usize = snapshot_entries_sizes(m, st);
+    bytes.div_ceil((LOG_DATA_END - log::END_RESERVE) as usize - 64) + 1
+}
+
+fn snapshot_entries_sizes<M: Medium>(_m: &M, st: &InodeState) -> usize {
+    let mut n = log::SETATTR_LEN;
+    match &st.body {
+        Body::File(f) => {
+            n += f.ext.len() * log::WRITE_LEN;
+            for ops in f.ops.values() {
+                for op in ops {
+                    n += match op {
+                        PageOp::Overlay { len, .. } => (log::INLINE_HDR + *len as usize).div_ceil(8) * 8,
+                        PageOp::Zero { .. } => log::PUNCH_LEN,
+                    };
+                }
+            }
+        }
+        Body::Dir(d) => {
+            n += d.names.keys().map(|k| (log::DENTRY_HDR + k.len()).div_ceil(8) * 8).sum::<usize>();
+        }
+    }
+    n += st
+        .xattrs
+        .iter()
+        .map(|(k, v)| (log::XATTR_HDR + k.len() + v.value_len as usize).div_ceil(8) * 8)
+        .sum::<usize>();
+    n
+}
+
+/// The live state of an inode as a list of entries that replay to it.
+pub(crate) fn snapshot_entries<M: Medium>(m: &M, st: &InodeState) -> Vec<EntryBuf> {
+    let a = &st.attr;
+    let mut out = Vec::new();
+    match &st.body {
+        Body::File(f) => {
+            for (&pg, e) in &f.ext {
+                out.push(EntryBuf::write(pg, e.block, e.len, a.size, a.mtime));
+            }
+            let mut pages: Vec<&u64> = f.ops.keys().collect();
+            pages.sort();
+            for pg in pages {
+                for op in &f.ops[pg] {
+                    match *op {
+                        PageOp::Overlay { loc, data_off, off, len } => {
+                            let mut d = vec![0u8; len as usize];
+                            log::read_payload(m, loc, data_off, &mut d);
+                            out.push(EntryBuf::inline(pg * BLOCK + off as u64, a.size, a.mtime, &d));
+                        }
+                        PageOp::Zero { off, len } => {
+                            out.push(EntryBuf::punch(pg * BLOCK + off as u64, len as u64, a.mtime));
+                        }
+                    }
+                }
+            }
+        }
+        Body::Dir(d) => {
+            for (cookie, name) in &d.order {
+                let e = &d.names[name];
+                out.push(EntryBuf::dentry(e.ino, *cookie, a.mtime, e.ftype, name));
+            }
+        }
+    }
+    for (name, r) in &st.xattrs {
+        let mut v = vec![0u8; r.value_len as usize];
+        log::read_payload(m, r.loc, r.value_off, &mut v);
+        out.push(EntryBuf::xattr(false, name, &v, a.ctime));
+    }
+    out.push(EntryBuf::setattr(a, false));
+    out
+}

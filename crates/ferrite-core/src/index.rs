@@ -1,0 +1,587 @@
+//! DRAM indexes rebuilt from an inode's log: the page index of a file, the name
+//! index of a directory, extended attributes, and live-reference counts per log page.
+//!
+//! Invariants:
+//! - [`InodeState::apply`] is the only way state changes, both when a log is replayed
+//!   and after an operation commits, so the DRAM state after any sequence of
+//!   operations equals the state a remount rebuilds from the log.
+//! - `refs[page]` counts the live references into log page `page`: one per file page
+//!   mapped by a WRITE entry, one per overlay (INLINE), one for the latest SETATTR,
+//!   one per live directory entry and extended attribute, and one for every *pinned*
+//!   entry (a shrinking SETATTR, PUNCH, a DENTRY or XATTR removal), whose effect is
+//!   needed while older entries remain. A page whose count is zero holds only dead
+//!   entries and can be unlinked by fast GC; pinned entries go at thorough GC.
+//! - For a file page, a WRITE replaces the base block and clears the page's ops.
+
+use crate::layout::BLOCK;
+use crate::log::{AttrRec, Entry, LogState, Ts};
+use crate::pmem::Medium;
+use std::collections::{BTreeMap, HashMap};
+
+/// File type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum FileType {
+    /// Regular file.
+    Regular,
+    /// Directory.
+    Directory,
+    /// Symbolic link.
+    Symlink,
+}
+
+impl FileType {
+    /// On-media code.
+    pub fn code(self) -> u8 {
+        match self {
+            FileType::Regular => 1,
+            FileType::Directory => 2,
+            FileType::Symlink => 3,
+        }
+    }
+    /// From the on-media code.
+    pub fn from_code(c: u32) -> Option<FileType> {
+        match c {
+            1 => Some(FileType::Regular),
+            2 => Some(FileType::Directory),
+            3 => Some(FileType::Symlink),
+            _ => None,
+        }
+    }
+    /// The S_IFMT bits.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileType::Regular => libc::S_IFREG,
+            FileType::Directory => libc::S_IFDIR,
+            FileType::Symlink => libc::S_IFLNK,
+        }
+    }
+}
+
+/// An operation layered over a page's base content.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageOp {
+    /// Bytes from an INLINE entry at `loc` (payload at `loc + data_off`).
+    Overlay {
+        /// Entry address.
+        loc: u64,
+        /// Payload offset inside the entry.
+        data_off: u32,
+        /// Offset in the page.
+        off: u16,
+        /// Length.
+        len: u16,
+    },
+    /// Zeroes (truncation or punch inside the page).
+    Zero {
+        /// Offset in the page.
+        off: u16,
+        /// Length.
+        len: u16,
+    },
+}
+
+/// A run of file pages in consecutive blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ext {
+    /// Pages in the run.
+    pub len: u32,
+    /// First block number.
+    pub block: u64,
+    /// Address of the WRITE entry that mapped it.
+    pub loc: u64,
+}
+
+/// Page index of a file.
+#[derive(Clone, Debug, Default)]
+pub struct FileIndex {
+    /// Runs keyed by first page.
+    pub ext: BTreeMap<u64, Ext>,
+    /// Ops per page, in order.
+    pub ops: HashMap<u64, Vec<PageOp>>,
+    mapped: u64,
+}
+
+/// A removed piece of a run.
+pub type Piece = (u64, Ext); // (first page, run)
+
+impl FileIndex {
+    /// Pages mapped by runs.
+    pub fn mapped_pages(&self) -> u64 {
+        self.mapped
+    }
+
+    /// Pages with any content (for st_blocks).
+    pub fn content_pages(&self) -> u64 {
+        self.mapped + self.ops.keys().filter(|&&p| self.lookup(p).is_none()).count() as u64
+    }
+
+    /// The block mapped at page `pg` and the entry that mapped it.
+    pub fn lookup(&self, pg: u64) -> Option<(u64, u64)> {
+        let (&s, e) = self.ext.range(..=pg).next_back()?;
+        (pg < s + e.len as u64).then(|| (e.block + (pg - s), e.loc))
+    }
+
+    /// Remove the mappings of pages `[a, b)`, returning the removed pieces.
+    pub fn remove_range(&mut self, a: u64, b: u64) -> Vec<Piece> {
+        let mut out = Vec::new();
+        if a >= b {
+            return out;
+        }
+        // A run starting before `a` that overlaps it: split.
+        if let Some((&s, &e)) = self.ext.range(..a).next_back() {
+            let end = s + e.len as u64;
+            if end > a {
+                self.ext.insert(s, Ext { len: (a - s) as u32, ..e });
+                let cut_end = end.min(b);
+                out.push((a, Ext { len: (cut_end - a) as u32, block: e.block + (a - s), loc: e.loc }));
+                if end > b {
+                    self.ext.insert(b, Ext { len: (end - b) as u32, block: e.block + (b - s), loc: e.loc });
+                }
+            }
+        }
+        let keys: Vec<u64> = self.ext.range(a..b).map(|(&k, _)| k).collect();
+        for s in keys {
+            let e = self.ext.remove(&s).expect("key just listed");
+            let end = s + e.len as u64;
+            if end > b {
+                self.ext.insert(b, Ext { len: (end - b) as u32, block: e.block + (b - s), loc: e.loc });
+                out.push((s, Ext { len: (b - s) as u32, ..e }));
+            } else {
+                out.push((s, e));
+            }
+        }
+        for (_, e) in &out {
+            self.mapped -= e.len as u64;
+        }
+        out
+    }
+
+    /// Map pages `[pg, pg + n)` to blocks `[block, block + n)`; returns replaced pieces.
+    pub fn insert(&mut self, pg: u64, n: u32, block: u64, loc: u64) -> Vec<Piece> {
+        let out = self.remove_range(pg, pg + n as u64);
+        self.ext.insert(pg, Ext { len: n, block, loc });
+        self.mapped += n as u64;
+        out
+    }
+}
+
+/// A live directory entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEnt {
+    /// Target inode.
+    pub ino: u64,
+    /// Stable readdir cookie.
+    pub cookie: u64,
+    /// Address of the DENTRY entry.
+    pub loc: u64,
+    /// Target type code.
+    pub ftype: u8,
+}
+
+/// Name index of a directory.
+#[derive(Clone, Debug, Default)]
+pub struct DirIndex {
+    /// Name to entry.
+    pub names: HashMap<Box<[u8]>, DirEnt>,
+    /// Cookie order for readdir.
+    pub order: BTreeMap<u64, Box<[u8]>>,
+    /// Next cookie to hand out (cookies 1 and 2 are "." and "..").
+    pub next_cookie: u64,
+}
+
+/// Where an extended attribute's value lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XattrRef {
+    /// Entry address.
+    pub loc: u64,
+    /// Value offset inside the entry.
+    pub value_off: u32,
+    /// Value length.
+    pub value_len: u32,
+}
+
+/// Type-specific body.
+#[derive(Clone, Debug)]
+pub enum Body {
+    /// Regular file or symlink data.
+    File(FileIndex),
+    /// Directory names.
+    Dir(DirIndex),
+}
+
+/// Everything known about an inode in DRAM.
+#[derive(Clone, Debug)]
+pub struct InodeState {
+    /// File type.
+    pub ftype: FileType,
+    /// Attributes.
+    pub attr: AttrRec,
+    /// Data or names.
+    pub body: Body,
+    /// Extended attributes.
+    pub xattrs: BTreeMap<Vec<u8>, XattrRef>,
+    /// Latest SETATTR.
+    pub setattr_loc: Option<u64>,
+    /// Live references per log page.
+    pub refs: HashMap<u64, u32>,
+    /// Log pointers and pages.
+    pub log: LogState,
+    /// Log page count at which thorough GC is next considered.
+    pub gc_check_at: usize,
+}
+
+/// Data blocks released by applying entries: (first block, count).
+pub type Freed = Vec<(u64, u64)>;
+
+fn page_of(loc: u64) -> u64 {
+    loc & !(BLOCK - 1)
+}
+
+impl InodeState {
+    /// Empty state of a type.
+    pub fn new(ftype: FileType) -> Self {
+        let body = match ftype {
+            FileType::Directory => Body::Dir(DirIndex { next_cookie: 3, ..Default::default() }),
+            _ => Body::File(FileIndex::default()),
+        };
+        InodeState {
+            ftype,
+            attr: AttrRec::default(),
+            body,
+            xattrs: BTreeMap::new(),
+            setattr_loc: None,
+            refs: HashMap::new(),
+            log: LogState::default(),
+            gc_check_at: 4,
+        }
+    }
+
+    fn inc(&mut self, loc: u64, n: u64) {
+        *self.refs.entry(page_of(loc)).or_insert(0) += n as u32;
+    }
+
+    fn dec(&mut self, loc: u64, n: u64) {
+        let c = self.refs.get_mut(&page_of(loc)).expect("reference into an unknown log page");
+        assert!(*c as u64 >= n, "log page reference count underflow");
+        *c -= n as u32;
+    }
+
+    /// File index (files and symlinks).
+    pub fn file(&self) -> Option<&FileIndex> {
+        match &self.body {
+            Body::File(f) => Some(f),
+            Body::Dir(_) => None,
+        }
+    }
+
+    /// Directory index.
+    pub fn dir(&self) -> Option<&DirIndex> {
+        match &self.body {
+            Body::Dir(d) => Some(d),
+            Body::File(_) => None,
+        }
+    }
+
+    fn drop_pieces(&mut self, pieces: Vec<Piece>, freed: &mut Freed) {
+        for (_, e) in pieces {
+            self.dec(e.loc, e.len as u64);
+            freed.push((e.block, e.len as u64));
+        }
+    }
+
+    fn clear_ops(&mut self, pg: u64) {
+        let ops = match &mut self.body {
+            Body::File(f) => f.ops.remove(&pg),
+            Body::Dir(_) => None,
+        };
+        for op in ops.unwrap_or_default() {
+            if let PageOp::Overlay { loc, .. } = op {
+                self.dec(loc, 1);
+            }
+        }
+    }
+
+    /// Zero `[off, off+len)` of the file: drop whole pages, add Zero ops to partial
+    /// pages that have content.
+    fn zero_range(&mut self, off: u64, len: u64, freed: &mut Freed) {
+        if len == 0 {
+            return;
+        }
+        let end = off.saturating_add(len);
+        let first_full = off.div_ceil(BLOCK);
+        let last_full = end / BLOCK; // exclusive
+        if first_full < last_full {
+            let pieces = match &mut self.body {
+                Body::File(f) => f.remove_range(first_full, last_full),
+                Body::Dir(_) => return,
+            };
+            self.drop_pieces(pieces, freed);
+            let pages: Vec<u64> = match &self.body {
+                Body::File(f) => f.ops.keys().copied().filter(|p| (first_full..last_full).contains(p)).collect(),
+                Body::Dir(_) => vec![],
+            };
+            for p in pages {
+                self.clear_ops(p);
+            }
+        }
+        let mut partial = |pg: u64, a: u64, b: u64| {
+            if let Body::File(f) = &mut self.body {
+                if f.lookup(pg).is_some() || f.ops.contains_key(&pg) {
+                    f.ops.entry(pg).or_default().push(PageOp::Zero { off: a as u16, len: (b - a) as u16 });
+                }
+            }
+        };
+        let spg = off / BLOCK;
+        let epg = (end - 1) / BLOCK;
+        if spg == epg {
+            if !(off % BLOCK == 0 && end - off == BLOCK) {
+                partial(spg, off % BLOCK, (end - 1) % BLOCK + 1);
+            }
+        } else {
+            if off % BLOCK != 0 {
+                partial(spg, off % BLOCK, BLOCK);
+            }
+            if end % BLOCK != 0 {
+                partial(epg, 0, end % BLOCK);
+            }
+        }
+    }
+
+    /// Truncate file content to `size` bytes.
+    fn truncate_to(&mut self, size: u64, freed: &mut Freed) {
+        let keep = size.div_ceil(BLOCK);
+        let pieces = match &mut self.body {
+            Body::File(f) => f.remove_range(keep, u64::MAX),
+            Body::Dir(_) => return,
+        };
+        self.drop_pieces(pieces, freed);
+        let pages: Vec<u64> = match &self.body {
+            Body::File(f) => f.ops.keys().copied().filter(|&p| p >= keep).collect(),
+            Body::Dir(_) => vec![],
+        };
+        for p in pages {
+            self.clear_ops(p);
+        }
+        if size % BLOCK != 0 {
+            self.zero_range(size, BLOCK - size % BLOCK, freed);
+        }
+    }
+
+    /// Apply one committed entry at `loc`. Blocks no longer referenced go to `freed`.
+    pub fn apply(&mut self, loc: u64, e: &Entry, freed: &mut Freed) {
+        match e {
+            Entry::SetAttr(a) => {
+                if let Some(old) = self.setattr_loc.replace(loc) {
+                    self.dec(old, 1);
+                }
+                self.inc(loc, 1);
+                if a.size < self.attr.size && self.ftype != FileType::Directory {
+                    self.truncate_to(a.size, freed);
+                    self.inc(loc, 1); // pinned
+                }
+                self.attr = *a;
+            }
+            Entry::Write { pgoff, block, npages, size, mtime } => {
+                let pieces = match &mut self.body {
+                    Body::File(f) => f.insert(*pgoff, *npages, *block, loc),
+                    Body::Dir(_) => return,
+                };
+                self.drop_pieces(pieces, freed);
+                for pg in *pgoff..*pgoff + *npages as u64 {
+                    self.clear_ops(pg);
+                }
+                self.inc(loc, *npages as u64);
+                self.set_data_times(*size, *mtime);
+            }
+            Entry::Inline { off, size, mtime, dlen, data_off } => {
+                if let Body::File(f) = &mut self.body {
+                    f.ops.entry(off / BLOCK).or_default().push(PageOp::Overlay {
+                        loc,
+                        data_off: *data_off,
+                        off: (off % BLOCK) as u16,
+                        len: *dlen as u16,
+                    });
+                    self.inc(loc, 1);
+                    self.set_data_times(*size, *mtime);
+                }
+            }
+            Entry::Punch { off, len, mtime } => {
+                self.zero_range(*off, *len, freed);
+                self.inc(loc, 1); // pinned
+                self.attr.mtime = *mtime;
+                self.attr.ctime = *mtime;
+            }
+            Entry::Dentry { ino, cookie, time, ftype, name } => {
+                let Body::Dir(d) = &mut self.body else { return };
+                let old = if *ino != 0 {
+                    let o = d.names.insert(
+                        name.clone().into_boxed_slice(),
+                        DirEnt { ino: *ino, cookie: *cookie, loc, ftype: *ftype },
+                    );
+                    d.order.insert(*cookie, name.clone().into_boxed_slice());
+                    d.next_cookie = d.next_cookie.max(cookie + 1);
+                    o
+                } else {
+                    d.names.remove(name.as_slice())
+                };
+                if let Some(o) = &old {
+                    if o.cookie != *cookie || *ino == 0 {
+                        d.order.remove(&o.cookie);
+                    }
+                }
+                if let Some(o) = old {
+                    self.dec(o.loc, 1);
+                }
+                self.inc(loc, 1); // live add, or pinned removal
+                self.attr.mtime = *time;
+                self.attr.ctime = *time;
+            }
+            Entry::Xattr { remove, name, value_len, value_off, time } => {
+                let old = if *remove {
+                    self.xattrs.remove(name)
+                } else {
+                    self.xattrs.insert(
+                        name.clone(),
+                        XattrRef { loc, value_off: *value_off, value_len: *value_len },
+                    )
+                };
+                if let Some(o) = old {
+                    self.dec(o.loc, 1);
+                }
+                self.inc(loc, 1);
+                self.attr.ctime = *time;
+            }
+            Entry::End => {}
+        }
+    }
+
+    fn set_data_times(&mut self, size: u64, mtime: Ts) {
+        self.attr.size = size;
+        self.attr.mtime = mtime;
+        self.attr.ctime = mtime;
+    }
+
+    /// Read file page `pg` bytes `[a, b)` into `dst` (length `b - a`).
+    pub fn read_page<M: Medium + ?Sized>(&self, m: &M, pg: u64, a: usize, b: usize, dst: &mut [u8]) {
+        debug_assert!(a <= b && b <= BLOCK as usize && dst.len() == b - a);
+        let Body::File(f) = &self.body else {
+            dst.fill(0);
+            return;
+        };
+        let ops = f.ops.get(&pg);
+        match (f.lookup(pg), ops) {
+            (Some((blk, _)), None) => m.read(blk * BLOCK + a as u64, dst),
+            (None, None) => dst.fill(0),
+            (base, Some(ops)) => {
+                let mut page = [0u8; BLOCK as usize];
+                if let Some((blk, _)) = base {
+                    m.read(blk * BLOCK, &mut page);
+                }
+                for op in ops {
+                    match *op {
+                        PageOp::Overlay { loc, data_off, off, len } => {
+                            let o = off as usize;
+                            m.read(loc + data_off as u64, &mut page[o..o + len as usize]);
+                        }
+                        PageOp::Zero { off, len } => {
+                            page[off as usize..off as usize + len as usize].fill(0)
+                        }
+                    }
+                }
+                dst.copy_from_slice(&page[a..b]);
+            }
+        }
+    }
+
+    /// Overlay ops on page `pg` and the bytes they carry.
+    pub fn page_ops(&self, pg: u64) -> (usize, usize) {
+        match &self.body {
+            Body::File(f) => f.ops.get(&pg).map_or((0, 0), |v| {
+                let bytes = v
+                    .iter()
+                    .map(|o| match o {
+                        PageOp::Overlay { len, .. } => *len as usize,
+                        PageOp::Zero { .. } => 0,
+                    })
+                    .sum();
+                (v.len(), bytes)
+            }),
+            Body::Dir(_) => (0, 0),
+        }
+    }
+
+    /// All data blocks this inode references: (first block, count).
+    pub fn data_runs(&self) -> Vec<(u64, u64)> {
+        match &self.body {
+            Body::File(f) => f.ext.values().map(|e| (e.block, e.len as u64)).collect(),
+            Body::Dir(_) => vec![],
+        }
+    }
+
+    /// Log pages whose entries are all dead (excluding the tail page).
+    pub fn dead_pages(&self) -> Vec<u64> {
+        let tail_page = page_of(crate::layout::logptr::addr(self.log.tail));
+        self.log
+            .pages
+            .iter()
+            .copied()
+            .filter(|&p| p != tail_page && self.refs.get(&p).copied().unwrap_or(0) == 0)
+            .collect()
+    }
+
+    /// st_size as reported: directories report tmpfs's 20 bytes per entry.
+    pub fn size(&self) -> u64 {
+        match &self.body {
+            Body::Dir(d) => (d.names.len() as u64 + 2) * 20,
+            Body::File(_) => self.attr.size,
+        }
+    }
+
+    /// st_blocks (512-byte units).
+    pub fn blocks(&self) -> u64 {
+        match (&self.body, self.ftype) {
+            (Body::File(f), FileType::Regular) => f.content_pages() * (BLOCK / 512),
+            _ => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extent_split_and_replace() {
+        let mut f = FileIndex::default();
+        assert!(f.insert(0, 10, 100, 1).is_empty());
+        let r = f.insert(3, 2, 500, 2);
+        assert_eq!(r, vec![(3, Ext { len: 2, block: 103, loc: 1 })]);
+        assert_eq!(f.lookup(2), Some((102, 1)));
+        assert_eq!(f.lookup(3), Some((500, 2)));
+        assert_eq!(f.lookup(5), Some((105, 1)));
+        assert_eq!(f.mapped_pages(), 10);
+        let r = f.remove_range(1, 9);
+        assert_eq!(r.iter().map(|p| p.1.len).sum::<u32>(), 8);
+        assert_eq!(f.mapped_pages(), 2);
+        assert_eq!(f.lookup(9), Some((109, 1)));
+    }
+
+    #[test]
+    fn refs_follow_overwrites_and_truncation() {
+        let mut s = InodeState::new(FileType::Regular);
+        let p1 = 100 * BLOCK;
+        let mut freed = vec![];
+        s.apply(p1, &Entry::Write { pgoff: 0, block: 7, npages: 2, size: 8192, mtime: Ts::default() }, &mut freed);
+        assert_eq!(s.refs[&p1], 2);
+        s.apply(p1 + 64, &Entry::Write { pgoff: 1, block: 9, npages: 1, size: 8192, mtime: Ts::default() }, &mut freed);
+        assert_eq!(freed, vec![(8, 1)]);
+        assert_eq!(s.refs[&p1], 2);
+        let a = AttrRec { size: 100, ..Default::default() };
+        s.attr.size = 8192;
+        s.apply(p1 + 128, &Entry::SetAttr(a), &mut freed);
+        assert_eq!(freed, vec![(8, 1), (9, 1)]);
+        // page 0 run (1 ref) + setattr (1) + pinned shrink (1)
+        assert_eq!(s.refs[&p1], 3);
+        assert_eq!(s.page_ops(0), (1, 0));
+    }
+}

@@ -1,0 +1,205 @@
+//! Lightweight journal for operations that change several inodes at once.
+//!
+//! Each shard owns a 512-byte journal: a 64-byte header and up to [`MAX_RECORDS`]
+//! records `(address, old value, new value)` of 8-byte inode-slot words (log tails,
+//! log heads, slot states). Protocol of a transaction:
+//!
+//! 1. the new log entries of every inode are written beyond their tails and flushed;
+//!    the records and the header (`active`, txid, count, checksum) are written and
+//!    flushed; **fence**;
+//! 2. each word is set to its new value with an 8-byte atomic store and flushed;
+//!    **fence** — the operation is now durable;
+//! 3. the header is marked inactive (store + flush, no fence: the next fence of any
+//!    later operation of this thread persists it).
+//!
+//! Recovery of an active, checksum-valid journal: if some record's word still holds
+//! its *old* value (and old != new) the transaction did not finish step 2: every word
+//! that holds its *new* value is set back to its old value. Otherwise it finished and
+//! nothing is done. This is sound because a word changed by a later operation can
+//! only change after step 2 (inode locks), and a word never returns to an earlier
+//! value: slot states only grow and log pointers carry an epoch bumped by GC.
+
+use crate::error::{Error, Result};
+use crate::layout::{Geometry, Reader, JOURNAL_SIZE};
+use crate::pmem::{persist_u64, Medium};
+
+/// Records a transaction can hold.
+pub const MAX_RECORDS: usize = 18;
+const HDR_LEN: u64 = 64;
+const REC_LEN: u64 = 24;
+const _: () = assert!(HDR_LEN + REC_LEN * MAX_RECORDS as u64 <= JOURNAL_SIZE);
+
+/// One journaled word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// Byte address of the 8-byte word (inside the inode table).
+    pub addr: u64,
+    /// Value before the transaction.
+    pub old: u64,
+    /// Value after it.
+    pub new: u64,
+}
+
+fn csum(txid: u64, recs: &[Record]) -> u32 {
+    let mut b = Vec::with_capacity(16 + recs.len() * 24);
+    b.extend_from_slice(&txid.to_le_bytes());
+    b.extend_from_slice(&(recs.len() as u64).to_le_bytes());
+    for r in recs {
+        for v in [r.addr, r.old, r.new] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    crc32c::crc32c(&b)
+}
+
+/// Header words: state (txid << 1 | active), count, checksum.
+fn encode_header(txid: u64, active: bool, recs: &[Record]) -> [u8; 24] {
+    let mut h = [0u8; 24];
+    h[0..8].copy_from_slice(&((txid << 1) | active as u64).to_le_bytes());
+    h[8..16].copy_from_slice(&(recs.len() as u64).to_le_bytes());
+    h[16..20].copy_from_slice(&csum(txid, recs).to_le_bytes());
+    h
+}
+
+/// Step 1: write the records and the active header (flushed; the caller fences).
+pub fn begin<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32, txid: u64, recs: &[Record]) {
+    assert!(!recs.is_empty() && recs.len() <= MAX_RECORDS, "journal record count");
+    let base = geo.journal_off(shard);
+    let mut body = Vec::with_capacity(recs.len() * REC_LEN as usize);
+    for r in recs {
+        debug_assert!(geo.is_slot_word(r.addr), "journal record outside the inode table");
+        for v in [r.addr, r.old, r.new] {
+            body.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    m.write(base + HDR_LEN, &body);
+    m.flush(base + HDR_LEN, body.len() as u64);
+    let h = encode_header(txid, true, recs);
+    m.write(base, &h);
+    m.flush(base, h.len() as u64);
+}
+
+/// Step 2: apply the new values (flushed; the caller fences).
+pub fn apply<M: Medium + ?Sized>(m: &M, recs: &[Record]) {
+    for r in recs {
+        persist_u64(m, r.addr, r.new);
+    }
+}
+
+/// Step 3: mark the journal inactive (flushed, not fenced).
+pub fn finish<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32, txid: u64) {
+    persist_u64(m, geo.journal_off(shard), txid << 1);
+}
+
+/// What recovery did with one shard's journal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum JournalOutcome {
+    /// Nothing active.
+    Idle,
+    /// An active transaction had finished: nothing to undo.
+    Finished,
+    /// An unfinished transaction was rolled back.
+    RolledBack,
+    /// The header was active but its checksum did not match: a transaction that
+    /// never reached its first fence (nothing of it was applied).
+    TornBegin,
+}
+
+/// Read shard `s`'s journal: (txid, active, records if checksum-valid).
+pub fn read<M: Medium + ?Sized>(
+    m: &M,
+    geo: &Geometry,
+    shard: u32,
+) -> (u64, bool, Option<Vec<Record>>) {
+    let base = geo.journal_off(shard);
+    let mut h = [0u8; 24];
+    m.read(base, &mut h);
+    let mut r = Reader::new(&h);
+    let state = r.u64();
+    let count = r.u64();
+    let sum = r.u32();
+    let (txid, active) = (state >> 1, state & 1 == 1);
+    if !active || count == 0 || count > MAX_RECORDS as u64 {
+        return (txid, active, None);
+    }
+    let mut body = vec![0u8; (count * REC_LEN) as usize];
+    m.read(base + HDR_LEN, &mut body);
+    let mut rr = Reader::new(&body);
+    let recs: Vec<Record> = (0..count)
+        .map(|_| Record { addr: rr.u64(), old: rr.u64(), new: rr.u64() })
+        .collect();
+    if csum(txid, &recs) != sum {
+        return (txid, active, None);
+    }
+    (txid, active, Some(recs))
+}
+
+/// Recover shard `s`'s journal (see the module comment). Stores are flushed; the
+/// caller fences once for all shards.
+pub fn recover<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32) -> Result<JournalOutcome> {
+    let (txid, active, recs) = read(m, geo, shard);
+    if !active {
+        return Ok(JournalOutcome::Idle);
+    }
+    let Some(recs) = recs else {
+        finish(m, geo, shard, txid);
+        return Ok(JournalOutcome::TornBegin);
+    };
+    for r in &recs {
+        if !geo.is_slot_word(r.addr) {
+            return Err(Error::corrupt(format!(
+                "journal of shard {shard} names address {:#x} outside the inode table",
+                r.addr
+            )));
+        }
+    }
+    let unfinished = recs.iter().any(|r| r.old != r.new && m.load_u64(r.addr) == r.old);
+    let outcome = if unfinished {
+        for r in &recs {
+            if m.load_u64(r.addr) == r.new {
+                persist_u64(m, r.addr, r.old);
+            }
+        }
+        JournalOutcome::RolledBack
+    } else {
+        JournalOutcome::Finished
+    };
+    finish(m, geo, shard, txid);
+    Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::BLOCK;
+    use crate::sim::SimMedium;
+
+    #[test]
+    fn rollback_of_half_applied_tx() {
+        let g = Geometry::compute(256, 2, 64).unwrap();
+        let m = SimMedium::new(256 * BLOCK);
+        let a = g.slot_off(1);
+        let b = g.slot_off(2) + 16;
+        m.store_u64(a, 10);
+        m.store_u64(b, 20);
+        let recs = [Record { addr: a, old: 10, new: 11 }, Record { addr: b, old: 20, new: 21 }];
+        begin(&m, &g, 1, 7, &recs);
+        m.store_u64(a, 11); // only the first applied
+        assert_eq!(recover(&m, &g, 1).unwrap(), JournalOutcome::RolledBack);
+        assert_eq!((m.load_u64(a), m.load_u64(b)), (10, 20));
+        assert_eq!(recover(&m, &g, 1).unwrap(), JournalOutcome::Idle);
+    }
+
+    #[test]
+    fn finished_tx_left_alone_even_after_later_change() {
+        let g = Geometry::compute(256, 2, 64).unwrap();
+        let m = SimMedium::new(256 * BLOCK);
+        let a = g.slot_off(3);
+        let recs = [Record { addr: a, old: 0, new: 5 }];
+        begin(&m, &g, 0, 1, &recs);
+        apply(&m, &recs);
+        m.store_u64(a, 9); // a later single-inode commit
+        assert_eq!(recover(&m, &g, 0).unwrap(), JournalOutcome::Finished);
+        assert_eq!(m.load_u64(a), 9);
+    }
+}

@@ -1,0 +1,39 @@
+//! FerriteFS core: a NOVA-style log-structured file system for persistent memory,
+//! running in user space over a mapped pool.
+//!
+//! Layers, bottom up: [`pmem`] (every store to the pool), [`dax`] / [`sim`] (the
+//! media), [`layout`] (superblock, geometry, inode slots), [`log`] (per-inode logs),
+//! [`journal`] (multi-inode commits), [`alloc`] (DRAM allocators), [`index`] (DRAM
+//! indexes rebuilt from logs), [`fs`] / `ops` (operations), [`gc`], [`recovery`],
+//! [`fsck`].
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod alloc;
+pub mod dax;
+pub mod error;
+pub mod fs;
+pub mod fsck;
+pub mod gc;
+pub mod index;
+pub mod journal;
+pub mod layout;
+pub mod log;
+mod ops;
+pub mod path;
+pub mod pmem;
+pub mod recovery;
+pub mod sim;
+
+pub use dax::{MapOptions, MmapMedium};
+pub use error::{Error, Result};
+pub use fs::{
+    Attr, CoreFault, DirEntry, FallocMode, Fs, MkfsOptions, MountOptions, MountReport, RenameFlags,
+    SetAttr, SetTime, StatFs, XattrSet,
+};
+pub use fsck::FsckReport;
+pub use index::FileType;
+pub use log::Ts;
+pub use ops::{INLINE_MAX, MAX_PAGE_OPS, SYMLINK_MAX, XATTR_VALUE_MAX};
+pub use pmem::{Durability, Medium};
+pub use sim::SimMedium;

@@ -1,0 +1,990 @@
+//! POSIX operations on a mounted pool.
+
+use crate::error::{Error, Result};
+use crate::fs::{
+    Attr, DirEntry, FallocMode, Fs, Inode, Locked, NewInode, Part, RenameFlags, SetAttr, SetTime,
+    StatFs, XattrSet,
+};
+use crate::index::{Body, FileType, InodeState};
+use crate::layout::{BLOCK, MAX_FILE_SIZE, NAME_MAX};
+use crate::log::{self, AttrRec, EntryBuf, Ts, MAX_ENTRY, XATTR_HDR};
+use crate::pmem::Medium;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Sub-page writes up to this many bytes are embedded in the log (NOVA-datalog).
+pub const INLINE_MAX: usize = 2048;
+/// A page with this many overlays is merged into a new page at its next write.
+pub const MAX_PAGE_OPS: usize = 8;
+/// Largest extended attribute value.
+pub const XATTR_VALUE_MAX: usize = MAX_ENTRY - XATTR_HDR - 255;
+/// Longest symlink target.
+pub const SYMLINK_MAX: usize = 4095;
+
+fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::NotFound);
+    }
+    if name.len() > NAME_MAX {
+        return Err(Error::NameTooLong);
+    }
+    if name.contains(&b'/') || name.contains(&0) {
+        return Err(Error::invalid("name contains '/' or NUL"));
+    }
+    Ok(())
+}
+
+fn is_dot(name: &[u8]) -> bool {
+    name == b"." || name == b".."
+}
+
+fn resolve_time(t: SetTime, now: Ts) -> Ts {
+    match t {
+        SetTime::Now => now,
+        SetTime::At(ts) => ts,
+    }
+}
+
+/// A planned piece of a write inside one page.
+enum Piece {
+    /// Whole new page content comes from the caller's buffer at this offset.
+    Full { pg: u64, src: usize },
+    /// Page rebuilt in DRAM (read-modify-write), then copied on write.
+    Merged { pg: u64, page: Box<[u8; BLOCK as usize]> },
+    /// Embedded in the log.
+    Inline { off: u64, src: usize, len: usize },
+}
+
+impl<M: Medium> Fs<M> {
+    // ----------------------------------------------------------------- lookup
+
+    /// Look up `name` in directory `parent`.
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
+        let ino = self.lookup_ino(parent, name)?;
+        self.getattr(ino)
+    }
+
+    /// Inode number of `name` in `parent` ("." and ".." included).
+    pub fn lookup_ino(&self, parent: u64, name: &[u8]) -> Result<u64> {
+        if name.len() > NAME_MAX {
+            return Err(Error::NameTooLong);
+        }
+        let p = self.inode(parent)?;
+        let st = p.st.read();
+        let d = st.dir().ok_or(Error::NotDir)?;
+        match name {
+            b"." => Ok(parent),
+            b".." => Ok(if st.attr.parent == 0 { parent } else { st.attr.parent }),
+            _ => d.names.get(name).map(|e| e.ino).ok_or(Error::NotFound),
+        }
+    }
+
+    /// Attributes of `ino`.
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        let i = self.inode(ino)?;
+        let st = i.st.read();
+        Ok(self.attr_of(&i, &st))
+    }
+
+    // ------------------------------------------------------------ open/close
+
+    /// Note an open handle: an unlinked file stays readable until its last release.
+    pub fn open(&self, ino: u64) -> Result<Attr> {
+        let i = self.inode(ino)?;
+        i.open.fetch_add(1, Ordering::AcqRel);
+        let st = i.st.read();
+        Ok(self.attr_of(&i, &st))
+    }
+
+    /// Release a handle taken with [`Fs::open`].
+    pub fn release(&self, ino: u64) -> Result<()> {
+        let i = self.inode(ino)?;
+        let prev = i.open.fetch_sub(1, Ordering::AcqRel);
+        if prev == 0 {
+            i.open.fetch_add(1, Ordering::AcqRel);
+            return Err(Error::BadHandle);
+        }
+        if prev == 1 && !self.read_only {
+            let mut st = i.st.write();
+            if st.attr.nlink == 0 && i.open.load(Ordering::Acquire) == 0 {
+                self.free_inode_now(&i, &mut st);
+            }
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ read
+
+    /// Read up to `buf.len()` bytes at `off`; returns the count (0 at EOF).
+    pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+        let i = self.inode(ino)?;
+        let st = i.st.read();
+        match st.ftype {
+            FileType::Directory => return Err(Error::IsDir),
+            FileType::Symlink => return Err(Error::invalid("read of a symlink")),
+            FileType::Regular => {}
+        }
+        Ok(self.read_locked(&st, off, buf))
+    }
+
+    fn read_locked(&self, st: &InodeState, off: u64, buf: &mut [u8]) -> usize {
+        let size = st.attr.size;
+        if off >= size || buf.is_empty() {
+            return 0;
+        }
+        let n = (buf.len() as u64).min(size - off) as usize;
+        let mut done = 0usize;
+        while done < n {
+            let pos = off + done as u64;
+            let pg = pos / BLOCK;
+            let a = (pos % BLOCK) as usize;
+            let b = (a + (n - done)).min(BLOCK as usize);
+            st.read_page(&self.m, pg, a, b, &mut buf[done..done + (b - a)]);
+            done += b - a;
+        }
+        n
+    }
+
+    /// Target of a symlink.
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        let i = self.inode(ino)?;
+        let st = i.st.read();
+        if st.ftype != FileType::Symlink {
+            return Err(Error::invalid("not a symlink"));
+        }
+        let mut v = vec![0u8; st.attr.size as usize];
+        let n = self.read_locked(&st, 0, &mut v);
+        v.truncate(n);
+        Ok(v)
+    }
+
+    // ----------------------------------------------------------------- write
+
+    /// Write `data` at `off`. Durable and atomic when it returns.
+    pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize> {
+        self.check_writable()?;
+        let i = self.inode(ino)?;
+        self.check_regular(&i)?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = off.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
+        if end > MAX_FILE_SIZE {
+            return Err(Error::FileTooBig);
+        }
+        let _r = i.ranges.lock(off / BLOCK, end.div_ceil(BLOCK));
+        self.write_locked_range(&i, off, data)?;
+        Ok(data.len())
+    }
+
+    /// Append `data` at the end of the file (O_APPEND); returns the offset written.
+    pub fn append(&self, ino: u64, data: &[u8]) -> Result<u64> {
+        self.check_writable()?;
+        let i = self.inode(ino)?;
+        self.check_regular(&i)?;
+        let _r = i.ranges.lock(0, u64::MAX);
+        let off = i.st.read().attr.size;
+        if data.is_empty() {
+            return Ok(off);
+        }
+        let end = off.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
+        if end > MAX_FILE_SIZE {
+            return Err(Error::FileTooBig);
+        }
+        self.write_locked_range(&i, off, data)?;
+        Ok(off)
+    }
+
+    fn check_regular(&self, i: &Inode) -> Result<()> {
+        match i.st.read().ftype {
+            FileType::Regular => Ok(()),
+            FileType::Directory => Err(Error::IsDir),
+            FileType::Symlink => Err(Error::invalid("write to a symlink")),
+        }
+    }
+
+    /// Plan, copy and commit a write; the caller holds the range lock.
+    fn write_locked_range(&self, i: &Inode, off: u64, data: &[u8]) -> Result<()> {
+        let end = off + data.len() as u64;
+        let pieces = {
+            let st = i.st.read();
+            let mut pieces = Vec::new();
+            let mut pos = off;
+            while pos < end {
+                let pg = pos / BLOCK;
+                let a = pos % BLOCK;
+                let b = (a + (end - pos)).min(BLOCK);
+                let src = (pos - off) as usize;
+                let len = (b - a) as usize;
+                if len == BLOCK as usize {
+                    pieces.push(Piece::Full { pg, src });
+                } else {
+                    let (nops, bytes) = st.page_ops(pg);
+                    if len <= INLINE_MAX && nops < MAX_PAGE_OPS && bytes + len <= BLOCK as usize {
+                        pieces.push(Piece::Inline { off: pos, src, len });
+                    } else {
+                        let mut page = Box::new([0u8; BLOCK as usize]);
+                        st.read_page(&self.m, pg, 0, BLOCK as usize, &mut page[..]);
+                        page[a as usize..b as usize].copy_from_slice(&data[src..src + len]);
+                        pieces.push(Piece::Merged { pg, page });
+                    }
+                }
+                pos += b - a;
+            }
+            pieces
+        };
+        let ncow = pieces.iter().filter(|p| !matches!(p, Piece::Inline { .. })).count() as u64;
+        let runs = self.balloc.alloc(self.shard(), ncow, false)?;
+        // Copy data into the new blocks (outside the inode lock).
+        let mut blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
+        let mut cow: Vec<(u64, u64)> = Vec::new(); // (page, block)
+        for p in &pieces {
+            match p {
+                Piece::Full { pg, src } => {
+                    let b = blocks.next().expect("allocated");
+                    crate::pmem::persist_copy(&self.m, b * BLOCK, &data[*src..*src + BLOCK as usize]);
+                    cow.push((*pg, b));
+                }
+                Piece::Merged { pg, page } => {
+                    let b = blocks.next().expect("allocated");
+                    crate::pmem::persist_copy(&self.m, b * BLOCK, &page[..]);
+                    cow.push((*pg, b));
+                }
+                Piece::Inline { .. } => {}
+            }
+        }
+        let mut st = i.st.write();
+        let size = st.attr.size.max(end);
+        let now = Ts::now();
+        let mut entries = Vec::new();
+        let mut k = 0;
+        while k < cow.len() {
+            let (pg0, b0) = cow[k];
+            let mut n = 1;
+            while k + n < cow.len() && cow[k + n] == (pg0 + n as u64, b0 + n as u64) {
+                n += 1;
+            }
+            entries.push(EntryBuf::write(pg0, b0, n as u32, size, now));
+            k += n;
+        }
+        for p in &pieces {
+            if let Piece::Inline { off, src, len } = p {
+                entries.push(EntryBuf::inline(*off, size, now, &data[*src..*src + *len]));
+            }
+        }
+        match self.commit_single(i, &mut st, entries, ncow > 0, false) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                drop(st);
+                self.free_runs(&runs);
+                Err(e)
+            }
+        }
+    }
+
+    /// Everything is durable when an operation returns; fsync checks the inode
+    /// exists and issues a fence for callers that stored through a DAX mapping.
+    pub fn fsync(&self, ino: u64, _datasync: bool) -> Result<()> {
+        self.inode(ino)?;
+        self.m.fence();
+        Ok(())
+    }
+
+    // --------------------------------------------------------------- setattr
+
+    /// chmod / chown / truncate / utimens.
+    pub fn setattr(&self, ino: u64, ch: &SetAttr) -> Result<Attr> {
+        self.check_writable()?;
+        let i = self.inode(ino)?;
+        let _r = ch.size.map(|_| i.ranges.lock(0, u64::MAX));
+        let mut st = i.st.write();
+        if let Some(sz) = ch.size {
+            match st.ftype {
+                FileType::Directory => return Err(Error::IsDir),
+                FileType::Symlink => return Err(Error::invalid("truncate of a symlink")),
+                FileType::Regular => {}
+            }
+            if sz > MAX_FILE_SIZE {
+                return Err(Error::FileTooBig);
+            }
+        }
+        let now = Ts::now();
+        let (e, _) = Self::setattr_entry(&st, |a| {
+            if let Some(p) = ch.perm {
+                a.mode = (a.mode & !0o7777) | (p & 0o7777);
+            }
+            if let Some(u) = ch.uid {
+                a.uid = u;
+            }
+            if let Some(g) = ch.gid {
+                a.gid = g;
+            }
+            if let Some(s) = ch.size {
+                a.size = s;
+                a.mtime = now;
+            }
+            if let Some(t) = ch.atime {
+                a.atime = resolve_time(t, now);
+            }
+            if let Some(t) = ch.mtime {
+                a.mtime = resolve_time(t, now);
+            }
+            a.ctime = now;
+        });
+        let shrink = ch.size.is_some_and(|s| s < st.attr.size);
+        self.commit_single(&i, &mut st, vec![e], false, shrink)?;
+        Ok(self.attr_of(&i, &st))
+    }
+
+    // ------------------------------------------------------------- fallocate
+
+    /// fallocate: allocate (zeroed) blocks for holes, or punch a hole.
+    pub fn fallocate(&self, ino: u64, mode: FallocMode, off: u64, len: u64) -> Result<()> {
+        self.check_writable()?;
+        if len == 0 {
+            return Err(Error::invalid("fallocate length 0"));
+        }
+        let end = off.checked_add(len).ok_or(Error::FileTooBig)?;
+        if end > MAX_FILE_SIZE {
+            return Err(Error::FileTooBig);
+        }
+        if mode.punch_hole && !mode.keep_size {
+            return Err(Error::NotSupported("PUNCH_HOLE requires KEEP_SIZE"));
+        }
+        let i = self.inode(ino)?;
+        self.check_regular(&i)?;
+        let _r = i.ranges.lock(0, u64::MAX);
+        let mut st = i.st.write();
+        let now = Ts::now();
+        if mode.punch_hole {
+            let size = st.attr.size;
+            if off >= size {
+                return Ok(());
+            }
+            let plen = len.min(size - off);
+            return self.commit_single(&i, &mut st, vec![EntryBuf::punch(off, plen, now)], false, true);
+        }
+        let Some(f) = st.file() else { return Err(Error::IsDir) };
+        let holes: Vec<u64> = (off / BLOCK..end.div_ceil(BLOCK))
+            .filter(|&pg| f.lookup(pg).is_none() && !f.ops.contains_key(&pg))
+            .collect();
+        let runs = self.balloc.alloc(self.shard(), holes.len() as u64, false)?;
+        let size = if mode.keep_size { st.attr.size } else { st.attr.size.max(end) };
+        let mut entries = Vec::new();
+        let mut blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
+        let mut k = 0;
+        let mut pairs = Vec::new();
+        for &pg in &holes {
+            let b = blocks.next().expect("allocated");
+            self.m.zero_nt(b * BLOCK, BLOCK);
+            pairs.push((pg, b));
+        }
+        while k < pairs.len() {
+            let (pg0, b0) = pairs[k];
+            let mut n = 1;
+            while k + n < pairs.len() && pairs[k + n] == (pg0 + n as u64, b0 + n as u64) {
+                n += 1;
+            }
+            entries.push(EntryBuf::write(pg0, b0, n as u32, size, now));
+            k += n;
+        }
+        if entries.is_empty() {
+            if size == st.attr.size {
+                return Ok(());
+            }
+            let (e, _) = Self::setattr_entry(&st, |a| {
+                a.size = size;
+                a.mtime = now;
+                a.ctime = now;
+            });
+            entries.push(e);
+        }
+        let data = !pairs.is_empty();
+        if let Err(e) = self.commit_single(&i, &mut st, entries, data, false) {
+            self.free_runs(&runs);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    // -------------------------------------------------------------- create
+
+    fn new_attr(&self, ftype: FileType, perm: u32, uid: u32, gid: u32, parent: u64, now: Ts) -> AttrRec {
+        AttrRec {
+            mode: ftype.mode_bits() | (perm & 0o7777),
+            uid,
+            gid,
+            nlink: if ftype == FileType::Directory { 2 } else { 1 },
+            size: 0,
+            parent: if ftype == FileType::Directory { parent } else { 0 },
+            atime: now,
+            mtime: now,
+            ctime: now,
+        }
+    }
+
+    /// Create a regular file. EEXIST if the name exists.
+    pub fn create(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
+        self.make_node(parent, name, FileType::Regular, perm, uid, gid, None)
+    }
+
+    /// Create a directory.
+    pub fn mkdir(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
+        self.make_node(parent, name, FileType::Directory, perm, uid, gid, None)
+    }
+
+    /// Create a symbolic link.
+    pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
+        if target.is_empty() {
+            return Err(Error::NotFound);
+        }
+        if target.len() > SYMLINK_MAX {
+            return Err(Error::NameTooLong);
+        }
+        self.make_node(parent, name, FileType::Symlink, 0o777, uid, gid, Some(target))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn make_node(
+        &self,
+        parent: u64,
+        name: &[u8],
+        ftype: FileType,
+        perm: u32,
+        uid: u32,
+        gid: u32,
+        target: Option<&[u8]>,
+    ) -> Result<Attr> {
+        self.check_writable()?;
+        check_name(name)?;
+        let p = self.inode(parent)?;
+        let mut locked = Locked::new(vec![&p]);
+        {
+            let st = locked.st(parent);
+            let d = st.dir().ok_or(Error::NotDir)?;
+            if st.attr.nlink == 0 {
+                return Err(Error::NotFound);
+            }
+            if is_dot(name) || d.names.contains_key(name) {
+                return Err(Error::Exists);
+            }
+        }
+        let shard = self.shard();
+        let ino = self.ialloc.alloc(shard)?;
+        let head = match self.balloc.alloc_one(shard, false) {
+            Ok(b) => b * BLOCK,
+            Err(e) => {
+                self.ialloc.free(ino);
+                return Err(e);
+            }
+        };
+        let old_state = self.read_slot(ino).state;
+        debug_assert!(old_state & 1 == 0, "allocated inode {ino} is in use on media");
+        let seed = log::seed(&self.sb.uuid, ino, old_state + 1);
+        let now = Ts::now();
+        let mut attr = self.new_attr(ftype, perm, uid, gid, parent, now);
+        let mut entries = Vec::new();
+        let mut data = Vec::new();
+        if let Some(t) = target {
+            attr.size = t.len() as u64;
+            if t.len() <= INLINE_MAX {
+                entries.push(EntryBuf::inline(0, t.len() as u64, now, t));
+            } else {
+                let b = match self.balloc.alloc_one(shard, false) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        self.free_pages(&[head]);
+                        self.ialloc.free(ino);
+                        return Err(e);
+                    }
+                };
+                let mut page = vec![0u8; BLOCK as usize];
+                page[..t.len()].copy_from_slice(t);
+                self.m.write_nt(b * BLOCK, &page);
+                data.push((b, 1));
+                entries.push(EntryBuf::write(0, b, 1, t.len() as u64, now));
+            }
+        }
+        entries.push(EntryBuf::setattr(&attr, false));
+        let mut pentries = vec![EntryBuf::dentry(ino, locked.st(parent).dir().expect("dir").next_cookie, now, ftype.code(), name)];
+        if ftype == FileType::Directory {
+            let (e, _) = Self::setattr_entry(locked.st(parent), |a| {
+                a.nlink += 1;
+                a.mtime = now;
+                a.ctime = now;
+            });
+            pentries.push(e);
+        }
+        let new = NewInode { ino, ftype, state_word: old_state, seed, head_page: head, entries, data: data.clone() };
+        match self.commit_multi(&mut locked, vec![Part { ino: parent, entries: pentries }], Some(new), &[], false) {
+            Ok(Some(inode)) => {
+                let st = inode.st.read();
+                Ok(self.attr_of(&inode, &st))
+            }
+            Ok(None) => unreachable!("commit_multi returns the new inode"),
+            Err(e) => {
+                self.free_pages(&[head]);
+                self.free_runs(&data);
+                self.ialloc.free(ino);
+                Err(e)
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- link
+
+    /// Hard link `ino` as `name` in `parent`.
+    pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Attr> {
+        self.check_writable()?;
+        check_name(name)?;
+        let p = self.inode(parent)?;
+        let c = self.inode(ino)?;
+        let mut locked = Locked::new(vec![&p, &c]);
+        if locked.st(ino).ftype == FileType::Directory {
+            return Err(Error::NotPermitted);
+        }
+        {
+            let st = locked.st(parent);
+            let d = st.dir().ok_or(Error::NotDir)?;
+            if st.attr.nlink == 0 {
+                return Err(Error::NotFound);
+            }
+            if is_dot(name) || d.names.contains_key(name) {
+                return Err(Error::Exists);
+            }
+        }
+        if locked.st(ino).attr.nlink == 0 {
+            return Err(Error::NotFound);
+        }
+        if locked.st(ino).attr.nlink >= u32::MAX - 1 {
+            return Err(Error::invalid("too many links"));
+        }
+        let now = Ts::now();
+        let cookie = locked.st(parent).dir().expect("dir").next_cookie;
+        let ft = locked.st(ino).ftype;
+        let pe = EntryBuf::dentry(ino, cookie, now, ft.code(), name);
+        let (ce, _) = Self::setattr_entry(locked.st(ino), |a| {
+            a.nlink += 1;
+            a.ctime = now;
+        });
+        let parts = vec![Part { ino: parent, entries: vec![pe] }, Part { ino, entries: vec![ce] }];
+        self.commit_multi(&mut locked, parts, None, &[], false)?;
+        Ok(self.attr_of(locked.inode(ino), locked.st(ino)))
+    }
+
+    // -------------------------------------------------------- unlink/rmdir
+
+    /// Remove a non-directory name.
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.remove(parent, name, false)
+    }
+
+    /// Remove an empty directory.
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.remove(parent, name, true)
+    }
+
+    fn remove(&self, parent: u64, name: &[u8], dir: bool) -> Result<()> {
+        self.check_writable()?;
+        if name.len() > NAME_MAX {
+            return Err(Error::NameTooLong);
+        }
+        if dir && name == b"." {
+            return Err(Error::invalid("rmdir of '.'"));
+        }
+        if dir && name == b".." {
+            return Err(Error::NotEmpty);
+        }
+        if is_dot(name) {
+            return Err(Error::IsDir);
+        }
+        let p = self.inode(parent)?;
+        for _ in 0..64 {
+            let cino = self.lookup_ino(parent, name)?;
+            let c = self.inode(cino)?;
+            let mut locked = Locked::new(vec![&p, &c]);
+            match locked.st(parent).dir().and_then(|d| d.names.get(name)) {
+                Some(e) if e.ino == cino => {}
+                _ => continue, // changed under us: retry
+            }
+            let cst = locked.st(cino);
+            match (dir, cst.ftype == FileType::Directory) {
+                (true, false) => return Err(Error::NotDir),
+                (false, true) => return Err(Error::IsDir),
+                (true, true) => {
+                    if !cst.dir().expect("dir").names.is_empty() {
+                        return Err(Error::NotEmpty);
+                    }
+                }
+                _ => {}
+            }
+            let now = Ts::now();
+            let mut pentries = vec![EntryBuf::dentry(0, 0, now, 0, name)];
+            if dir {
+                let (e, _) = Self::setattr_entry(locked.st(parent), |a| {
+                    a.nlink -= 1;
+                    a.mtime = now;
+                    a.ctime = now;
+                });
+                pentries.push(e);
+            }
+            let mut parts = vec![Part { ino: parent, entries: pentries }];
+            let last = dir || cst.attr.nlink <= 1;
+            let open = locked.inode(cino).open.load(Ordering::Acquire) > 0;
+            let mut free = vec![];
+            if last && (dir || !open) {
+                free.push(cino);
+            } else {
+                let (e, _) = Self::setattr_entry(cst, |a| {
+                    a.nlink = if dir { 0 } else { a.nlink - 1 };
+                    a.ctime = now;
+                });
+                parts.push(Part { ino: cino, entries: vec![e] });
+            }
+            self.commit_multi(&mut locked, parts, None, &free, true)?;
+            return Ok(());
+        }
+        Err(Error::Busy)
+    }
+
+    // --------------------------------------------------------------- rename
+
+    /// rename(2) / renameat2(2).
+    pub fn rename(
+        &self,
+        sp: u64,
+        sname: &[u8],
+        dp: u64,
+        dname: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        self.check_writable()?;
+        if flags.noreplace && flags.exchange {
+            return Err(Error::invalid("RENAME_NOREPLACE with RENAME_EXCHANGE"));
+        }
+        if sname.len() > NAME_MAX || dname.len() > NAME_MAX {
+            return Err(Error::NameTooLong);
+        }
+        if is_dot(sname) || is_dot(dname) {
+            return Err(if flags.noreplace { Error::Exists } else { Error::Busy });
+        }
+        check_name(dname)?;
+        let _g = self.rename_lock.lock();
+        let spi = self.inode(sp)?;
+        let dpi = self.inode(dp)?;
+        if spi.st.read().ftype != FileType::Directory || dpi.st.read().ftype != FileType::Directory {
+            return Err(Error::NotDir);
+        }
+        let s = self.lookup_ino(sp, sname)?;
+        let d = match self.lookup_ino(dp, dname) {
+            Ok(d) => Some(d),
+            Err(Error::NotFound) => None,
+            Err(e) => return Err(e),
+        };
+        let si = self.inode(s)?;
+        let di = match d {
+            Some(d) => Some(self.inode(d)?),
+            None => None,
+        };
+        let s_dir = si.st.read().ftype == FileType::Directory;
+        let d_dir = di.as_ref().map(|i| i.st.read().ftype == FileType::Directory);
+        if flags.exchange && d.is_none() {
+            return Err(Error::NotFound);
+        }
+        if flags.noreplace && d.is_some() {
+            return Err(Error::Exists);
+        }
+        if d == Some(s) {
+            return Ok(());
+        }
+        if !flags.exchange {
+            match d_dir {
+                Some(true) if !s_dir => return Err(Error::IsDir),
+                Some(false) if s_dir => return Err(Error::NotDir),
+                _ => {}
+            }
+        }
+        // Moving a directory into its own subtree.
+        let check_loop = |moved: u64, newparent: u64| -> Result<()> {
+            let mut cur = newparent;
+            for _ in 0..=self.geo.ninodes {
+                if cur == moved {
+                    return Err(Error::invalid("move a directory into its own subtree"));
+                }
+                if cur == self.root() {
+                    return Ok(());
+                }
+                let c = self.inode(cur)?;
+                let par = c.st.read().attr.parent;
+                if par == 0 || par == cur {
+                    return Ok(());
+                }
+                cur = par;
+            }
+            Err(Error::corrupt("directory parent chain does not reach the root"))
+        };
+        if s_dir && sp != dp {
+            check_loop(s, dp)?;
+        }
+        if flags.exchange && d_dir == Some(true) && sp != dp {
+            check_loop(d.expect("exchange target"), sp)?;
+        }
+        let mut all = vec![&spi, &dpi, &si];
+        if let Some(di) = &di {
+            all.push(di);
+        }
+        let mut locked = Locked::new(all);
+        if let (Some(d), Some(true)) = (d, d_dir) {
+            if !flags.exchange && !locked.st(d).dir().expect("dir").names.is_empty() {
+                return Err(Error::NotEmpty);
+            }
+        }
+        let now = Ts::now();
+        let s_ft = locked.st(s).ftype.code();
+        let mut sp_entries: Vec<EntryBuf> = Vec::new();
+        let mut dp_entries: Vec<EntryBuf> = Vec::new();
+        let mut sp_nlink: i64 = 0;
+        let mut dp_nlink: i64 = 0;
+        let mut free = Vec::new();
+        let mut s_entries = Vec::new();
+        let mut d_entries = Vec::new();
+        if flags.exchange {
+            let d = d.expect("exchange target");
+            let d_ft = locked.st(d).ftype.code();
+            let dd = d_dir == Some(true);
+            let sc = locked.st(sp).dir().expect("dir").next_cookie;
+            sp_entries.push(EntryBuf::dentry(d, sc, now, d_ft, sname));
+            let dc = if sp == dp { sc + 1 } else { locked.st(dp).dir().expect("dir").next_cookie };
+            dp_entries.push(EntryBuf::dentry(s, dc, now, s_ft, dname));
+            if sp != dp {
+                sp_nlink += dd as i64 - s_dir as i64;
+                dp_nlink += s_dir as i64 - dd as i64;
+            }
+            let (e, _) = Self::setattr_entry(locked.st(s), |a| {
+                if s_dir {
+                    a.parent = dp;
+                }
+                a.ctime = now;
+            });
+            s_entries.push(e);
+            let (e, _) = Self::setattr_entry(locked.st(d), |a| {
+                if dd {
+                    a.parent = sp;
+                }
+                a.ctime = now;
+            });
+            d_entries.push(e);
+        } else {
+            sp_entries.push(EntryBuf::dentry(0, 0, now, 0, sname));
+            let dc = locked.st(dp).dir().expect("dir").next_cookie;
+            dp_entries.push(EntryBuf::dentry(s, dc, now, s_ft, dname));
+            if s_dir && sp != dp {
+                sp_nlink -= 1;
+                dp_nlink += 1;
+            }
+            let (e, _) = Self::setattr_entry(locked.st(s), |a| {
+                if s_dir {
+                    a.parent = dp;
+                }
+                a.ctime = now;
+            });
+            s_entries.push(e);
+            if let Some(d) = d {
+                let dst = locked.st(d);
+                let dd = dst.ftype == FileType::Directory;
+                if dd {
+                    dp_nlink -= 1;
+                }
+                let open = locked.inode(d).open.load(Ordering::Acquire) > 0;
+                if dd || (dst.attr.nlink <= 1 && !open) {
+                    free.push(d);
+                } else {
+                    let (e, _) = Self::setattr_entry(dst, |a| {
+                        a.nlink -= 1;
+                        a.ctime = now;
+                    });
+                    d_entries.push(e);
+                }
+            }
+        }
+        // Parent attribute changes (link counts, times).
+        let mut parts: Vec<Part> = Vec::new();
+        let bump = |st: &InodeState, dn: i64| {
+            Self::setattr_entry(st, |a| {
+                a.nlink = (a.nlink as i64 + dn) as u32;
+                a.mtime = now;
+                a.ctime = now;
+            })
+            .0
+        };
+        if sp == dp {
+            let mut es = sp_entries;
+            es.extend(dp_entries);
+            if sp_nlink + dp_nlink != 0 {
+                es.push(bump(locked.st(sp), sp_nlink + dp_nlink));
+            }
+            parts.push(Part { ino: sp, entries: es });
+        } else {
+            if sp_nlink != 0 {
+                sp_entries.push(bump(locked.st(sp), sp_nlink));
+            }
+            if dp_nlink != 0 {
+                dp_entries.push(bump(locked.st(dp), dp_nlink));
+            }
+            parts.push(Part { ino: sp, entries: sp_entries });
+            parts.push(Part { ino: dp, entries: dp_entries });
+        }
+        if s != sp && s != dp {
+            parts.push(Part { ino: s, entries: s_entries });
+        } else {
+            return Err(Error::invalid("rename of a directory onto its parent"));
+        }
+        if let Some(d) = d {
+            if !d_entries.is_empty() && !free.contains(&d) && d != sp && d != dp {
+                parts.push(Part { ino: d, entries: d_entries });
+            }
+        }
+        self.commit_multi(&mut locked, parts, None, &free, true)?;
+        Ok(())
+    }
+
+    // -------------------------------------------------------------- readdir
+
+    /// Entries of directory `ino` after cookie `after` ("." is 1, ".." is 2);
+    /// `f` returns false to stop.
+    pub fn readdir(&self, ino: u64, after: u64, mut f: impl FnMut(DirEntry) -> bool) -> Result<()> {
+        let i = self.inode(ino)?;
+        let st = i.st.read();
+        let d = st.dir().ok_or(Error::NotDir)?;
+        let parent = if st.attr.parent == 0 { ino } else { st.attr.parent };
+        if after < 1 && !f(DirEntry { name: b".".to_vec(), ino, ftype: FileType::Directory, cookie: 1 }) {
+            return Ok(());
+        }
+        if after < 2
+            && !f(DirEntry { name: b"..".to_vec(), ino: parent, ftype: FileType::Directory, cookie: 2 })
+        {
+            return Ok(());
+        }
+        for (&cookie, name) in d.order.range(after.max(2) + 1..) {
+            let e = &d.names[name];
+            let ftype = FileType::from_code(e.ftype as u32).unwrap_or(FileType::Regular);
+            if !f(DirEntry { name: name.to_vec(), ino: e.ino, ftype, cookie }) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// All entries of a directory (without "." and "..").
+    pub fn list_dir(&self, ino: u64) -> Result<Vec<DirEntry>> {
+        let mut v = Vec::new();
+        self.readdir(ino, 2, |e| {
+            v.push(e);
+            true
+        })?;
+        Ok(v)
+    }
+
+    // --------------------------------------------------------------- statfs
+
+    /// File system statistics.
+    pub fn statfs(&self) -> StatFs {
+        let free = self.balloc.free_blocks();
+        StatFs {
+            bsize: BLOCK,
+            blocks: self.geo.nblocks - self.geo.data_start,
+            bfree: free,
+            bavail: free.saturating_sub(self.balloc.reserve()),
+            files: self.geo.ninodes,
+            ffree: self.ialloc.free_inodes(),
+            namelen: NAME_MAX as u64,
+        }
+    }
+
+    // --------------------------------------------------------------- xattrs
+
+    fn check_xattr_name(name: &[u8]) -> Result<()> {
+        if name.is_empty() {
+            return Err(Error::Range);
+        }
+        if name.len() > 255 {
+            return Err(Error::Range);
+        }
+        let ok = [&b"user."[..], b"trusted.", b"security."].iter().any(|p| name.starts_with(p) && name.len() > p.len());
+        if !ok {
+            return Err(Error::NotSupported("extended attribute namespace"));
+        }
+        Ok(())
+    }
+
+    /// Value of extended attribute `name`.
+    pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+        Self::check_xattr_name(name)?;
+        let i = self.inode(ino)?;
+        let st = i.st.read();
+        let r = st.xattrs.get(name).ok_or(Error::NoAttr)?;
+        let mut v = vec![0u8; r.value_len as usize];
+        log::read_payload(&self.m, r.loc, r.value_off, &mut v);
+        Ok(v)
+    }
+
+    /// Set extended attribute `name`.
+    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
+        self.check_writable()?;
+        Self::check_xattr_name(name)?;
+        if value.len() > XATTR_VALUE_MAX {
+            return Err(Error::TooBig);
+        }
+        let i = self.inode(ino)?;
+        let mut st = i.st.write();
+        let exists = st.xattrs.contains_key(name);
+        match how {
+            XattrSet::Create if exists => return Err(Error::Exists),
+            XattrSet::Replace if !exists => return Err(Error::NoAttr),
+            _ => {}
+        }
+        let e = EntryBuf::xattr(false, name, value, Ts::now());
+        self.commit_single(&i, &mut st, vec![e], false, false)
+    }
+
+    /// Names of all extended attributes.
+    pub fn listxattr(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
+        let i = self.inode(ino)?;
+        let st = i.st.read();
+        Ok(st.xattrs.keys().cloned().collect())
+    }
+
+    /// Remove extended attribute `name`.
+    pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        Self::check_xattr_name(name)?;
+        let i = self.inode(ino)?;
+        let mut st = i.st.write();
+        if !st.xattrs.contains_key(name) {
+            return Err(Error::NoAttr);
+        }
+        let e = EntryBuf::xattr(true, name, &[], Ts::now());
+        self.commit_single(&i, &mut st, vec![e], false, true)
+    }
+
+    /// Number of open handles on `ino` (0 if not cached).
+    pub fn open_count(&self, ino: u64) -> u32 {
+        self.inode(ino).map(|i| i.open.load(Ordering::Acquire)).unwrap_or(0)
+    }
+
+    /// Log pages of an inode (for tests and `ferrite stat`).
+    pub fn log_pages(&self, ino: u64) -> Result<usize> {
+        let i = self.inode(ino)?;
+        let n = i.st.read().log.pages.len();
+        Ok(n)
+    }
+
+    pub(crate) fn inode_arc(&self, ino: u64) -> Result<Arc<Inode>> {
+        self.inode(ino)
+    }
+
+    #[allow(dead_code)]
+    pub(crate) fn body_is_dir(st: &InodeState) -> bool {
+        matches!(st.body, Body::Dir(_))
+    }
+}

@@ -1,0 +1,375 @@
+//! Persistence primitives: the only code that stores to a pool.
+//!
+//! Invariants:
+//! - Every store to the pool goes through a [`Medium`]; the file system core never
+//!   holds a raw pointer into the pool. A simulated medium can therefore see every
+//!   store, flush and fence (the crash simulator depends on this).
+//! - A cached store ([`Medium::write`], [`Medium::store_u64`]) is persistent only after
+//!   a flush of its cache lines *and* a later [`Medium::fence`]. A non-temporal store
+//!   ([`Medium::write_nt`]) is persistent after the next fence.
+//! - [`Medium::store_u64`] is an aligned 8-byte atomic store: after a crash the word
+//!   holds the old or the new value, never a mix.
+//! - The cache-line flush instruction (clwb, else clflushopt, else clflush) is detected
+//!   once per process; `FERRITE_FLUSH`, `FERRITE_NT` and `FERRITE_NT_THRESHOLD` force
+//!   each path so tests can cover all of them.
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// Cache line size assumed by the format and the flush loops.
+pub const CACHE_LINE: u64 = 64;
+
+/// What survives what on a medium, reported by `ferrite info`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Durability {
+    /// MAP_SYNC DAX mapping: every fenced store survives power loss.
+    Dax,
+    /// Plain shared mapping with msync at every fence: survives power loss, slowly.
+    MsyncEachCommit,
+    /// Plain shared mapping of a page-cache file: a fenced store survives a crash of
+    /// the process at once, and power loss only after the kernel writes it back.
+    ProcessCrashOnly,
+    /// Simulated medium (tests and the crash simulator).
+    Simulated,
+}
+
+impl Durability {
+    /// One-line human description.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Durability::Dax => {
+                "DAX (MAP_SYNC): every completed operation survives power loss"
+            }
+            Durability::MsyncEachCommit => {
+                "shared mapping, msync at every commit: every completed operation \
+                 survives power loss (slow)"
+            }
+            Durability::ProcessCrashOnly => {
+                "shared mapping of a page-cache file: completed operations survive a \
+                 process crash; power loss only after msync/writeback (mount with \
+                 --msync for full durability)"
+            }
+            Durability::Simulated => "simulated persistent memory (testing)",
+        }
+    }
+}
+
+/// A byte-addressable persistent medium. Offsets are bytes from the pool start.
+///
+/// Implementations: [`crate::dax::MmapMedium`] (a real mapping) and
+/// [`crate::sim::SimMedium`] (tracks what was written, flushed and fenced).
+/// Callers guarantee that concurrent writers touch disjoint ranges and that no
+/// reader reads a range while it is being written (the core's locks ensure this).
+pub trait Medium: Send + Sync + 'static {
+    /// Pool length in bytes.
+    fn len(&self) -> u64;
+    /// Always false for a formatted pool; present for clippy's `len_without_is_empty`.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copy bytes out of the pool.
+    fn read(&self, off: u64, dst: &mut [u8]);
+    /// Aligned atomic 8-byte load.
+    fn load_u64(&self, off: u64) -> u64;
+    /// Cached stores: persistent only after `flush` of the range and a later `fence`.
+    fn write(&self, off: u64, src: &[u8]);
+    /// Non-temporal stores: persistent after the next `fence`.
+    fn write_nt(&self, off: u64, src: &[u8]);
+    /// Non-temporal zero fill: persistent after the next `fence`.
+    fn zero_nt(&self, off: u64, len: u64);
+    /// Aligned 8-byte atomic cached store (needs `flush` + `fence` to persist).
+    fn store_u64(&self, off: u64, val: u64);
+    /// Write back the cache lines covering `[off, off + len)`.
+    fn flush(&self, off: u64, len: u64);
+    /// Store fence: earlier flushes and non-temporal stores are persistent after it.
+    fn fence(&self);
+    /// What a completed, fenced operation survives on this medium.
+    fn durability(&self) -> Durability;
+}
+
+/// The cache-line write-back instruction in use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum FlushInstr {
+    /// `clwb`: write back, keep the line cached.
+    Clwb,
+    /// `clflushopt`: write back and invalidate, weakly ordered.
+    ClflushOpt,
+    /// `clflush`: write back and invalidate, serialising (no fence needed after it).
+    Clflush,
+    /// No flush (non-x86 builds, or forced by `FERRITE_FLUSH=none` for experiments):
+    /// only process-crash durability.
+    None,
+}
+
+/// The persistence configuration chosen once per process.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct PersistConfig {
+    /// Flush instruction.
+    pub flush: FlushInstr,
+    /// Use non-temporal stores for large copies.
+    pub nt_stores: bool,
+    /// Copies of at least this many bytes use non-temporal stores; smaller ones use
+    /// cached stores and a flush. Measured with `ferrite bench` (see docs/BENCHMARKS.md):
+    /// on the development machine store+clwb wins below about 256 bytes.
+    pub nt_threshold: usize,
+}
+
+/// Default crossover between store+flush and non-temporal copy (bytes).
+pub const DEFAULT_NT_THRESHOLD: usize = 256;
+
+fn detect() -> PersistConfig {
+    let forced = std::env::var("FERRITE_FLUSH").ok();
+    let flush = match forced.as_deref() {
+        Some("clwb") => FlushInstr::Clwb,
+        Some("clflushopt") => FlushInstr::ClflushOpt,
+        Some("clflush") => FlushInstr::Clflush,
+        Some("none") => FlushInstr::None,
+        _ => detect_flush(),
+    };
+    let nt_stores = !matches!(std::env::var("FERRITE_NT").as_deref(), Ok("0"));
+    let nt_threshold = std::env::var("FERRITE_NT_THRESHOLD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_NT_THRESHOLD);
+    PersistConfig { flush, nt_stores, nt_threshold }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unused_unsafe)]
+fn detect_flush() -> FlushInstr {
+    // CPUID leaf 7, sub-leaf 0: EBX bit 24 = CLWB, bit 23 = CLFLUSHOPT.
+    // SAFETY: CPUID is available on every x86_64 processor.
+    let max = unsafe { std::arch::x86_64::__cpuid(0) }.eax;
+    let ebx = if max >= 7 {
+        // SAFETY: leaf 7 exists (checked against the maximum leaf above).
+        unsafe { std::arch::x86_64::__cpuid_count(7, 0) }.ebx
+    } else {
+        0
+    };
+    if ebx & (1 << 24) != 0 {
+        FlushInstr::Clwb
+    } else if ebx & (1 << 23) != 0 {
+        FlushInstr::ClflushOpt
+    } else {
+        FlushInstr::Clflush
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect_flush() -> FlushInstr {
+    FlushInstr::None
+}
+
+/// The process-wide persistence configuration (detected on first use).
+pub fn config() -> &'static PersistConfig {
+    static CFG: OnceLock<PersistConfig> = OnceLock::new();
+    CFG.get_or_init(detect)
+}
+
+/// Counters of persistence work, for write-amplification measurements.
+#[derive(Default, Debug)]
+pub struct PersistStats {
+    /// Bytes covered by flushed cache lines.
+    pub flushed_bytes: AtomicU64,
+    /// Bytes written with non-temporal stores.
+    pub nt_bytes: AtomicU64,
+    /// Fences issued.
+    pub fences: AtomicU64,
+}
+
+/// A snapshot of [`PersistStats`].
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct StatsSnapshot {
+    /// Bytes covered by flushed cache lines.
+    pub flushed_bytes: u64,
+    /// Bytes written with non-temporal stores.
+    pub nt_bytes: u64,
+    /// Fences issued.
+    pub fences: u64,
+}
+
+impl PersistStats {
+    /// Read the counters.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            flushed_bytes: self.flushed_bytes.load(Ordering::Relaxed),
+            nt_bytes: self.nt_bytes.load(Ordering::Relaxed),
+            fences: self.fences.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Round `off..off+len` out to whole cache lines: (first line start, end).
+pub fn line_span(off: u64, len: u64) -> (u64, u64) {
+    let start = off & !(CACHE_LINE - 1);
+    let end = (off + len).div_ceil(CACHE_LINE) * CACHE_LINE;
+    (start, end)
+}
+
+// ---------------------------------------------------------------------------
+// Raw primitives over a mapped address range (used by the DAX medium only).
+
+/// Write back the cache lines of `[p, p + len)`.
+///
+/// # Safety
+/// `p..p+len` must lie within one live mapping.
+pub unsafe fn flush_raw(p: *const u8, len: usize, how: FlushInstr) {
+    if len == 0 {
+        return;
+    }
+    let start = (p as usize) & !(CACHE_LINE as usize - 1);
+    let end = p as usize + len;
+    let mut a = start;
+    while a < end {
+        // SAFETY: `a` is within the caller's mapping (rounded down to its line,
+        // which shares the page); flush instructions do not modify memory.
+        unsafe { flush_line(a as *const u8, how) };
+        a += CACHE_LINE as usize;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn flush_line(p: *const u8, how: FlushInstr) {
+    use std::arch::asm;
+    // SAFETY: the caller guarantees `p` points into a live mapping; these
+    // instructions only write back (and maybe invalidate) the line.
+    unsafe {
+        match how {
+            FlushInstr::Clwb => {
+                asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags))
+            }
+            FlushInstr::ClflushOpt => {
+                asm!("clflushopt [{0}]", in(reg) p, options(nostack, preserves_flags))
+            }
+            FlushInstr::Clflush => {
+                asm!("clflush [{0}]", in(reg) p, options(nostack, preserves_flags))
+            }
+            FlushInstr::None => {}
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+unsafe fn flush_line(_p: *const u8, _how: FlushInstr) {}
+
+/// Store fence ordering earlier flushes and non-temporal stores.
+#[inline]
+pub fn sfence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: sfence has no memory operands and no preconditions.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
+
+/// Non-temporal copy of `src` to `dst` (unaligned head and tail use cached stores
+/// that are flushed). Persistent after the next fence.
+///
+/// # Safety
+/// `dst..dst+src.len()` must lie within one live writable mapping and not overlap `src`.
+pub unsafe fn copy_nt_raw(dst: *mut u8, src: &[u8], how: FlushInstr) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+        let len = src.len();
+        let mut i = 0usize;
+        let head = (16 - (dst as usize & 15)) & 15;
+        if head > 0 {
+            let h = head.min(len);
+            // SAFETY: within the caller's ranges; flushing the written span.
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), dst, h);
+                flush_raw(dst, h, how);
+            }
+            i = h;
+        }
+        while i + 16 <= len {
+            // SAFETY: dst+i is 16-byte aligned and dst+i+16 <= dst+len; src+i+16 <= len.
+            unsafe {
+                let v = _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i);
+                _mm_stream_si128(dst.add(i) as *mut __m128i, v);
+            }
+            i += 16;
+        }
+        if i < len {
+            // SAFETY: the remaining tail lies within both ranges.
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr().add(i), dst.add(i), len - i);
+                flush_raw(dst.add(i), len - i, how);
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: the caller guarantees the ranges are valid and disjoint.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len());
+    }
+}
+
+/// Non-temporal zero fill of `[dst, dst + len)`. Persistent after the next fence.
+///
+/// # Safety
+/// The range must lie within one live writable mapping.
+pub unsafe fn zero_nt_raw(dst: *mut u8, len: usize, how: FlushInstr) {
+    const ZEROS: [u8; 4096] = [0u8; 4096];
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(ZEROS.len());
+        // SAFETY: forwarded from the caller.
+        unsafe { copy_nt_raw(dst.add(done), &ZEROS[..n], how) };
+        done += n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_span_rounds_out() {
+        assert_eq!(line_span(0, 1), (0, 64));
+        assert_eq!(line_span(63, 2), (0, 128));
+        assert_eq!(line_span(64, 64), (64, 128));
+    }
+
+    #[test]
+    fn nt_copy_all_alignments() {
+        let cfg = config();
+        let mut buf = vec![0u8; 512];
+        let src: Vec<u8> = (0..200u32).map(|i| i as u8 ^ 0x5a).collect();
+        for off in 0..20 {
+            for len in [0usize, 1, 15, 16, 17, 100, 200] {
+                buf.iter_mut().for_each(|b| *b = 0);
+                // SAFETY: buf is a live Vec with room for off + len bytes.
+                unsafe { copy_nt_raw(buf.as_mut_ptr().add(off), &src[..len], cfg.flush) };
+                sfence();
+                assert_eq!(&buf[off..off + len], &src[..len]);
+                assert!(buf[..off].iter().all(|&b| b == 0));
+                assert!(buf[off + len..].iter().all(|&b| b == 0));
+            }
+        }
+    }
+}
+
+/// Copy `src` to the pool so that it is persistent after the next fence: a
+/// non-temporal copy at or above the crossover, cached stores and a flush below it.
+pub fn persist_copy<M: Medium + ?Sized>(m: &M, off: u64, src: &[u8]) {
+    let cfg = config();
+    if cfg.nt_stores && src.len() >= cfg.nt_threshold {
+        m.write_nt(off, src);
+    } else {
+        m.write(off, src);
+        m.flush(off, src.len() as u64);
+    }
+}
+
+/// Store an 8-byte word atomically and flush it (persistent after the next fence).
+pub fn persist_u64<M: Medium + ?Sized>(m: &M, off: u64, val: u64) {
+    m.store_u64(off, val);
+    m.flush(off, 8);
+}
