@@ -73,7 +73,7 @@ impl<M: Medium> Fs<M> {
         let mut entries = snapshot_entries(&self.m, st);
         let shard = self.shard();
         let first = self.balloc.alloc_one(shard, true)? * BLOCK;
-        let mut taken = vec![first];
+        let mut taken = Vec::new();
         let epoch = logptr::epoch(st.log.tail).wrapping_add(1);
         let mut alloc = || Ok(self.balloc.alloc_one(shard, true)? * BLOCK);
         let a = match log::write_fresh(
@@ -89,6 +89,7 @@ impl<M: Medium> Fs<M> {
             Ok(a) => a,
             Err(e) => {
                 self.free_pages(&taken);
+                self.free_pages(&[first]);
                 return Err(e);
             }
         };

@@ -1,0 +1,112 @@
+//! Basic behaviour of every operation on a simulated pool, with remounts.
+
+use ferrite_core::*;
+
+fn fresh(size: u64) -> Fs<SimMedium> {
+    Fs::mkfs(SimMedium::new(size), &MkfsOptions { shards: 2, ..Default::default() }).unwrap()
+}
+
+fn remount(fs: Fs<SimMedium>, clean: bool) -> Fs<SimMedium> {
+    let m = if clean { fs.unmount().unwrap() } else { fs.crash() };
+    // A crash leaves only what is durable.
+    let m = if clean { m } else { SimMedium::from_image(m.durable_image()) };
+    let fs = Fs::mount(m, &MountOptions::default()).unwrap();
+    assert_eq!(fs.mount_report().clean, clean);
+    let r = fs.fsck().unwrap();
+    assert!(r.is_clean(), "{:#?}", r.errors);
+    fs
+}
+
+#[test]
+fn files_dirs_links_and_remount() {
+    let fs = fresh(8 << 20);
+    let root = fs.root();
+    let d = fs.mkdir(root, b"dir", 0o755, 1, 2).unwrap();
+    assert_eq!(d.nlink, 2);
+    assert_eq!(fs.getattr(root).unwrap().nlink, 3);
+    let f = fs.create(d.ino, b"f", 0o644, 1, 2).unwrap();
+    assert!(matches!(fs.create(d.ino, b"f", 0o644, 1, 2), Err(Error::Exists)));
+    fs.write(f.ino, 0, b"hello").unwrap();
+    fs.write(f.ino, 10000, &[7u8; 5000]).unwrap();
+    let mut buf = vec![0u8; 20000];
+    let n = fs.read(f.ino, 0, &mut buf).unwrap();
+    assert_eq!(n, 15000);
+    assert_eq!(&buf[..5], b"hello");
+    assert!(buf[5..10000].iter().all(|&b| b == 0));
+    assert!(buf[10000..15000].iter().all(|&b| b == 7));
+    fs.link(f.ino, root, b"hard").unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().nlink, 2);
+    fs.symlink(root, b"sl", b"dir/f", 0, 0).unwrap();
+    assert_eq!(fs.resolve(b"/sl", true).unwrap(), f.ino);
+    fs.setxattr(f.ino, b"user.k", b"v", XattrSet::Any).unwrap();
+    let fs = remount(fs, true);
+    assert_eq!(fs.read_all(fs.resolve(b"/hard", true).unwrap()).unwrap().len(), 15000);
+    assert_eq!(fs.getxattr(f.ino, b"user.k").unwrap(), b"v");
+    let fs = remount(fs, false);
+    assert_eq!(fs.getattr(f.ino).unwrap().nlink, 2);
+    fs.unlink(root, b"hard").unwrap();
+    fs.rename(d.ino, b"f", root, b"g", RenameFlags::default()).unwrap();
+    assert!(matches!(fs.rmdir(root, b"dir"), Ok(())));
+    let fs = remount(fs, false);
+    assert_eq!(fs.getattr(fs.resolve(b"/g", true).unwrap()).unwrap().size, 15000);
+    assert!(fs.resolve(b"/dir", true).is_err());
+}
+
+#[test]
+fn overwrite_keeps_log_bounded() {
+    let fs = fresh(8 << 20);
+    let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap();
+    let page = vec![1u8; 4096];
+    for i in 0..5000u32 {
+        let mut p = page.clone();
+        p[0] = i as u8;
+        fs.write(f.ino, 0, &p).unwrap();
+        fs.write(f.ino, 100, &i.to_le_bytes()).unwrap();
+    }
+    assert!(fs.log_pages(f.ino).unwrap() <= 4, "log pages {}", fs.log_pages(f.ino).unwrap());
+    let fs = remount(fs, false);
+    let v = fs.read_all(f.ino).unwrap();
+    assert_eq!(&v[100..104], &4999u32.to_le_bytes());
+    assert_eq!(v[0], (4999u32) as u8);
+}
+
+#[test]
+fn create_delete_churn_keeps_dir_log_bounded() {
+    let fs = fresh(8 << 20);
+    let root = fs.root();
+    for i in 0..5000 {
+        let name = format!("file{i}");
+        fs.create(root, name.as_bytes(), 0o644, 0, 0).unwrap();
+        fs.unlink(root, name.as_bytes()).unwrap();
+    }
+    assert!(fs.log_pages(root).unwrap() <= 6, "{}", fs.log_pages(root).unwrap());
+    remount(fs, false);
+}
+
+#[test]
+fn enospc_then_delete_and_reuse() {
+    let fs = fresh(1 << 20);
+    let f = fs.create(fs.root(), b"a", 0o644, 0, 0).unwrap();
+    let chunk = vec![9u8; 64 * 1024];
+    let mut off = 0u64;
+    loop {
+        match fs.write(f.ino, off, &chunk) {
+            Ok(_) => off += chunk.len() as u64,
+            Err(Error::NoSpace) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(off > 0);
+    let v = fs.read_all(f.ino).unwrap();
+    assert_eq!(v.len() as u64, off);
+    assert!(v.iter().all(|&b| b == 9));
+    // Metadata operations may still fit; data does not.
+    if let Ok(b) = fs.create(fs.root(), b"b", 0o644, 0, 0) {
+        assert!(matches!(fs.write(b.ino, 0, &chunk), Err(Error::NoSpace)));
+        fs.unlink(fs.root(), b"b").unwrap();
+    }
+    fs.unlink(fs.root(), b"a").unwrap();
+    let g = fs.create(fs.root(), b"c", 0o644, 0, 0).unwrap();
+    fs.write(g.ino, 0, &chunk).unwrap();
+    remount(fs, true);
+}
