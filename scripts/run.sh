@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Build FerriteFS, format a pool under /dev/shm (once) and mount it at $FERRITE_MNT
+# (default /mnt/ferrite). Until a mount is possible here, runs a short demo on the pool.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+cargo build --release -q -p ferrite-cli
+F=target/release/ferrite
+POOL=${FERRITE_POOL:-/dev/shm/ferrite.pool}
+MNT=${FERRITE_MNT:-/mnt/ferrite}
+SIZE=${FERRITE_SIZE:-1G}
+if [ ! -e "$POOL" ]; then
+  $F mkfs "$POOL" --size "$SIZE"
+fi
+$F info "$POOL"
+if $F help mount >/dev/null 2>&1 && [ -e /dev/fuse ]; then
+  mkdir -p "$MNT"
+  if grep -q " $MNT " /proc/mounts; then
+    echo "already mounted at $MNT"
+  else
+    $F mount "$POOL" "$MNT"
+    echo "mounted $POOL at $MNT; unmount with: $F umount $MNT"
+  fi
+  df -h "$MNT"
+else
+  echo "--- demo: import this source tree, check it, export it back, compare ---"
+  $F rm --pool "$POOL" /demo 2>/dev/null || true
+  $F import --pool "$POOL" crates /demo/crates
+  $F ls --pool "$POOL" -l /demo/crates
+  tmp=$(mktemp -d)
+  $F export --pool "$POOL" /demo/crates "$tmp/crates"
+  diff -r crates "$tmp/crates" && echo "round trip: identical"
+  rm -rf "$tmp"
+  $F fsck "$POOL"
+fi
