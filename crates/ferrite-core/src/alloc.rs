@@ -68,6 +68,30 @@ impl Bitmap {
     pub fn clear(&mut self, i: u64) {
         self.words[(i / 64) as usize] &= !(1 << (i % 64));
     }
+    /// First clear bit at or after `from`, wrapping around once; None if all set.
+    pub fn first_clear_from(&self, from: u64) -> Option<u64> {
+        let nw = self.words.len();
+        if nw == 0 {
+            return None;
+        }
+        let from = if from >= self.bits { 0 } else { from };
+        let start_w = (from / 64) as usize;
+        for k in 0..=nw {
+            let wi = (start_w + k) % nw;
+            let mut w = self.words[wi];
+            if k == 0 {
+                w |= (1u64 << (from % 64)) - 1; // ignore bits before `from`
+            }
+            if w != u64::MAX {
+                let bit = wi as u64 * 64 + w.trailing_ones() as u64;
+                if bit < self.bits {
+                    return Some(bit);
+                }
+            }
+        }
+        None
+    }
+
     /// Set bits.
     pub fn count(&self) -> u64 {
         self.words.iter().map(|w| w.count_ones() as u64).sum()
@@ -317,15 +341,11 @@ impl InodeAlloc {
             let s = (shard + i) % ns;
             let mut g = self.shards[s as usize].lock();
             let (bm, cur) = &mut *g;
-            let per = bm.len();
-            for k in 0..per {
-                let local = (*cur + k) % per;
-                if !bm.get(local) {
-                    bm.set(local);
-                    *cur = (local + 1) % per;
-                    self.free.fetch_sub(1, Ordering::AcqRel);
-                    return Ok(local * ns as u64 + s as u64 + 1);
-                }
+            if let Some(local) = bm.first_clear_from(*cur) {
+                bm.set(local);
+                *cur = local + 1;
+                self.free.fetch_sub(1, Ordering::AcqRel);
+                return Ok(local * ns as u64 + s as u64 + 1);
             }
         }
         Err(Error::NoSpace)
@@ -408,5 +428,19 @@ mod tests {
         assert_eq!(seen.len(), 63);
         ia.free(5);
         assert_eq!(ia.alloc(0).unwrap(), 5);
+    }
+
+    #[test]
+    fn first_clear_wraps_and_respects_length() {
+        let mut b = Bitmap::new(70);
+        for i in 0..70 {
+            b.set(i);
+        }
+        assert_eq!(b.first_clear_from(3), None);
+        b.clear(1);
+        assert_eq!(b.first_clear_from(3), Some(1));
+        b.clear(69);
+        assert_eq!(b.first_clear_from(3), Some(69));
+        assert_eq!(b.first_clear_from(70), Some(1));
     }
 }

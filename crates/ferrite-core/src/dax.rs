@@ -106,6 +106,14 @@ impl MmapMedium {
         let me = Self::lock_and_register(file, path, false)?;
         me.file().set_len(0).map_err(|e| Error::io(path, e))?;
         me.file().set_len(len).map_err(|e| Error::io(path, e))?;
+        // Allocate the backing pages now (tmpfs, regular files) so that stores never
+        // hit ENOSPC/SIGBUS from the backing file system later and first-touch page
+        // faults stay cheap. Devices and file systems without fallocate skip this.
+        // SAFETY: plain syscall on a descriptor we own.
+        let r = unsafe { libc::posix_fallocate(me.file().as_raw_fd(), 0, len as libc::off_t) };
+        if r != 0 && r != libc::EOPNOTSUPP && r != libc::EINVAL && r != libc::ENODEV {
+            return Err(Error::io(path, std::io::Error::from_raw_os_error(r)));
+        }
         me.map(len, opts)
     }
 
