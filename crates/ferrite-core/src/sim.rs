@@ -51,6 +51,20 @@ pub enum SimFault {
     SkipFence(u64),
 }
 
+/// What an injected [`SimFault`] did, so a crash tester can explain a fault it did
+/// not detect.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FaultTrace {
+    /// The faulty flush or fence was reached.
+    pub fired: bool,
+    /// Words the fault left behind: the dirty words the skipped flush did not write
+    /// back, or the words the skipped fence did not make durable.
+    pub words: Vec<u64>,
+    /// Skip-flush: later fences at which some of those words were still dirty (not
+    /// written back when the code believed they were). Skip-fence: 1 if it left words.
+    pub exposed_fences: u64,
+}
+
 struct State {
     cur: Vec<u8>,
     durable: Vec<u8>,
@@ -60,6 +74,8 @@ struct State {
     flushes: u64,
     hook: Option<FenceHook>,
     fault: Option<SimFault>,
+    trace: FaultTrace,
+    pending: Vec<u64>,
 }
 
 /// A simulated pool.
@@ -94,6 +110,8 @@ impl SimMedium {
                 flushes: 0,
                 hook: None,
                 fault: None,
+                trace: FaultTrace::default(),
+                pending: Vec::new(),
             }),
             len,
             stats: Arc::new(PersistStats::default()),
@@ -129,6 +147,16 @@ impl SimMedium {
     /// Fences issued so far.
     pub fn fence_count(&self) -> u64 {
         self.st.lock().fences
+    }
+
+    /// Flush calls issued so far (the `n` of [`SimFault::SkipFlush`]).
+    pub fn flush_count(&self) -> u64 {
+        self.st.lock().flushes
+    }
+
+    /// What the injected fault did so far.
+    pub fn fault_trace(&self) -> FaultTrace {
+        self.st.lock().trace.clone()
     }
 
     /// Persistence counters.
@@ -223,10 +251,14 @@ impl Medium for SimMedium {
         let mut st = self.st.lock();
         let n = st.flushes;
         st.flushes += 1;
+        let (s, e) = line_span(off, len);
         if st.fault == Some(SimFault::SkipFlush(n)) {
+            let words: Vec<u64> = st.dirty.range(s..e).copied().collect();
+            st.trace.fired = true;
+            st.trace.words = words.clone();
+            st.pending = words;
             return;
         }
-        let (s, e) = line_span(off, len);
         self.stats.flushed_bytes.fetch_add(e - s, Ordering::Relaxed);
         let words: Vec<u64> = st.dirty.range(s..e).copied().collect();
         for w in words {
@@ -243,7 +275,21 @@ impl Medium for SimMedium {
         st.fences += 1;
         self.stats.fences.fetch_add(1, Ordering::Relaxed);
         if st.fault == Some(SimFault::SkipFence(n)) {
+            st.trace.fired = true;
+            st.trace.words = collect_in_flight(&st)
+                .iter()
+                .filter(|f| st.flushing.contains_key(&f.off))
+                .map(|f| f.off)
+                .collect();
+            st.trace.exposed_fences = !st.trace.words.is_empty() as u64;
             return;
+        }
+        if !st.pending.is_empty() {
+            let State { pending, dirty, trace, .. } = &mut *st;
+            if pending.iter().any(|w| dirty.contains(w)) {
+                trace.exposed_fences += 1;
+            }
+            pending.retain(|w| dirty.contains(w));
         }
         if st.hook.is_some() {
             let inflight = collect_in_flight(&st);
@@ -304,5 +350,29 @@ mod tests {
         m.flush(8, 8);
         m.fence();
         assert_eq!(word(&m.durable_image(), 8), 0);
+        let t = m.fault_trace();
+        assert!(t.fired);
+        assert_eq!(t.words, vec![8]);
+        assert_eq!(t.exposed_fences, 1);
+        assert_eq!(m.flush_count(), 1);
+        // Written back by a later flush: no longer exposed.
+        m.flush(8, 8);
+        m.fence();
+        m.fence();
+        assert_eq!(m.fault_trace().exposed_fences, 1);
+        assert_eq!(word(&m.durable_image(), 8), 3);
+    }
+
+    #[test]
+    fn skip_fence_trace_names_the_flushing_words() {
+        let m = SimMedium::new(4096);
+        m.set_fault(Some(SimFault::SkipFence(0)));
+        m.store_u64(16, 5);
+        m.flush(16, 8);
+        m.fence();
+        assert_eq!(word(&m.durable_image(), 16), 0);
+        assert_eq!(m.fault_trace().words, vec![16]);
+        m.fence();
+        assert_eq!(word(&m.durable_image(), 16), 5);
     }
 }

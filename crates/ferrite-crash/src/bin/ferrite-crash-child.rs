@@ -1,0 +1,2 @@
+//! Child process of the real-crash test (work in progress).
+fn main() {}
