@@ -66,12 +66,12 @@ impl<M: Medium> Fs<M> {
 
     /// Inode number of `name` in `parent` ("." and ".." included).
     pub fn lookup_ino(&self, parent: u64, name: &[u8]) -> Result<u64> {
-        if name.len() > NAME_MAX {
-            return Err(Error::NameTooLong);
-        }
         let p = self.inode(parent)?;
         let st = p.st.read();
         let d = st.dir().ok_or(Error::NotDir)?;
+        if name.len() > NAME_MAX {
+            return Err(Error::NameTooLong);
+        }
         match name {
             b"." => Ok(parent),
             b".." => Ok(if st.attr.parent == 0 { parent } else { st.attr.parent }),
@@ -165,12 +165,17 @@ impl<M: Medium> Fs<M> {
         self.check_writable()?;
         let i = self.inode(ino)?;
         self.check_regular(&i)?;
+        // As pwrite(2): a negative offset, or one whose end is past the largest
+        // loff_t, is EINVAL (rw_verify_area), even for an empty write.
+        if off > MAX_FILE_SIZE {
+            return Err(Error::invalid("negative offset"));
+        }
         if data.is_empty() {
             return Ok(0);
         }
-        let end = off.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
+        let end = off.checked_add(data.len() as u64).ok_or(Error::invalid("offset overflow"))?;
         if end > MAX_FILE_SIZE {
-            return Err(Error::FileTooBig);
+            return Err(Error::invalid("offset + length overflows loff_t"));
         }
         let _r = i.ranges.lock(off / BLOCK, end.div_ceil(BLOCK));
         self.write_locked_range(&i, off, data)?;
@@ -242,7 +247,11 @@ impl<M: Medium> Fs<M> {
             match p {
                 Piece::Full { pg, src } => {
                     let b = blocks.next().expect("allocated");
-                    crate::pmem::persist_copy(&self.m, b * BLOCK, &data[*src..*src + BLOCK as usize]);
+                    crate::pmem::persist_copy(
+                        &self.m,
+                        b * BLOCK,
+                        &data[*src..*src + BLOCK as usize],
+                    );
                     cow.push((*pg, b));
                 }
                 Piece::Merged { pg, page } => {
@@ -295,17 +304,19 @@ impl<M: Medium> Fs<M> {
     /// chmod / chown / truncate / utimens.
     pub fn setattr(&self, ino: u64, ch: &SetAttr) -> Result<Attr> {
         self.check_writable()?;
+        // A size above 2^63 - 1 is a negative off_t: EINVAL before anything else,
+        // as truncate(2).
+        if ch.size.is_some_and(|sz| sz > MAX_FILE_SIZE) {
+            return Err(Error::invalid("negative size"));
+        }
         let i = self.inode(ino)?;
         let _r = ch.size.map(|_| i.ranges.lock(0, u64::MAX));
         let mut st = i.st.write();
-        if let Some(sz) = ch.size {
+        if ch.size.is_some() {
             match st.ftype {
                 FileType::Directory => return Err(Error::IsDir),
                 FileType::Symlink => return Err(Error::invalid("truncate of a symlink")),
                 FileType::Regular => {}
-            }
-            if sz > MAX_FILE_SIZE {
-                return Err(Error::FileTooBig);
             }
         }
         let now = Ts::now();
@@ -341,18 +352,20 @@ impl<M: Medium> Fs<M> {
     /// fallocate: allocate (zeroed) blocks for holes, or punch a hole.
     pub fn fallocate(&self, ino: u64, mode: FallocMode, off: u64, len: u64) -> Result<()> {
         self.check_writable()?;
-        if len == 0 {
-            return Err(Error::invalid("fallocate length 0"));
-        }
-        let end = off.checked_add(len).ok_or(Error::FileTooBig)?;
-        if end > MAX_FILE_SIZE {
-            return Err(Error::FileTooBig);
+        // vfs_fallocate's order: EINVAL (negative offset, length <= 0), EOPNOTSUPP,
+        // the file type, then EFBIG past the largest file.
+        if len == 0 || off > MAX_FILE_SIZE || len > MAX_FILE_SIZE {
+            return Err(Error::invalid("fallocate offset or length out of range"));
         }
         if mode.punch_hole && !mode.keep_size {
             return Err(Error::NotSupported("PUNCH_HOLE requires KEEP_SIZE"));
         }
         let i = self.inode(ino)?;
         self.check_regular(&i)?;
+        let end = off + len;
+        if end > MAX_FILE_SIZE {
+            return Err(Error::FileTooBig);
+        }
         let _r = i.ranges.lock(0, u64::MAX);
         let mut st = i.st.write();
         let now = Ts::now();
@@ -362,7 +375,13 @@ impl<M: Medium> Fs<M> {
                 return Ok(());
             }
             let plen = len.min(size - off);
-            return self.commit_single(&i, &mut st, vec![EntryBuf::punch(off, plen, now)], false, true);
+            return self.commit_single(
+                &i,
+                &mut st,
+                vec![EntryBuf::punch(off, plen, now)],
+                false,
+                true,
+            );
         }
         let Some(f) = st.file() else { return Err(Error::IsDir) };
         let holes: Vec<u64> = (off / BLOCK..end.div_ceil(BLOCK))
@@ -409,7 +428,15 @@ impl<M: Medium> Fs<M> {
 
     // -------------------------------------------------------------- create
 
-    fn new_attr(&self, ftype: FileType, perm: u32, uid: u32, gid: u32, parent: u64, now: Ts) -> AttrRec {
+    fn new_attr(
+        &self,
+        ftype: FileType,
+        perm: u32,
+        uid: u32,
+        gid: u32,
+        parent: u64,
+        now: Ts,
+    ) -> AttrRec {
         AttrRec {
             mode: ftype.mode_bits() | (perm & 0o7777),
             uid,
@@ -434,7 +461,14 @@ impl<M: Medium> Fs<M> {
     }
 
     /// Create a symbolic link.
-    pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8], uid: u32, gid: u32) -> Result<Attr> {
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
         if target.is_empty() {
             return Err(Error::NotFound);
         }
@@ -456,7 +490,6 @@ impl<M: Medium> Fs<M> {
         target: Option<&[u8]>,
     ) -> Result<Attr> {
         self.check_writable()?;
-        check_name(name)?;
         let p = self.inode(parent)?;
         let mut locked = Locked::new(vec![&p]);
         {
@@ -465,7 +498,11 @@ impl<M: Medium> Fs<M> {
             if st.attr.nlink == 0 {
                 return Err(Error::NotFound);
             }
-            if is_dot(name) || d.names.contains_key(name) {
+            if is_dot(name) {
+                return Err(Error::Exists);
+            }
+            check_name(name)?;
+            if d.names.contains_key(name) {
                 return Err(Error::Exists);
             }
         }
@@ -506,7 +543,13 @@ impl<M: Medium> Fs<M> {
             }
         }
         entries.push(EntryBuf::setattr(&attr, false));
-        let mut pentries = vec![EntryBuf::dentry(ino, locked.st(parent).dir().expect("dir").next_cookie, now, ftype.code(), name)];
+        let mut pentries = vec![EntryBuf::dentry(
+            ino,
+            locked.st(parent).dir().expect("dir").next_cookie,
+            now,
+            ftype.code(),
+            name,
+        )];
         if ftype == FileType::Directory {
             let (e, _) = Self::setattr_entry(locked.st(parent), |a| {
                 a.nlink += 1;
@@ -515,8 +558,22 @@ impl<M: Medium> Fs<M> {
             });
             pentries.push(e);
         }
-        let new = NewInode { ino, ftype, state_word: old_state, seed, head_page: head, entries, data: data.clone() };
-        match self.commit_multi(&mut locked, vec![Part { ino: parent, entries: pentries }], Some(new), &[], false) {
+        let new = NewInode {
+            ino,
+            ftype,
+            state_word: old_state,
+            seed,
+            head_page: head,
+            entries,
+            data: data.clone(),
+        };
+        match self.commit_multi(
+            &mut locked,
+            vec![Part { ino: parent, entries: pentries }],
+            Some(new),
+            &[],
+            false,
+        ) {
             Ok(Some(inode)) => {
                 let st = inode.st.read();
                 Ok(self.attr_of(&inode, &st))
@@ -536,22 +593,25 @@ impl<M: Medium> Fs<M> {
     /// Hard link `ino` as `name` in `parent`.
     pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Attr> {
         self.check_writable()?;
-        check_name(name)?;
-        let p = self.inode(parent)?;
         let c = self.inode(ino)?;
+        let p = self.inode(parent)?;
         let mut locked = Locked::new(vec![&p, &c]);
-        if locked.st(ino).ftype == FileType::Directory {
-            return Err(Error::NotPermitted);
-        }
         {
             let st = locked.st(parent);
             let d = st.dir().ok_or(Error::NotDir)?;
             if st.attr.nlink == 0 {
                 return Err(Error::NotFound);
             }
-            if is_dot(name) || d.names.contains_key(name) {
+            if is_dot(name) {
                 return Err(Error::Exists);
             }
+            check_name(name)?;
+            if d.names.contains_key(name) {
+                return Err(Error::Exists);
+            }
+        }
+        if locked.st(ino).ftype == FileType::Directory {
+            return Err(Error::NotPermitted);
         }
         if locked.st(ino).attr.nlink == 0 {
             return Err(Error::NotFound);
@@ -586,6 +646,10 @@ impl<M: Medium> Fs<M> {
 
     fn remove(&self, parent: u64, name: &[u8], dir: bool) -> Result<()> {
         self.check_writable()?;
+        let p = self.inode(parent)?;
+        if p.st.read().ftype != FileType::Directory {
+            return Err(Error::NotDir);
+        }
         if name.len() > NAME_MAX {
             return Err(Error::NameTooLong);
         }
@@ -598,7 +662,6 @@ impl<M: Medium> Fs<M> {
         if is_dot(name) {
             return Err(Error::IsDir);
         }
-        let p = self.inode(parent)?;
         for _ in 0..64 {
             let cino = self.lookup_ino(parent, name)?;
             let c = self.inode(cino)?;
@@ -611,10 +674,8 @@ impl<M: Medium> Fs<M> {
             match (dir, cst.ftype == FileType::Directory) {
                 (true, false) => return Err(Error::NotDir),
                 (false, true) => return Err(Error::IsDir),
-                (true, true) => {
-                    if !cst.dir().expect("dir").names.is_empty() {
-                        return Err(Error::NotEmpty);
-                    }
+                (true, true) if !cst.dir().expect("dir").names.is_empty() => {
+                    return Err(Error::NotEmpty);
                 }
                 _ => {}
             }
@@ -662,20 +723,24 @@ impl<M: Medium> Fs<M> {
         if flags.noreplace && flags.exchange {
             return Err(Error::invalid("RENAME_NOREPLACE with RENAME_EXCHANGE"));
         }
-        if sname.len() > NAME_MAX || dname.len() > NAME_MAX {
-            return Err(Error::NameTooLong);
-        }
-        if is_dot(sname) || is_dot(dname) {
-            return Err(if flags.noreplace { Error::Exists } else { Error::Busy });
-        }
-        check_name(dname)?;
+        // Checks in Linux's order (do_renameat2, then vfs_rename): parents are
+        // directories, "." and "..", the source name, the target name, flags,
+        // ancestry, then types.
         let _g = self.rename_lock.lock();
         let spi = self.inode(sp)?;
         let dpi = self.inode(dp)?;
-        if spi.st.read().ftype != FileType::Directory || dpi.st.read().ftype != FileType::Directory {
+        if spi.st.read().ftype != FileType::Directory || dpi.st.read().ftype != FileType::Directory
+        {
             return Err(Error::NotDir);
         }
+        if is_dot(sname) {
+            return Err(Error::Busy);
+        }
+        if is_dot(dname) {
+            return Err(if flags.noreplace { Error::Exists } else { Error::Busy });
+        }
         let s = self.lookup_ino(sp, sname)?;
+        check_name(dname)?;
         let d = match self.lookup_ino(dp, dname) {
             Ok(d) => Some(d),
             Err(Error::NotFound) => None,
@@ -688,11 +753,44 @@ impl<M: Medium> Fs<M> {
         };
         let s_dir = si.st.read().ftype == FileType::Directory;
         let d_dir = di.as_ref().map(|i| i.st.read().ftype == FileType::Directory);
+        if flags.noreplace && d.is_some() {
+            return Err(Error::Exists);
+        }
         if flags.exchange && d.is_none() {
             return Err(Error::NotFound);
         }
-        if flags.noreplace && d.is_some() {
-            return Err(Error::Exists);
+        // Is directory `a` the directory `b` or one of its ancestors?
+        let is_ancestor = |a: u64, b: u64| -> Result<bool> {
+            let mut cur = b;
+            for _ in 0..=self.geo.ninodes {
+                if cur == a {
+                    return Ok(true);
+                }
+                if cur == self.root() {
+                    return Ok(false);
+                }
+                let c = self.inode(cur)?;
+                let par = c.st.read().attr.parent;
+                if par == 0 || par == cur {
+                    return Ok(false);
+                }
+                cur = par;
+            }
+            Err(Error::corrupt("directory parent chain does not reach the root"))
+        };
+        if sp != dp {
+            if s_dir && is_ancestor(s, dp)? {
+                return Err(Error::invalid("move a directory into its own subtree"));
+            }
+            if let (Some(d), Some(true)) = (d, d_dir) {
+                if is_ancestor(d, sp)? {
+                    return Err(if flags.exchange {
+                        Error::invalid("exchange a directory with its own ancestor")
+                    } else {
+                        Error::NotEmpty
+                    });
+                }
+            }
         }
         if d == Some(s) {
             return Ok(());
@@ -703,31 +801,6 @@ impl<M: Medium> Fs<M> {
                 Some(false) if s_dir => return Err(Error::NotDir),
                 _ => {}
             }
-        }
-        // Moving a directory into its own subtree.
-        let check_loop = |moved: u64, newparent: u64| -> Result<()> {
-            let mut cur = newparent;
-            for _ in 0..=self.geo.ninodes {
-                if cur == moved {
-                    return Err(Error::invalid("move a directory into its own subtree"));
-                }
-                if cur == self.root() {
-                    return Ok(());
-                }
-                let c = self.inode(cur)?;
-                let par = c.st.read().attr.parent;
-                if par == 0 || par == cur {
-                    return Ok(());
-                }
-                cur = par;
-            }
-            Err(Error::corrupt("directory parent chain does not reach the root"))
-        };
-        if s_dir && sp != dp {
-            check_loop(s, dp)?;
-        }
-        if flags.exchange && d_dir == Some(true) && sp != dp {
-            check_loop(d.expect("exchange target"), sp)?;
         }
         let mut all = vec![&spi, &dpi, &si];
         if let Some(di) = &di {
@@ -857,11 +930,18 @@ impl<M: Medium> Fs<M> {
         let st = i.st.read();
         let d = st.dir().ok_or(Error::NotDir)?;
         let parent = if st.attr.parent == 0 { ino } else { st.attr.parent };
-        if after < 1 && !f(DirEntry { name: b".".to_vec(), ino, ftype: FileType::Directory, cookie: 1 }) {
+        if after < 1
+            && !f(DirEntry { name: b".".to_vec(), ino, ftype: FileType::Directory, cookie: 1 })
+        {
             return Ok(());
         }
         if after < 2
-            && !f(DirEntry { name: b"..".to_vec(), ino: parent, ftype: FileType::Directory, cookie: 2 })
+            && !f(DirEntry {
+                name: b"..".to_vec(),
+                ino: parent,
+                ftype: FileType::Directory,
+                cookie: 2,
+            })
         {
             return Ok(());
         }
@@ -910,9 +990,20 @@ impl<M: Medium> Fs<M> {
         if name.len() > 255 {
             return Err(Error::Range);
         }
-        let ok = [&b"user."[..], b"trusted.", b"security."].iter().any(|p| name.starts_with(p) && name.len() > p.len());
-        if !ok {
-            return Err(Error::NotSupported("extended attribute namespace"));
+        let prefixes = [&b"user."[..], b"trusted.", b"security."];
+        match prefixes.iter().find(|p| name.starts_with(p)) {
+            // A bare prefix names no attribute: EINVAL, as Linux.
+            Some(p) if name.len() == p.len() => Err(Error::invalid("empty attribute name")),
+            Some(_) => Ok(()),
+            None => Err(Error::NotSupported("extended attribute namespace")),
+        }
+    }
+
+    /// Linux allows `user.*` attributes only on regular files and directories
+    /// (xattr_permission): EPERM for a change on anything else.
+    fn check_xattr_target(name: &[u8], st: &InodeState) -> Result<()> {
+        if name.starts_with(b"user.") && st.ftype == FileType::Symlink {
+            return Err(Error::NotPermitted);
         }
         Ok(())
     }
@@ -937,6 +1028,7 @@ impl<M: Medium> Fs<M> {
         }
         let i = self.inode(ino)?;
         let mut st = i.st.write();
+        Self::check_xattr_target(name, &st)?;
         let exists = st.xattrs.contains_key(name);
         match how {
             XattrSet::Create if exists => return Err(Error::Exists),
@@ -960,6 +1052,7 @@ impl<M: Medium> Fs<M> {
         Self::check_xattr_name(name)?;
         let i = self.inode(ino)?;
         let mut st = i.st.write();
+        Self::check_xattr_target(name, &st)?;
         if !st.xattrs.contains_key(name) {
             return Err(Error::NoAttr);
         }

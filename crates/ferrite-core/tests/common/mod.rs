@@ -1,0 +1,95 @@
+//! Helpers shared by the integration tests: pool construction, remounts, a seeded
+//! random generator (tests must be reproducible from their seed) and errno extraction.
+//!
+//! Invariant: nothing here hides a failure; every helper panics with the report or
+//! error it saw.
+#![allow(dead_code)]
+
+use ferrite_core::*;
+
+/// A fresh simulated pool of `size` bytes with `shards` shards.
+pub fn fresh_sim(size: u64, shards: u32) -> Fs<SimMedium> {
+    Fs::mkfs(SimMedium::new(size), &MkfsOptions { shards, ..Default::default() })
+        .expect("mkfs on a simulated pool")
+}
+
+/// Assert that fsck finds nothing wrong.
+pub fn assert_fsck_clean<M: Medium>(fs: &Fs<M>, ctx: &str) {
+    let r = fs.fsck().expect("fsck runs");
+    assert!(r.is_clean(), "{ctx}: fsck errors: {:#?}", r.errors);
+}
+
+/// How to get from one mount to the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Remount {
+    /// Clean unmount, mount from the checkpoint.
+    Clean,
+    /// Process crash: everything stored is kept (`current_image`).
+    CrashCurrent,
+    /// Power-loss style crash: only what is durable (`durable_image`).
+    CrashDurable,
+}
+
+/// Remount a simulated pool the given way; the new mount is fsck-clean.
+pub fn remount(fs: Fs<SimMedium>, how: Remount) -> Fs<SimMedium> {
+    let m = match how {
+        Remount::Clean => fs.unmount().expect("clean unmount"),
+        Remount::CrashCurrent => SimMedium::from_image(fs.crash().current_image()),
+        Remount::CrashDurable => SimMedium::from_image(fs.crash().durable_image()),
+    };
+    let fs = Fs::mount(m, &MountOptions::default()).expect("remount");
+    assert_eq!(fs.mount_report().clean, how == Remount::Clean, "mount report after {how:?}");
+    assert_fsck_clean(&fs, &format!("after {how:?} remount"));
+    fs
+}
+
+/// The errno of a result (0 for success).
+pub fn errno<T>(r: &Result<T>) -> i32 {
+    match r {
+        Ok(_) => 0,
+        Err(e) => e.errno(),
+    }
+}
+
+/// SplitMix64: a small, well-distributed, seedable generator.
+#[derive(Clone, Debug)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// Next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// Fill `buf` with random bytes.
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for c in buf.chunks_mut(8) {
+            let v = self.next().to_le_bytes();
+            c.copy_from_slice(&v[..c.len()]);
+        }
+    }
+    /// `n` random bytes.
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let mut v = vec![0u8; n];
+        self.fill(&mut v);
+        v
+    }
+}
+
+/// Deterministic content for file `tag` at byte offset `off` (so readers can check
+/// any range without keeping a copy).
+pub fn pattern(tag: u64, off: u64, len: usize) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| {
+            let x = (off + i).wrapping_mul(0x9e37_79b9).wrapping_add(tag.wrapping_mul(0x85eb_ca6b));
+            (x ^ (x >> 13)) as u8
+        })
+        .collect()
+}
