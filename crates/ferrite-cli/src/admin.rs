@@ -41,13 +41,17 @@ pub struct MkfsArgs {
 
 pub fn mkfs(a: &MkfsArgs) -> i32 {
     if a.pool.exists() && !a.force {
-        let what = match MmapMedium::open(&a.pool, &MapOptions { read_only: true, ..Default::default() })
-            .and_then(|m| ferrite_core::recovery::read_superblock(&m).map(|_| ()))
-        {
-            Ok(()) => "a FerriteFS pool",
-            Err(_) => "a file",
-        };
-        eprintln!("ferrite mkfs: {} already exists and is {what}; use --force to overwrite", a.pool.display());
+        let what =
+            match MmapMedium::open(&a.pool, &MapOptions { read_only: true, ..Default::default() })
+                .and_then(|m| ferrite_core::recovery::read_superblock(&m).map(|_| ()))
+            {
+                Ok(()) => "a FerriteFS pool",
+                Err(_) => "a file",
+            };
+        eprintln!(
+            "ferrite mkfs: {} already exists and is {what}; use --force to overwrite",
+            a.pool.display()
+        );
         return 1;
     }
     let size = a.size / 4096 * 4096;
@@ -151,7 +155,9 @@ pub fn info(a: &InfoArgs) -> i32 {
     let cfg = ferrite_core::pmem::config();
     let durability = match &mode {
         Ok(d) => d.describe().to_string(),
-        Err(Error::PoolInUse { holder, .. }) => format!("(pool in use by {holder}; mode not probed)"),
+        Err(Error::PoolInUse { holder, .. }) => {
+            format!("(pool in use by {holder}; mode not probed)")
+        }
         Err(e) => format!("(not probed: {e})"),
     };
     let info = Info {
@@ -186,16 +192,29 @@ pub fn info(a: &InfoArgs) -> i32 {
         println!("pool:          {}", info.pool);
         println!("uuid:          {}", info.uuid);
         println!("format:        version {}", info.format_version);
-        println!("size:          {} bytes ({} blocks of 4 KiB, {} for data)", info.size_bytes, info.blocks, info.data_blocks);
+        println!(
+            "size:          {} bytes ({} blocks of 4 KiB, {} for data)",
+            info.size_bytes, info.blocks, info.data_blocks
+        );
         println!("used:          {} bytes; {} blocks free", info.used_bytes, info.free_blocks);
         println!("shards:        {}", info.shards);
         println!("inodes:        {} in use of {}", info.inodes_in_use, info.inode_slots);
         println!("log pages:     {}", info.log_pages);
         println!("data pages:    {}", info.data_pages);
-        println!("state:         {}", if clean { "clean (checkpoint valid)" } else { "not cleanly unmounted (next mount recovers)" });
+        println!(
+            "state:         {}",
+            if clean {
+                "clean (checkpoint valid)"
+            } else {
+                "not cleanly unmounted (next mount recovers)"
+            }
+        );
         println!("mapping:       {}", info.mapping);
         println!("durability:    {}", info.durability);
-        println!("flush:         {} (non-temporal copies from {} bytes)", info.flush_instruction, info.nt_threshold);
+        println!(
+            "flush:         {} (non-temporal copies from {} bytes)",
+            info.flush_instruction, info.nt_threshold
+        );
     }
     0
 }

@@ -12,7 +12,11 @@ use std::process::ExitCode;
 pub const DEFAULT_POOL: &str = "/dev/shm/ferrite.pool";
 
 #[derive(Parser)]
-#[command(name = "ferrite", version, about = "FerriteFS: a persistent-memory file system in user space")]
+#[command(
+    name = "ferrite",
+    version,
+    about = "FerriteFS: a persistent-memory file system in user space"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

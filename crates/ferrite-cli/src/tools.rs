@@ -24,7 +24,12 @@ fn close(fs: PoolFs) -> Result<(), String> {
 }
 
 /// Run `f` on a mounted pool and unmount cleanly; map errors to exit code 1.
-fn with_fs(cmd: &str, pool: &PoolArg, read_only: bool, f: impl FnOnce(&PoolFs) -> Result<(), String>) -> i32 {
+fn with_fs(
+    cmd: &str,
+    pool: &PoolArg,
+    read_only: bool,
+    f: impl FnOnce(&PoolFs) -> Result<(), String>,
+) -> i32 {
     let fs = match open(pool, read_only) {
         Ok(fs) => fs,
         Err(e) => {
@@ -96,7 +101,10 @@ pub fn ls(a: &LsArgs) -> i32 {
             if a.long {
                 let at = fs.getattr(e.ino).map_err(err(&name))?;
                 let target = if at.ftype == FileType::Symlink {
-                    format!(" -> {}", String::from_utf8_lossy(&fs.readlink(e.ino).unwrap_or_default()))
+                    format!(
+                        " -> {}",
+                        String::from_utf8_lossy(&fs.readlink(e.ino).unwrap_or_default())
+                    )
                 } else {
                     String::new()
                 };
@@ -127,8 +135,18 @@ pub fn stat(a: &PathArgs) -> i32 {
         let pages = fs.log_pages(ino).unwrap_or(0);
         println!("  File: {}", a.path);
         println!("  Type: {:?}   Inode: {}   Generation: {}", at.ftype, at.ino, at.generation);
-        println!("  Size: {}   Blocks: {}   Links: {}   Log pages: {}", at.size, at.blocks, at.nlink, pages);
-        println!("Access: ({:04o}/{}{})  Uid: {}  Gid: {}", at.perm, type_char(at.ftype), perm_string(at.perm), at.uid, at.gid);
+        println!(
+            "  Size: {}   Blocks: {}   Links: {}   Log pages: {}",
+            at.size, at.blocks, at.nlink, pages
+        );
+        println!(
+            "Access: ({:04o}/{}{})  Uid: {}  Gid: {}",
+            at.perm,
+            type_char(at.ftype),
+            perm_string(at.perm),
+            at.uid,
+            at.gid
+        );
         for (n, t) in [("Access", at.atime), ("Modify", at.mtime), ("Change", at.ctime)] {
             println!("{n}: {}.{:09}", t.sec, t.nsec);
         }
@@ -224,9 +242,11 @@ fn progress(total: u64, what: &str) -> ProgressBar {
     }
     let pb = ProgressBar::new(total);
     pb.set_style(
-        ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})")
-            .expect("valid template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{spinner} {msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     pb.set_message(what.to_string());
     pb
@@ -327,7 +347,8 @@ fn export_tree(fs: &PoolFs, dir: u64, host: &Path, pb: &ProgressBar) -> Result<u
             FileType::Directory => {
                 std::fs::create_dir(&hp).map_err(herr)?;
                 n += export_tree(fs, e.ino, &hp, pb)?;
-                std::fs::set_permissions(&hp, std::fs::Permissions::from_mode(at.perm)).map_err(herr)?;
+                std::fs::set_permissions(&hp, std::fs::Permissions::from_mode(at.perm))
+                    .map_err(herr)?;
             }
             FileType::Symlink => {
                 let t = fs.readlink(e.ino).map_err(|e| e.to_string())?;
@@ -347,7 +368,8 @@ fn export_tree(fs: &PoolFs, dir: u64, host: &Path, pb: &ProgressBar) -> Result<u
                     pb.inc(k as u64);
                 }
                 drop(f);
-                std::fs::set_permissions(&hp, std::fs::Permissions::from_mode(at.perm)).map_err(herr)?;
+                std::fs::set_permissions(&hp, std::fs::Permissions::from_mode(at.perm))
+                    .map_err(herr)?;
             }
         }
         if at.ftype != FileType::Symlink {

@@ -149,8 +149,7 @@ impl MmapMedium {
             Ok(true) => Ok(unmapped),
             Ok(false) => Err(Error::PoolInUse {
                 path: path.to_path_buf(),
-                holder: holder_of(unmapped.file())
-                    .unwrap_or_else(|| "another process".into()),
+                holder: holder_of(unmapped.file()).unwrap_or_else(|| "another process".into()),
             }),
             Err(e) => Err(Error::io(path, e)),
         }
@@ -219,11 +218,8 @@ impl Unmapped {
             return Err(Error::Corrupt(format!("pool file has unusable length {len}")));
         }
         let fd = self.file().as_raw_fd();
-        let prot = if opts.read_only {
-            libc::PROT_READ
-        } else {
-            libc::PROT_READ | libc::PROT_WRITE
-        };
+        let prot =
+            if opts.read_only { libc::PROT_READ } else { libc::PROT_READ | libc::PROT_WRITE };
         let mut durability = Durability::Dax;
         // SAFETY: mapping a file we hold open; length checked above. A failure
         // returns MAP_FAILED, which is checked.
@@ -261,7 +257,7 @@ impl Unmapped {
                 return Err(Error::io(&self.path, std::io::Error::last_os_error()));
             }
         }
-        let key = std::mem::replace(&mut self.key, (0, 0));
+        let key = std::mem::take(&mut self.key);
         let file = self.file.take().expect("file present until mapped");
         Ok(MmapMedium {
             ptr: p as *mut u8,

@@ -397,7 +397,10 @@ impl<M: Medium> Fs<M> {
     }
 
     /// Replay an inode's log from media. `Ok(None)` if the slot is free.
-    pub(crate) fn load_state(&self, ino: u64) -> Result<Option<(InodeSlot, InodeState, log::Walk)>> {
+    pub(crate) fn load_state(
+        &self,
+        ino: u64,
+    ) -> Result<Option<(InodeSlot, InodeState, log::Walk)>> {
         if ino == 0 || ino > self.geo.ninodes {
             return Ok(None);
         }
@@ -405,10 +408,12 @@ impl<M: Medium> Fs<M> {
         if !slot.in_use() {
             return Ok(None);
         }
-        let ftype = FileType::from_code(slot.ftype)
-            .ok_or_else(|| Error::corrupt(format!("inode {ino} has unknown type {}", slot.ftype)))?;
+        let ftype = FileType::from_code(slot.ftype).ok_or_else(|| {
+            Error::corrupt(format!("inode {ino} has unknown type {}", slot.ftype))
+        })?;
         let seed = log::seed(&self.sb.uuid, ino, slot.state);
-        let walk = log::walk(&self.m, &self.geo, seed, logptr::addr(slot.head), logptr::addr(slot.tail))?;
+        let walk =
+            log::walk(&self.m, &self.geo, seed, logptr::addr(slot.head), logptr::addr(slot.tail))?;
         let mut st = InodeState::new(ftype);
         let mut freed = Vec::new();
         for (loc, e) in &walk.entries {
@@ -592,7 +597,8 @@ impl<M: Medium> Fs<M> {
         let res = (|| -> Result<()> {
             for p in parts.iter_mut() {
                 let inode = locked.inode(p.ino);
-                let a = self.append_entries(inode.seed, locked.st(p.ino), &mut p.entries, reserve)?;
+                let a =
+                    self.append_entries(inode.seed, locked.st(p.ino), &mut p.entries, reserve)?;
                 cleanup_pages.extend_from_slice(&a.new_pages);
                 appended.push(a);
             }
@@ -608,7 +614,16 @@ impl<M: Medium> Fs<M> {
             let shard = self.shard();
             let mut taken = Vec::new();
             let mut alloc = || self.alloc_log_page(shard, reserve);
-            let r = log::write_fresh(&self.m, 0, 1, n.head_page, n.seed, &mut n.entries, &mut alloc, &mut taken);
+            let r = log::write_fresh(
+                &self.m,
+                0,
+                1,
+                n.head_page,
+                n.seed,
+                &mut n.entries,
+                &mut alloc,
+                &mut taken,
+            );
             let a = match r {
                 Ok(a) => a,
                 Err(e) => {
@@ -722,7 +737,10 @@ impl<M: Medium> Fs<M> {
     }
 
     /// Build a SETATTR entry for `st` with changes from `f`.
-    pub(crate) fn setattr_entry(st: &InodeState, f: impl FnOnce(&mut AttrRec)) -> (EntryBuf, AttrRec) {
+    pub(crate) fn setattr_entry(
+        st: &InodeState,
+        f: impl FnOnce(&mut AttrRec),
+    ) -> (EntryBuf, AttrRec) {
         let mut a = st.attr;
         f(&mut a);
         let shrink = a.size < st.attr.size && st.ftype != FileType::Directory;

@@ -51,7 +51,9 @@ impl<M: Medium> Fs<M> {
             self.m.read(copy * BLOCK, &mut b);
             match Superblock::decode(&b) {
                 Ok(sb) if sb == self.sb => {}
-                Ok(_) => r.errors.push(format!("superblock copy {copy} differs from the one in use")),
+                Ok(_) => {
+                    r.errors.push(format!("superblock copy {copy} differs from the one in use"))
+                }
                 Err(e) => r.errors.push(format!("superblock copy {copy}: {e}")),
             }
         }
@@ -91,7 +93,9 @@ impl<M: Medium> Fs<M> {
             r.log_pages += st.log.pages.len() as u64;
             let mut claim = |b: u64, what: &str, r: &mut FsckReport| {
                 if let Some(o) = owner.insert(b, ino) {
-                    r.errors.push(format!("block {b} ({what} of inode {ino}) is also owned by inode {o}"));
+                    r.errors.push(format!(
+                        "block {b} ({what} of inode {ino}) is also owned by inode {o}"
+                    ));
                 }
             };
             for &p in &st.log.pages {
@@ -117,7 +121,8 @@ impl<M: Medium> Fs<M> {
                 }
             }
             if (st.attr.mode & libc::S_IFMT) != st.ftype.mode_bits() {
-                r.errors.push(format!("inode {ino}: mode {:o} disagrees with its type", st.attr.mode));
+                r.errors
+                    .push(format!("inode {ino}: mode {:o} disagrees with its type", st.attr.mode));
             }
             // A cached inode's DRAM state must equal what its log replays to.
             if let Ok(cached) = self.cached(ino) {
@@ -128,7 +133,8 @@ impl<M: Medium> Fs<M> {
                 if c.refs.iter().filter(|(_, &v)| v > 0).count()
                     != st.refs.iter().filter(|(_, &v)| v > 0).count()
                 {
-                    r.errors.push(format!("inode {ino}: DRAM live-entry counts differ from the log"));
+                    r.errors
+                        .push(format!("inode {ino}: DRAM live-entry counts differ from the log"));
                 }
                 if c.log.pages != st.log.pages {
                     r.errors.push(format!("inode {ino}: DRAM log page list differs from the log"));
@@ -142,7 +148,9 @@ impl<M: Medium> Fs<M> {
         for b in geo.data_start..geo.nblocks {
             match (used.get(b), owner.contains_key(&b)) {
                 (false, true) => r.errors.push(format!("block {b} is owned but on a free list")),
-                (true, false) => r.errors.push(format!("block {b} is marked used but nobody owns it")),
+                (true, false) => {
+                    r.errors.push(format!("block {b} is marked used but nobody owns it"))
+                }
                 _ => {}
             }
         }
@@ -161,7 +169,8 @@ impl<M: Medium> Fs<M> {
             for (name, e) in &dir.names {
                 let nm = String::from_utf8_lossy(name);
                 let Some(t) = types.get(&e.ino) else {
-                    r.errors.push(format!("entry '{nm}' in directory {d} names free inode {}", e.ino));
+                    r.errors
+                        .push(format!("entry '{nm}' in directory {d} names free inode {}", e.ino));
                     continue;
                 };
                 if t.code() != e.ftype {
@@ -171,7 +180,8 @@ impl<M: Medium> Fs<M> {
                 if *t == FileType::Directory {
                     *subdirs.entry(d).or_default() += 1;
                     if let Some(p) = seen_dir_parent.insert(e.ino, d) {
-                        r.errors.push(format!("directory {} has two names (in {p} and {d})", e.ino));
+                        r.errors
+                            .push(format!("directory {} has two names (in {p} and {d})", e.ino));
                     }
                     if states[&e.ino].attr.parent != d {
                         r.errors.push(format!(
@@ -201,16 +211,16 @@ impl<M: Medium> Fs<M> {
                 continue;
             }
             if st.attr.nlink != want {
-                r.errors.push(format!("inode {ino}: link count {} but {want} links found", st.attr.nlink));
+                r.errors.push(format!(
+                    "inode {ino}: link count {} but {want} links found",
+                    st.attr.nlink
+                ));
             }
         }
         Ok(r)
     }
 
     fn cached(&self, ino: u64) -> Result<std::sync::Arc<crate::fs::Inode>> {
-        self.cached_inodes()
-            .into_iter()
-            .find(|i| i.ino == ino)
-            .ok_or(crate::error::Error::NotFound)
+        self.cached_inodes().into_iter().find(|i| i.ino == ino).ok_or(crate::error::Error::NotFound)
     }
 }

@@ -24,7 +24,7 @@ use std::sync::atomic::Ordering;
 impl<M: Medium> Fs<M> {
     /// GC work after a committed operation on `inode`.
     pub(crate) fn after_commit(&self, inode: &Inode, st: &mut InodeState, grew: bool) {
-        if !st.dead_pages().is_empty() {
+        if !st.dead.is_empty() {
             self.fast_gc(inode, st);
         }
         if grew && st.log.pages.len() >= st.gc_check_at {
@@ -40,6 +40,9 @@ impl<M: Medium> Fs<M> {
     /// Unlink and free the dead pages of `st`'s log.
     pub(crate) fn fast_gc(&self, inode: &Inode, st: &mut InodeState) {
         let dead = st.dead_pages();
+        // Keep only candidates that may still die later: the current tail page.
+        let tail_page = logptr::addr(st.log.tail) & !(BLOCK - 1);
+        st.dead.retain(|&p| p == tail_page && st.refs.get(&p).copied().unwrap_or(0) == 0);
         if dead.is_empty() {
             return;
         }
@@ -110,9 +113,10 @@ impl<M: Medium> Fs<M> {
         *st = fresh;
         self.free_pages(&old_pages);
         self.gc_stats.thorough_runs.fetch_add(1, Ordering::Relaxed);
-        self.gc_stats
-            .thorough_pages
-            .fetch_add(old_pages.len().saturating_sub(st.log.pages.len()) as u64, Ordering::Relaxed);
+        self.gc_stats.thorough_pages.fetch_add(
+            old_pages.len().saturating_sub(st.log.pages.len()) as u64,
+            Ordering::Relaxed,
+        );
         Ok(())
     }
 
@@ -140,7 +144,9 @@ fn snapshot_entries_sizes<M: Medium>(_m: &M, st: &InodeState) -> usize {
             for ops in f.ops.values() {
                 for op in ops {
                     n += match op {
-                        PageOp::Overlay { len, .. } => (log::INLINE_HDR + *len as usize).div_ceil(8) * 8,
+                        PageOp::Overlay { len, .. } => {
+                            (log::INLINE_HDR + *len as usize).div_ceil(8) * 8
+                        }
                         PageOp::Zero { .. } => log::PUNCH_LEN,
                     };
                 }
@@ -175,7 +181,12 @@ pub(crate) fn snapshot_entries<M: Medium>(m: &M, st: &InodeState) -> Vec<EntryBu
                         PageOp::Overlay { loc, data_off, off, len } => {
                             let mut d = vec![0u8; len as usize];
                             log::read_payload(m, loc, data_off, &mut d);
-                            out.push(EntryBuf::inline(pg * BLOCK + off as u64, a.size, a.mtime, &d));
+                            out.push(EntryBuf::inline(
+                                pg * BLOCK + off as u64,
+                                a.size,
+                                a.mtime,
+                                &d,
+                            ));
                         }
                         PageOp::Zero { off, len } => {
                             out.push(EntryBuf::punch(pg * BLOCK + off as u64, len as u64, a.mtime));

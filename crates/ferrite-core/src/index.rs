@@ -133,9 +133,15 @@ impl FileIndex {
             if end > a {
                 self.ext.insert(s, Ext { len: (a - s) as u32, ..e });
                 let cut_end = end.min(b);
-                out.push((a, Ext { len: (cut_end - a) as u32, block: e.block + (a - s), loc: e.loc }));
+                out.push((
+                    a,
+                    Ext { len: (cut_end - a) as u32, block: e.block + (a - s), loc: e.loc },
+                ));
                 if end > b {
-                    self.ext.insert(b, Ext { len: (end - b) as u32, block: e.block + (b - s), loc: e.loc });
+                    self.ext.insert(
+                        b,
+                        Ext { len: (end - b) as u32, block: e.block + (b - s), loc: e.loc },
+                    );
                 }
             }
         }
@@ -144,7 +150,8 @@ impl FileIndex {
             let e = self.ext.remove(&s).expect("key just listed");
             let end = s + e.len as u64;
             if end > b {
-                self.ext.insert(b, Ext { len: (end - b) as u32, block: e.block + (b - s), loc: e.loc });
+                self.ext
+                    .insert(b, Ext { len: (end - b) as u32, block: e.block + (b - s), loc: e.loc });
                 out.push((s, Ext { len: (b - s) as u32, ..e }));
             } else {
                 out.push((s, e));
@@ -228,6 +235,8 @@ pub struct InodeState {
     pub log: LogState,
     /// Log page count at which thorough GC is next considered.
     pub gc_check_at: usize,
+    /// Log pages whose count dropped to zero since fast GC last ran (candidates).
+    pub dead: Vec<u64>,
 }
 
 /// Data blocks released by applying entries: (first block, count).
@@ -253,6 +262,7 @@ impl InodeState {
             refs: HashMap::new(),
             log: LogState::default(),
             gc_check_at: 4,
+            dead: Vec::new(),
         }
     }
 
@@ -264,6 +274,9 @@ impl InodeState {
         let c = self.refs.get_mut(&page_of(loc)).expect("reference into an unknown log page");
         assert!(*c as u64 >= n, "log page reference count underflow");
         *c -= n as u32;
+        if *c == 0 {
+            self.dead.push(page_of(loc));
+        }
     }
 
     /// File index (files and symlinks).
@@ -317,7 +330,9 @@ impl InodeState {
             };
             self.drop_pieces(pieces, freed);
             let pages: Vec<u64> = match &self.body {
-                Body::File(f) => f.ops.keys().copied().filter(|p| (first_full..last_full).contains(p)).collect(),
+                Body::File(f) => {
+                    f.ops.keys().copied().filter(|p| (first_full..last_full).contains(p)).collect()
+                }
                 Body::Dir(_) => vec![],
             };
             for p in pages {
@@ -327,7 +342,10 @@ impl InodeState {
         let mut partial = |pg: u64, a: u64, b: u64| {
             if let Body::File(f) = &mut self.body {
                 if f.lookup(pg).is_some() || f.ops.contains_key(&pg) {
-                    f.ops.entry(pg).or_default().push(PageOp::Zero { off: a as u16, len: (b - a) as u16 });
+                    f.ops
+                        .entry(pg)
+                        .or_default()
+                        .push(PageOp::Zero { off: a as u16, len: (b - a) as u16 });
                 }
             }
         };
@@ -462,7 +480,14 @@ impl InodeState {
     }
 
     /// Read file page `pg` bytes `[a, b)` into `dst` (length `b - a`).
-    pub fn read_page<M: Medium + ?Sized>(&self, m: &M, pg: u64, a: usize, b: usize, dst: &mut [u8]) {
+    pub fn read_page<M: Medium + ?Sized>(
+        &self,
+        m: &M,
+        pg: u64,
+        a: usize,
+        b: usize,
+        dst: &mut [u8],
+    ) {
         debug_assert!(a <= b && b <= BLOCK as usize && dst.len() == b - a);
         let Body::File(f) = &self.body else {
             dst.fill(0);
@@ -518,15 +543,24 @@ impl InodeState {
         }
     }
 
-    /// Log pages whose entries are all dead (excluding the tail page).
+    /// Log pages whose entries are all dead (excluding the tail page), in chain order.
+    /// Cost: proportional to the pages that died since the last fast GC, plus a scan of
+    /// the chain only when there are some.
     pub fn dead_pages(&self) -> Vec<u64> {
+        if self.dead.is_empty() {
+            return Vec::new();
+        }
         let tail_page = page_of(crate::layout::logptr::addr(self.log.tail));
-        self.log
-            .pages
+        let cand: std::collections::HashSet<u64> = self
+            .dead
             .iter()
             .copied()
             .filter(|&p| p != tail_page && self.refs.get(&p).copied().unwrap_or(0) == 0)
-            .collect()
+            .collect();
+        if cand.is_empty() {
+            return Vec::new();
+        }
+        self.log.pages.iter().copied().filter(|p| cand.contains(p)).collect()
     }
 
     /// st_size as reported: directories report tmpfs's 20 bytes per entry.
@@ -571,9 +605,17 @@ mod tests {
         let mut s = InodeState::new(FileType::Regular);
         let p1 = 100 * BLOCK;
         let mut freed = vec![];
-        s.apply(p1, &Entry::Write { pgoff: 0, block: 7, npages: 2, size: 8192, mtime: Ts::default() }, &mut freed);
+        s.apply(
+            p1,
+            &Entry::Write { pgoff: 0, block: 7, npages: 2, size: 8192, mtime: Ts::default() },
+            &mut freed,
+        );
         assert_eq!(s.refs[&p1], 2);
-        s.apply(p1 + 64, &Entry::Write { pgoff: 1, block: 9, npages: 1, size: 8192, mtime: Ts::default() }, &mut freed);
+        s.apply(
+            p1 + 64,
+            &Entry::Write { pgoff: 1, block: 9, npages: 1, size: 8192, mtime: Ts::default() },
+            &mut freed,
+        );
         assert_eq!(freed, vec![(8, 1)]);
         assert_eq!(s.refs[&p1], 2);
         let a = AttrRec { size: 100, ..Default::default() };

@@ -125,9 +125,8 @@ pub fn read<M: Medium + ?Sized>(
     let mut body = vec![0u8; (count * REC_LEN) as usize];
     m.read(base + HDR_LEN, &mut body);
     let mut rr = Reader::new(&body);
-    let recs: Vec<Record> = (0..count)
-        .map(|_| Record { addr: rr.u64(), old: rr.u64(), new: rr.u64() })
-        .collect();
+    let recs: Vec<Record> =
+        (0..count).map(|_| Record { addr: rr.u64(), old: rr.u64(), new: rr.u64() }).collect();
     if csum(txid, &recs) != sum {
         return (txid, active, None);
     }

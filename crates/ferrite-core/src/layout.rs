@@ -299,7 +299,8 @@ impl Geometry {
         let itable_blocks = (ninodes * INODE_SLOT).div_ceil(BLOCK);
         let ckpt_start = itable_start + itable_blocks;
         // header block + block bitmap + inode bitmap
-        let ckpt_blocks = 1 + nblocks.div_ceil(8).div_ceil(BLOCK) + ninodes.div_ceil(8).div_ceil(BLOCK);
+        let ckpt_blocks =
+            1 + nblocks.div_ceil(8).div_ceil(BLOCK) + ninodes.div_ceil(8).div_ceil(BLOCK);
         let data_start = ckpt_start + ckpt_blocks;
         if data_start + 16 > nblocks {
             return Err(Error::invalid(format!(
@@ -560,7 +561,13 @@ mod tests {
 
     #[test]
     fn slot_roundtrip() {
-        let s = InodeSlot { state: 3, head: 4096 * 9, tail: 4096 * 9 + 88, ftype: 1, ..Default::default() };
+        let s = InodeSlot {
+            state: 3,
+            head: 4096 * 9,
+            tail: 4096 * 9 + 88,
+            ftype: 1,
+            ..Default::default()
+        };
         assert_eq!(InodeSlot::decode(&s.encode()), s);
     }
 }

@@ -62,9 +62,8 @@ pub struct Ts {
 impl Ts {
     /// The current time.
     pub fn now() -> Ts {
-        let d = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
+        let d =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         Ts { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
     }
 }
@@ -397,9 +396,7 @@ fn decode_body(t: u8, b: &[u8]) -> Result<Entry> {
             let size = r.u64();
             let mtime = ts(&mut r);
             let dlen = r.u32();
-            if INLINE_HDR + dlen as usize > len
-                || dlen == 0
-                || (off % BLOCK) + dlen as u64 > BLOCK
+            if INLINE_HDR + dlen as usize > len || dlen == 0 || (off % BLOCK) + dlen as u64 > BLOCK
             {
                 return Err(bad());
             }
@@ -680,6 +677,7 @@ pub fn append<M: Medium + ?Sized>(
 
 /// Start a fresh log in `page` holding `entries` (for a new inode or thorough GC).
 /// Returns the pages used (first = head) and the appended result.
+#[allow(clippy::too_many_arguments)]
 pub fn write_fresh<M: Medium + ?Sized>(
     m: &M,
     epoch: u16,

@@ -15,7 +15,13 @@ impl<M: Medium> Fs<M> {
         self.resolve_from(self.root(), path, follow, &mut budget)
     }
 
-    fn resolve_from(&self, start: u64, path: &[u8], follow: bool, budget: &mut usize) -> Result<u64> {
+    fn resolve_from(
+        &self,
+        start: u64,
+        path: &[u8],
+        follow: bool,
+        budget: &mut usize,
+    ) -> Result<u64> {
         let mut cur = if path.first() == Some(&b'/') { self.root() } else { start };
         let comps: Vec<&[u8]> = path.split(|&c| c == b'/').filter(|c| !c.is_empty()).collect();
         for (k, c) in comps.iter().enumerate() {

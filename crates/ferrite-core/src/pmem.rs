@@ -38,9 +38,7 @@ impl Durability {
     /// One-line human description.
     pub fn describe(self) -> &'static str {
         match self {
-            Durability::Dax => {
-                "DAX (MAP_SYNC): every completed operation survives power loss"
-            }
+            Durability::Dax => "DAX (MAP_SYNC): every completed operation survives power loss",
             Durability::MsyncEachCommit => {
                 "shared mapping, msync at every commit: every completed operation \
                  survives power loss (slow)"
@@ -326,6 +324,24 @@ pub unsafe fn zero_nt_raw(dst: *mut u8, len: usize, how: FlushInstr) {
     }
 }
 
+/// Copy `src` to the pool so that it is persistent after the next fence: a
+/// non-temporal copy at or above the crossover, cached stores and a flush below it.
+pub fn persist_copy<M: Medium + ?Sized>(m: &M, off: u64, src: &[u8]) {
+    let cfg = config();
+    if cfg.nt_stores && src.len() >= cfg.nt_threshold {
+        m.write_nt(off, src);
+    } else {
+        m.write(off, src);
+        m.flush(off, src.len() as u64);
+    }
+}
+
+/// Store an 8-byte word atomically and flush it (persistent after the next fence).
+pub fn persist_u64<M: Medium + ?Sized>(m: &M, off: u64, val: u64) {
+    m.store_u64(off, val);
+    m.flush(off, 8);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,22 +370,4 @@ mod tests {
             }
         }
     }
-}
-
-/// Copy `src` to the pool so that it is persistent after the next fence: a
-/// non-temporal copy at or above the crossover, cached stores and a flush below it.
-pub fn persist_copy<M: Medium + ?Sized>(m: &M, off: u64, src: &[u8]) {
-    let cfg = config();
-    if cfg.nt_stores && src.len() >= cfg.nt_threshold {
-        m.write_nt(off, src);
-    } else {
-        m.write(off, src);
-        m.flush(off, src.len() as u64);
-    }
-}
-
-/// Store an 8-byte word atomically and flush it (persistent after the next fence).
-pub fn persist_u64<M: Medium + ?Sized>(m: &M, off: u64, val: u64) {
-    m.store_u64(off, val);
-    m.flush(off, 8);
 }

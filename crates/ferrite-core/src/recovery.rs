@@ -159,7 +159,8 @@ impl<M: Medium> Fs<M> {
         let state = m.load_u64(MOUNT_STATE_OFF);
         let generation = state >> 2;
         let mut report = MountReport { superblock_copy: copy, ..Default::default() };
-        let ckpt = if state & STATE_CLEAN != 0 { load_checkpoint(&m, &geo, generation) } else { None };
+        let ckpt =
+            if state & STATE_CLEAN != 0 { load_checkpoint(&m, &geo, generation) } else { None };
         let (used_blocks, used_inodes) = match ckpt {
             Some(c) => {
                 report.clean = true;
@@ -174,9 +175,7 @@ impl<M: Medium> Fs<M> {
                 }
             }
         };
-        let txids = (0..geo.nshards)
-            .map(|s| Mutex::new(journal::read(&m, &geo, s).0))
-            .collect();
+        let txids = (0..geo.nshards).map(|s| Mutex::new(journal::read(&m, &geo, s).0)).collect();
         if !opts.read_only {
             persist_u64(&m, MOUNT_STATE_OFF, (generation + 1) << 2);
             m.fence();
@@ -246,7 +245,13 @@ fn bitmaps_bytes(geo: &Geometry) -> (u64, u64, u64) {
     (base, ioff, geo.ninodes.div_ceil(8))
 }
 
-fn write_checkpoint<M: Medium + ?Sized>(m: &M, geo: &Geometry, gen: u64, blocks: &Bitmap, inodes: &Bitmap) {
+fn write_checkpoint<M: Medium + ?Sized>(
+    m: &M,
+    geo: &Geometry,
+    gen: u64,
+    blocks: &Bitmap,
+    inodes: &Bitmap,
+) {
     let (boff, ioff, _) = bitmaps_bytes(geo);
     let bb = blocks.to_bytes();
     let ib = inodes.to_bytes();
@@ -268,7 +273,11 @@ fn write_checkpoint<M: Medium + ?Sized>(m: &M, geo: &Geometry, gen: u64, blocks:
     m.fence();
 }
 
-fn load_checkpoint<M: Medium + ?Sized>(m: &M, geo: &Geometry, gen: u64) -> Option<(Bitmap, Bitmap)> {
+fn load_checkpoint<M: Medium + ?Sized>(
+    m: &M,
+    geo: &Geometry,
+    gen: u64,
+) -> Option<(Bitmap, Bitmap)> {
     let mut hb = [0u8; 56];
     m.read(geo.ckpt_start * BLOCK, &mut hb);
     let h = CkptHeader::decode(&hb)?;
@@ -411,24 +420,29 @@ fn scan_one<M: Medium>(
     if w.torn && repair {
         persist_u64(m, so + SLOT_TAIL, logptr::make(logptr::epoch(slot.tail), w.end));
     }
-    if st.attr.nlink == 0 && ino != ROOT_INO {
-        if repair {
-            persist_u64(m, so + SLOT_STATE, slot.state + 1);
-            return Ok(Scan::Orphan);
-        }
+    if st.attr.nlink == 0 && ino != ROOT_INO && repair {
+        persist_u64(m, so + SLOT_STATE, slot.state + 1);
+        return Ok(Scan::Orphan);
     }
     for &p in &w.pages {
         if !blocks.claim(p / BLOCK) {
-            return Err(Error::corrupt(format!("inode {ino}: log page {} is owned twice", p / BLOCK)));
+            return Err(Error::corrupt(format!(
+                "inode {ino}: log page {} is owned twice",
+                p / BLOCK
+            )));
         }
     }
     for (start, n) in st.data_runs() {
         for blk in start..start + n {
             if !geo.is_data_block(blk) {
-                return Err(Error::corrupt(format!("inode {ino}: data block {blk} outside the pool")));
+                return Err(Error::corrupt(format!(
+                    "inode {ino}: data block {blk} outside the pool"
+                )));
             }
             if !blocks.claim(blk) {
-                return Err(Error::corrupt(format!("inode {ino}: data block {blk} is owned twice")));
+                return Err(Error::corrupt(format!(
+                    "inode {ino}: data block {blk} is owned twice"
+                )));
             }
         }
     }
