@@ -35,5 +35,6 @@ pub use fsck::FsckReport;
 pub use index::FileType;
 pub use log::Ts;
 pub use ops::{INLINE_MAX, MAX_PAGE_OPS, SYMLINK_MAX, XATTR_VALUE_MAX};
+pub use path::OpenFlags;
 pub use pmem::{Durability, Medium};
 pub use sim::SimMedium;

@@ -113,3 +113,66 @@ impl<M: Medium> Fs<M> {
         Ok(ino)
     }
 }
+
+/// open(2) flags understood by [`Fs::open_path`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenFlags {
+    /// O_CREAT
+    pub create: bool,
+    /// O_EXCL (with create)
+    pub excl: bool,
+    /// O_TRUNC
+    pub truncate: bool,
+    /// O_DIRECTORY
+    pub directory: bool,
+    /// O_NOFOLLOW
+    pub nofollow: bool,
+    /// The caller will write (O_WRONLY / O_RDWR).
+    pub write: bool,
+}
+
+impl<M: Medium> Fs<M> {
+    /// open(2) on a path: resolve (creating with `perm` under O_CREAT), apply
+    /// O_EXCL / O_TRUNC / O_DIRECTORY / O_NOFOLLOW, and take an open handle
+    /// (release it with [`Fs::release`]). Returns the file's attributes.
+    pub fn open_path(&self, path: &[u8], flags: OpenFlags, perm: u32) -> Result<Attr> {
+        let found = if flags.create {
+            let (p, name) = self.resolve_parent(path)?;
+            match self.lookup_ino(p, name) {
+                Ok(ino) => {
+                    if flags.excl {
+                        return Err(Error::Exists);
+                    }
+                    let a = self.getattr(ino)?;
+                    if a.ftype == FileType::Symlink && !flags.nofollow {
+                        // O_CREAT follows a final symlink to an existing target.
+                        self.resolve(path, true)?
+                    } else {
+                        ino
+                    }
+                }
+                Err(Error::NotFound) => {
+                    if path.last() == Some(&b'/') {
+                        return Err(Error::IsDir);
+                    }
+                    self.create(p, name, perm, 0, 0)?.ino
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            self.resolve(path, !flags.nofollow)?
+        };
+        let a = self.getattr(found)?;
+        match a.ftype {
+            FileType::Symlink if flags.nofollow => return Err(Error::Loop),
+            FileType::Directory if flags.write || flags.truncate => return Err(Error::IsDir),
+            FileType::Directory => {}
+            _ if flags.directory => return Err(Error::NotDir),
+            _ => {}
+        }
+        if flags.truncate && flags.write && a.ftype == FileType::Regular && a.size > 0 {
+            self.setattr(found, &crate::fs::SetAttr { size: Some(0), ..Default::default() })?;
+        }
+        self.open(found)
+    }
+}
