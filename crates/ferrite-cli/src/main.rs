@@ -54,6 +54,10 @@ enum Cmd {
     Import(tools::ImportArgs),
     /// Copy a pool directory tree out to the host.
     Export(tools::ExportArgs),
+    /// Mount a pool with FUSE (creating it with --create SIZE); see docs/FUSE.md.
+    Mount(ferrite_fuse::MountArgs),
+    /// Unmount a FUSE mount and wait until its daemon has released the pool.
+    Umount(ferrite_fuse::UmountArgs),
 }
 
 fn main() -> ExitCode {
@@ -70,6 +74,8 @@ fn main() -> ExitCode {
         Cmd::Rm(a) => tools::rm(&a),
         Cmd::Import(a) => tools::import(&a),
         Cmd::Export(a) => tools::export(&a),
+        Cmd::Mount(a) => ferrite_fuse::run_mount(&a),
+        Cmd::Umount(a) => ferrite_fuse::run_umount(&a),
     };
     ExitCode::from(code as u8)
 }
@@ -77,5 +83,9 @@ fn main() -> ExitCode {
 /// mount(8) runs `ferrite SOURCE MOUNTPOINT -o OPTS` (through mount.fuse3 for type
 /// `fuse.ferrite`); turn that into `ferrite mount SOURCE MOUNTPOINT -o OPTS`.
 fn rewrite_mount_helper_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    args
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    ferrite_fuse::rewrite_mount_helper_args(args, |s| {
+        cmd.get_subcommands().any(|c| c.get_name() == s || c.get_all_aliases().any(|a| a == s))
+    })
 }

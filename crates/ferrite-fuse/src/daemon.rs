@@ -1,0 +1,399 @@
+//! `ferrite mount` and `ferrite umount`: open the pool, mount, serve, unmount cleanly.
+//!
+//! Invariants:
+//! - Without `-f`, the command re-executes itself as a detached daemon (new session,
+//!   cwd `/`) and returns only when the mount is live (exit 0) or has failed (exit 1
+//!   with the daemon's error), so mount(8), fstab and scripts can use the mount point at
+//!   once. The daemon reports readiness on its stdout pipe and never writes there again.
+//! - SIGINT, SIGTERM and SIGHUP are blocked in every serving thread and taken by one
+//!   signal thread, which asks the kernel to unmount (lazily if busy). The session then
+//!   ends like after `fusermount3 -u` or `ferrite umount`, and the daemon writes the
+//!   allocator checkpoint (`Fs::unmount`) so the next mount is fast. A second signal
+//!   aborts the FUSE connection (or exits without a checkpoint if fusectl is absent);
+//!   the pool is then recovered from its logs by the next mount, as after SIGKILL.
+//! - A daemon whose handlers panicked does not write a checkpoint (see `fs`).
+
+use crate::fs::{FerriteFuse, FuseConfig, Health};
+use crate::options::{self, Options};
+use crate::umount;
+use crate::{MountArgs, UmountArgs, DEFAULT_POOL};
+use ferrite_core::{Fs, MapOptions, Medium, MkfsOptions, MmapMedium, MountOptions};
+use fuser::{Config, MountOption, Session, SessionACL};
+use nix::sys::signal::{SigSet, Signal};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Set in the environment of the re-executed daemon.
+const DAEMON_ENV: &str = "FERRITE_MOUNT_DAEMON";
+/// How long the starting command waits for the daemon to be ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Everything a mount needs, resolved.
+#[derive(Debug)]
+struct Plan {
+    pool: PathBuf,
+    mountpoint: PathBuf,
+    opts: Options,
+    create: Option<u64>,
+    threads: usize,
+}
+
+fn plan(a: &MountArgs) -> Result<Plan, String> {
+    let (pool, mp) = match a.paths.as_slice() {
+        [mp] => {
+            let pool = std::env::var_os("FERRITE_POOL")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_POOL));
+            (pool, mp.clone())
+        }
+        [pool, mp] => (pool.clone(), mp.clone()),
+        _ => return Err("give [POOL] MOUNTPOINT".into()),
+    };
+    let mut opts = options::parse(&a.options)?;
+    if a.msync {
+        opts.msync = true;
+    }
+    if a.read_only {
+        opts.read_only = true;
+    }
+    let create = match &a.create {
+        Some(s) => Some(options::parse_size(s)?),
+        None => opts.create,
+    };
+    let threads = if a.single_threaded {
+        1
+    } else {
+        a.threads.or(opts.threads).unwrap_or_else(|| {
+            let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+            (2 * n).clamp(2, 16)
+        })
+    };
+    if threads == 0 {
+        return Err("--threads must be at least 1".into());
+    }
+    Ok(Plan { pool: umount::absolute(&pool), mountpoint: umount::absolute(&mp), opts, create, threads })
+}
+
+/// Where the daemon reports its start.
+enum Notify {
+    /// Foreground: messages on stderr.
+    Stderr,
+    /// Re-executed daemon: one line on stdout for the waiting parent.
+    Parent,
+}
+
+impl Notify {
+    fn ready(&self, msg: &str) {
+        match self {
+            Notify::Stderr => eprintln!("ferrite: {msg}"),
+            Notify::Parent => {
+                let mut o = std::io::stdout();
+                let _ = writeln!(o, "ready {msg}");
+                let _ = o.flush();
+                eprintln!("ferrite: {msg}");
+            }
+        }
+    }
+
+    fn fail(&self, msg: &str) -> i32 {
+        match self {
+            Notify::Stderr => eprintln!("ferrite mount: {msg}"),
+            Notify::Parent => {
+                let mut o = std::io::stdout();
+                let _ = writeln!(o, "error: {}", msg.replace('\n', " "));
+                let _ = o.flush();
+                eprintln!("ferrite mount: {msg}");
+            }
+        }
+        1
+    }
+}
+
+/// `ferrite mount`. Returns the process exit code.
+pub fn run_mount(a: &MountArgs) -> i32 {
+    let p = match plan(a) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("ferrite mount: {e}");
+            return 2;
+        }
+    };
+    let daemon = std::env::var_os(DAEMON_ENV).is_some();
+    if !a.foreground && !daemon {
+        return start_background(a);
+    }
+    if daemon {
+        // Detach from the terminal's session and from the caller's cwd.
+        let _ = nix::unistd::setsid();
+        let _ = std::env::set_current_dir("/");
+        serve(&p, Notify::Parent)
+    } else {
+        serve(&p, Notify::Stderr)
+    }
+}
+
+/// Re-execute this command as a detached daemon and wait until it is mounted.
+fn start_background(a: &MountArgs) -> i32 {
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("ferrite mount: cannot find this program to start the daemon: {e}");
+            return 1;
+        }
+    };
+    let stderr = match &a.log {
+        Some(path) => match std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            Ok(f) => Stdio::from(f),
+            Err(e) => {
+                eprintln!("ferrite mount: log file {}: {e}", path.display());
+                return 1;
+            }
+        },
+        None => Stdio::null(),
+    };
+    let mut child = match Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env(DAEMON_ENV, "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ferrite mount: cannot start the daemon: {e}");
+            return 1;
+        }
+    };
+    let Some(out) = child.stdout.take() else {
+        eprintln!("ferrite mount: no pipe to the daemon");
+        return 1;
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    match rx.recv_timeout(READY_TIMEOUT) {
+        Ok(line) if line.starts_with("ready") => 0,
+        Ok(line) if line.starts_with("error: ") => {
+            eprintln!("ferrite mount: {}", line["error: ".len()..].trim_end());
+            let _ = child.wait();
+            1
+        }
+        Ok(_) => {
+            let st = child.wait().map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
+            eprintln!("ferrite mount: the daemon exited ({st}) before the mount was ready");
+            1
+        }
+        Err(_) => {
+            eprintln!(
+                "ferrite mount: the daemon (pid {}) is not ready after {:?}; see its log",
+                child.id(),
+                READY_TIMEOUT
+            );
+            1
+        }
+    }
+}
+
+fn open_pool(p: &Plan) -> Result<Fs<MmapMedium>, String> {
+    let map = MapOptions { msync_each_commit: p.opts.msync, read_only: p.opts.read_only, require_dax: false };
+    if !p.pool.exists() {
+        let Some(size) = p.create else {
+            return Err(format!(
+                "pool {} does not exist (format it with `ferrite mkfs`, or mount with --create SIZE)",
+                p.pool.display()
+            ));
+        };
+        if p.opts.read_only {
+            return Err("cannot create a pool for a read-only mount".into());
+        }
+        let size = size / 4096 * 4096;
+        let m = MmapMedium::create(&p.pool, size, &map).map_err(|e| e.to_string())?;
+        let mk = MkfsOptions {
+            root_uid: nix::unistd::getuid().as_raw(),
+            root_gid: nix::unistd::getgid().as_raw(),
+            ..Default::default()
+        };
+        return Fs::mkfs(m, &mk).map_err(|e| {
+            let _ = std::fs::remove_file(&p.pool);
+            format!("formatting {}: {e}", p.pool.display())
+        });
+    }
+    let m = MmapMedium::open(&p.pool, &map).map_err(|e| e.to_string())?;
+    let mo = MountOptions { read_only: p.opts.read_only, ..Default::default() };
+    Fs::mount(m, &mo).map_err(|e| format!("{}: {e}", p.pool.display()))
+}
+
+fn fuser_config(p: &Plan) -> Config {
+    let o = &p.opts;
+    let fsname = o.fsname.clone().unwrap_or_else(|| p.pool.display().to_string());
+    let mut mo = vec![
+        MountOption::FSName(fsname),
+        MountOption::Subtype(o.subtype.clone()),
+        MountOption::DefaultPermissions,
+    ];
+    if o.read_only {
+        mo.push(MountOption::RO);
+    }
+    if o.auto_unmount {
+        mo.push(MountOption::AutoUnmount);
+    }
+    mo.extend(o.flags.iter().cloned());
+    let mut c = Config::default();
+    c.mount_options = mo;
+    // auto_unmount goes through fusermount3, which fuser only allows with a wider ACL;
+    // allow_root is the narrowest (and the same as the default when root mounts).
+    c.acl = if o.auto_unmount && o.acl == SessionACL::Owner { SessionACL::RootAndOwner } else { o.acl };
+    c.n_threads = Some(p.threads);
+    c.clone_fd = p.threads > 1;
+    c
+}
+
+/// Close the pool after the session: a clean unmount (checkpoint) unless poisoned.
+fn close_pool(fs: Arc<Fs<MmapMedium>>, health: &Health, mp: &Path) -> i32 {
+    let fs = match Arc::try_unwrap(fs) {
+        Ok(fs) => fs,
+        Err(_) => {
+            eprintln!("ferrite: the pool is still referenced after the session; not checkpointing");
+            return 1;
+        }
+    };
+    if health.poisoned.load(Ordering::SeqCst) {
+        drop(fs.crash());
+        eprintln!(
+            "ferrite: unmounted {} after an internal error; no checkpoint written, the next \
+             mount recovers the pool from its logs",
+            mp.display()
+        );
+        return 1;
+    }
+    match fs.unmount() {
+        Ok(_) => {
+            eprintln!("ferrite: unmounted {} cleanly", mp.display());
+            0
+        }
+        Err(e) => {
+            eprintln!("ferrite: clean unmount failed: {e}");
+            1
+        }
+    }
+}
+
+fn signal_thread(set: SigSet, mp: PathBuf) {
+    std::thread::Builder::new()
+        .name("ferrite-signals".into())
+        .spawn(move || {
+            let mut conn = None;
+            let mut count = 0u32;
+            while let Ok(sig) = set.wait() {
+                count += 1;
+                if count == 1 {
+                    eprintln!("ferrite: {sig}: unmounting {}", mp.display());
+                    conn = umount::connection_of(&mp);
+                    if let Err(e) = umount::detach(&mp, false) {
+                        eprintln!("ferrite: {e}; detaching lazily");
+                        if let Err(e) = umount::detach(&mp, true) {
+                            eprintln!("ferrite: {e}");
+                        }
+                    }
+                } else {
+                    if let Some(c) = conn {
+                        if umount::abort_connection(c) {
+                            eprintln!("ferrite: {sig} again: connection aborted");
+                            continue;
+                        }
+                    }
+                    eprintln!(
+                        "ferrite: {sig} again: exiting without a checkpoint; the next mount \
+                         recovers the pool"
+                    );
+                    std::process::exit(130);
+                }
+            }
+        })
+        .expect("spawn the signal thread");
+}
+
+fn serve(p: &Plan, notify: Notify) -> i32 {
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(s);
+    }
+    if let Err(e) = set.thread_block() {
+        return notify.fail(&format!("cannot block signals: {e}"));
+    }
+    if umount::clear_stale(&p.mountpoint) {
+        eprintln!("ferrite: removed a dead mount at {}", p.mountpoint.display());
+    }
+    match std::fs::metadata(&p.mountpoint) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return notify.fail(&format!("mount point {} is not a directory", p.mountpoint.display())),
+        Err(e) => return notify.fail(&format!("mount point {}: {e}", p.mountpoint.display())),
+    }
+    let fs = match open_pool(p) {
+        Ok(fs) => Arc::new(fs),
+        Err(e) => return notify.fail(&e),
+    };
+    let report = fs.mount_report().clone();
+    let durability = fs.medium().durability();
+    let health = Arc::new(Health::default());
+    let cfg = FuseConfig { writeback_cache: p.opts.writeback_cache, direct_io: p.opts.direct_io };
+    let fuse = FerriteFuse::new(fs.clone(), cfg, health.clone());
+    let session = match Session::new(fuse, &p.mountpoint, &fuser_config(p)) {
+        Ok(s) => s,
+        Err(e) => {
+            close_pool(fs, &health, &p.mountpoint);
+            return notify.fail(&format!("mounting at {}: {e}", p.mountpoint.display()));
+        }
+    };
+    signal_thread(set, p.mountpoint.clone());
+    let how = if report.clean {
+        "clean".to_string()
+    } else {
+        format!(
+            "recovered: {} journals rolled back, {} torn logs cut, {} orphans freed",
+            report.journals_rolled_back, report.torn_logs, report.orphans_freed
+        )
+    };
+    notify.ready(&format!(
+        "mounted {} at {} ({} threads; pool {how} in {} us; {})",
+        p.pool.display(),
+        p.mountpoint.display(),
+        p.threads,
+        report.micros,
+        durability.describe()
+    ));
+    let res = session.run();
+    if let Err(e) = &res {
+        eprintln!("ferrite: session ended with an error: {e}");
+    }
+    let code = close_pool(fs, &health, &p.mountpoint);
+    if res.is_err() {
+        1
+    } else {
+        code
+    }
+}
+
+/// `ferrite umount`. Returns the process exit code.
+pub fn run_umount(a: &UmountArgs) -> i32 {
+    match umount::umount(&a.mountpoint, a.lazy, Duration::from_secs(a.timeout)) {
+        Ok(msg) => {
+            if a.verbose {
+                eprintln!("ferrite: {msg}");
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("ferrite umount: {e}");
+            1
+        }
+    }
+}

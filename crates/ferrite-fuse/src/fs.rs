@@ -1,0 +1,1069 @@
+//! The FUSE request handlers: every kernel request becomes one core operation.
+//!
+//! Invariants:
+//! - Attribute and entry replies carry a zero time-to-live, so the kernel asks again
+//!   for every `stat` and path walk and can never show a stale link count, size, mode
+//!   or time (link, rename, chmod, truncate and writes all go through here).
+//! - Durability is the core's: a reply is sent only after the core operation returned,
+//!   and every core operation is durable when it returns. `flush` and `fsync` have
+//!   nothing left to write (fsync still fences, for DAX mappings).
+//! - Lookup counts follow [`crate::nodes`]: one core `open` pin per counted lookup of a
+//!   non-directory, one per open file handle; `forget` and `release` drop them, so an
+//!   unlinked file stays readable while the kernel or a process still holds it and is
+//!   freed by the core at the last drop.
+//! - A panic inside a handler is caught: the request gets EIO, the daemon keeps serving,
+//!   and the final unmount skips the clean checkpoint (the next mount recovers from the
+//!   logs instead of trusting DRAM state that a panic may have left half-updated).
+
+use crate::nodes::{Node, NodeTable, ROOT_NODE};
+use ferrite_core::{
+    Attr, DirEntry, Error, FallocMode, FileType, Fs, MmapMedium, RenameFlags, SetAttr, SetTime, Ts,
+    XattrSet,
+};
+use fuser::{
+    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Attribute and entry time-to-live: zero, the kernel always asks.
+const TTL: Duration = Duration::ZERO;
+/// Largest write the kernel may send (and copy_file_range chunk).
+pub const MAX_WRITE: u32 = 1 << 20;
+/// Directory entries read from the core per readdir batch.
+const DIR_BATCH: usize = 256;
+
+/// Behaviour switches of a mount.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FuseConfig {
+    /// Offer FUSE_WRITEBACK_CACHE (writes buffered by the kernel until fsync/close).
+    pub writeback_cache: bool,
+    /// Open files with FOPEN_DIRECT_IO (no kernel page cache for data).
+    pub direct_io: bool,
+}
+
+/// Counters shared with the daemon (how the session ended, what is still held).
+#[derive(Default, Debug)]
+pub struct Health {
+    /// A handler panicked: do not write the clean-unmount checkpoint.
+    pub poisoned: AtomicBool,
+    /// Requests answered.
+    pub requests: AtomicU64,
+}
+
+/// A FerriteFS pool served over FUSE.
+pub struct FerriteFuse {
+    fs: Arc<Fs<MmapMedium>>,
+    nodes: NodeTable,
+    handles: Mutex<HashMap<u64, u64>>,
+    next_fh: AtomicU64,
+    cfg: FuseConfig,
+    health: Arc<Health>,
+}
+
+fn errno(e: &Error) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn ts_to_system(t: Ts) -> SystemTime {
+    if t.sec >= 0 {
+        UNIX_EPOCH + Duration::new(t.sec as u64, t.nsec)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs()) + Duration::from_nanos(t.nsec as u64)
+    }
+}
+
+fn system_to_ts(t: SystemTime) -> Ts {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => Ts { sec: d.as_secs() as i64, nsec: d.subsec_nanos() },
+        Err(e) => {
+            let d = e.duration();
+            let (mut sec, mut nsec) = (-(d.as_secs() as i64), 0u32);
+            if d.subsec_nanos() > 0 {
+                sec -= 1;
+                nsec = 1_000_000_000 - d.subsec_nanos();
+            }
+            Ts { sec, nsec }
+        }
+    }
+}
+
+fn set_time(t: TimeOrNow) -> SetTime {
+    match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(s) => SetTime::At(system_to_ts(s)),
+    }
+}
+
+fn kind(t: FileType) -> fuser::FileType {
+    match t {
+        FileType::Regular => fuser::FileType::RegularFile,
+        FileType::Directory => fuser::FileType::Directory,
+        FileType::Symlink => fuser::FileType::Symlink,
+    }
+}
+
+fn file_attr(nodeid: u64, a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(nodeid),
+        size: a.size,
+        blocks: a.blocks,
+        atime: ts_to_system(a.atime),
+        mtime: ts_to_system(a.mtime),
+        ctime: ts_to_system(a.ctime),
+        crtime: ts_to_system(a.ctime),
+        kind: kind(a.ftype),
+        perm: (a.perm & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+type R<T> = std::result::Result<T, Errno>;
+
+impl FerriteFuse {
+    /// Serve `fs`.
+    pub fn new(fs: Arc<Fs<MmapMedium>>, cfg: FuseConfig, health: Arc<Health>) -> FerriteFuse {
+        let root_gen = fs.getattr(fs.root()).map(|a| a.generation).unwrap_or(0);
+        FerriteFuse {
+            fs,
+            nodes: NodeTable::new(root_gen),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            cfg,
+            health,
+        }
+    }
+
+    /// Run a handler, turning a panic into EIO (the reply, dropped unsent, says EIO)
+    /// and marking the session poisoned.
+    fn guard(&self, what: &str, f: impl FnOnce()) {
+        self.health.requests.fetch_add(1, Ordering::Relaxed);
+        if catch_unwind(AssertUnwindSafe(f)).is_err() {
+            self.health.poisoned.store(true, Ordering::SeqCst);
+            eprintln!("ferrite: internal error (panic) in {what}; answered EIO, pool will be recovered at next mount");
+        }
+    }
+
+    fn log_corrupt(&self, what: &str, e: &Error) {
+        if matches!(e, Error::Corrupt(_) | Error::Io { .. }) {
+            eprintln!("ferrite: {what}: {e}");
+        }
+    }
+
+    fn err(&self, what: &str, e: Error) -> Errno {
+        self.log_corrupt(what, &e);
+        errno(&e)
+    }
+
+    /// The core inode a node id names. Directories may have been removed (and their
+    /// number reused) while the kernel still knew them: their generation is checked.
+    fn node(&self, nodeid: INodeNo) -> R<Node> {
+        let n = self.nodes.get(nodeid.0).ok_or(Errno::ENOENT)?;
+        if n.dir && nodeid.0 != ROOT_NODE {
+            match self.fs.getattr(n.ino) {
+                Ok(a) if a.generation == n.generation => {}
+                Ok(_) | Err(Error::NotFound) => return Err(Errno::ENOENT),
+                Err(e) => return Err(self.err("getattr", e)),
+            }
+        }
+        Ok(n)
+    }
+
+    fn ino(&self, nodeid: INodeNo) -> R<u64> {
+        self.node(nodeid).map(|n| n.ino)
+    }
+
+    /// Count a lookup of `a` for the kernel (pinning a non-directory); returns the
+    /// reply attributes. `a` must describe an inode that exists now.
+    fn remember(&self, a: Attr) -> R<FileAttr> {
+        if a.ftype == FileType::Directory {
+            let id = self.nodes.add(a.ino, a.generation, true);
+            return Ok(file_attr(id, &a));
+        }
+        let pinned = self.fs.open(a.ino).map_err(|e| self.err("open", e))?;
+        if pinned.generation != a.generation {
+            // Freed and reused between the operation and the pin.
+            let _ = self.fs.release(a.ino);
+            return Err(Errno::ENOENT);
+        }
+        let id = self.nodes.add(a.ino, a.generation, false);
+        Ok(file_attr(id, &pinned))
+    }
+
+    /// Look `name` up in `dir` and count the lookup.
+    fn lookup_entry(&self, dir: u64, name: &[u8]) -> R<FileAttr> {
+        for _ in 0..16 {
+            let ino = self.fs.lookup_ino(dir, name).map_err(|e| self.err("lookup", e))?;
+            let a = match self.fs.getattr(ino) {
+                Ok(a) => a,
+                Err(Error::NotFound) => continue,
+                Err(e) => return Err(self.err("getattr", e)),
+            };
+            if a.ftype == FileType::Directory {
+                return self.remember(a);
+            }
+            let pinned = match self.fs.open(ino) {
+                Ok(p) => p,
+                Err(Error::NotFound) => continue,
+                Err(e) => return Err(self.err("open", e)),
+            };
+            // Pinned now: if the name still leads here, the pair is a valid answer.
+            let still = self.fs.lookup_ino(dir, name).ok() == Some(ino);
+            if pinned.generation != a.generation || !still {
+                let _ = self.fs.release(ino);
+                continue;
+            }
+            let id = self.nodes.add(ino, pinned.generation, false);
+            return Ok(file_attr(id, &pinned));
+        }
+        Err(Errno::EAGAIN)
+    }
+
+    /// Owner group and set-group-id bit for a new inode in `dir` (BSD group
+    /// semantics when the directory is set-group-id, as Linux file systems do).
+    fn new_owner(&self, dir: u64, req: &Request, perm: u32, is_dir: bool) -> R<(u32, u32)> {
+        let d = self.fs.getattr(dir).map_err(|e| self.err("getattr", e))?;
+        if d.perm & 0o2000 != 0 {
+            let perm = if is_dir { perm | 0o2000 } else { perm };
+            Ok((d.gid, perm))
+        } else {
+            Ok((req.gid(), perm))
+        }
+    }
+
+    fn add_handle(&self, ino: u64) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.lock().insert(fh, ino);
+        fh
+    }
+
+    fn open_flags(&self) -> FopenFlags {
+        if self.cfg.direct_io {
+            FopenFlags::FOPEN_DIRECT_IO
+        } else {
+            FopenFlags::empty()
+        }
+    }
+
+    /// Directory entries after `offset`, collected without holding core locks while
+    /// replying.
+    fn dir_batch(&self, ino: u64, offset: u64) -> R<Vec<DirEntry>> {
+        let mut v = Vec::new();
+        self.fs
+            .readdir(ino, offset, |e| {
+                v.push(e);
+                v.len() < DIR_BATCH
+            })
+            .map_err(|e| self.err("readdir", e))?;
+        Ok(v)
+    }
+
+    fn create_file(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+    ) -> R<(FileAttr, Attr)> {
+        let dir = self.ino(parent)?;
+        let (gid, perm) = self.new_owner(dir, req, mode & 0o7777, false)?;
+        match self.fs.create(dir, name.as_bytes(), perm, req.uid(), gid) {
+            Ok(a) => Ok((self.remember(a)?, a)),
+            Err(Error::Exists) if flags & libc::O_EXCL == 0 => {
+                // Created by someone else since the kernel's lookup: open it instead.
+                let fa = self.lookup_entry(dir, name.as_bytes())?;
+                let node = self.nodes.get(fa.ino.0).ok_or(Errno::ENOENT)?;
+                let forget = |this: &Self| {
+                    if let Some((n, k)) = this.nodes.forget(fa.ino.0, 1) {
+                        if !n.dir {
+                            for _ in 0..k {
+                                let _ = this.fs.release(n.ino);
+                            }
+                        }
+                    }
+                };
+                if node.dir {
+                    forget(self);
+                    return Err(Errno::EISDIR);
+                }
+                if flags & libc::O_TRUNC != 0 {
+                    let ch = SetAttr { size: Some(0), ..Default::default() };
+                    if let Err(e) = self.fs.setattr(node.ino, &ch) {
+                        forget(self);
+                        return Err(self.err("truncate", e));
+                    }
+                }
+                let a = self.fs.getattr(node.ino).map_err(|e| self.err("getattr", e))?;
+                Ok((file_attr(fa.ino.0, &a), a))
+            }
+            Err(e) => Err(self.err("create", e)),
+        }
+    }
+
+    fn do_setattr(
+        &self,
+        nodeid: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+    ) -> R<FileAttr> {
+        let n = self.node(nodeid)?;
+        let ch = SetAttr {
+            perm: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
+        };
+        let a = self.fs.setattr(n.ino, &ch).map_err(|e| self.err("setattr", e))?;
+        Ok(file_attr(nodeid.0, &a))
+    }
+
+    fn do_read(&self, nodeid: INodeNo, offset: u64, size: u32) -> R<Vec<u8>> {
+        let ino = self.ino(nodeid)?;
+        let mut buf = vec![0u8; size.min(MAX_WRITE * 4) as usize];
+        let n = self.fs.read(ino, offset, &mut buf).map_err(|e| self.err("read", e))?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    fn do_copy(&self, src: u64, mut off_in: u64, dst: u64, mut off_out: u64, len: u64) -> R<u64> {
+        let mut buf = vec![0u8; (MAX_WRITE as u64).min(len) as usize];
+        let mut done = 0u64;
+        while done < len {
+            let want = ((len - done) as usize).min(buf.len());
+            let n = self.fs.read(src, off_in, &mut buf[..want]).map_err(|e| self.err("read", e))?;
+            if n == 0 {
+                break;
+            }
+            match self.fs.write(dst, off_out, &buf[..n]) {
+                Ok(_) => {}
+                Err(e) if done > 0 => {
+                    self.log_corrupt("copy_file_range", &e);
+                    break;
+                }
+                Err(e) => return Err(self.err("write", e)),
+            }
+            done += n as u64;
+            off_in += n as u64;
+            off_out += n as u64;
+            if n < want {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    fn readdir_plus(&self, dir: u64, offset: u64, reply: &mut ReplyDirectoryPlus) -> R<()> {
+        let mut after = offset;
+        loop {
+            let batch = self.dir_batch(dir, after)?;
+            if batch.is_empty() {
+                return Ok(());
+            }
+            for e in &batch {
+                after = e.cookie;
+                let name = OsStr::from_bytes(&e.name);
+                if e.name == b"." || e.name == b".." {
+                    // The kernel takes no lookup count for these.
+                    let Ok(a) = self.fs.getattr(e.ino) else { continue };
+                    let id = self.nodes.nodeid_of(a.ino, a.generation).unwrap_or(a.ino);
+                    let fa = file_attr(id, &a);
+                    if reply.add(INodeNo(id), e.cookie, name, &TTL, &fa, Generation(a.generation)) {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                let a = match self.fs.getattr(e.ino) {
+                    Ok(a) => a,
+                    Err(Error::NotFound) => continue, // removed meanwhile
+                    Err(err) => return Err(self.err("getattr", err)),
+                };
+                let fa = match self.remember(a) {
+                    Ok(fa) => fa,
+                    Err(_) => continue,
+                };
+                if reply.add(fa.ino, e.cookie, name, &TTL, &fa, Generation(a.generation)) {
+                    // Did not fit: the kernel never saw it, so undo the count.
+                    self.drop_lookups(fa.ino.0, 1);
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn drop_lookups(&self, nodeid: u64, n: u64) {
+        if let Some((node, k)) = self.nodes.forget(nodeid, n) {
+            if !node.dir {
+                for _ in 0..k {
+                    let _ = self.fs.release(node.ino);
+                }
+            }
+        }
+    }
+}
+
+impl Filesystem for FerriteFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(MAX_WRITE);
+        let _ = config.set_max_background(64);
+        for f in [
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_ASYNC_DIO,
+        ] {
+            let _ = config.add_capabilities(f);
+        }
+        if self.cfg.writeback_cache {
+            config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE).map_err(|_| {
+                std::io::Error::other("the kernel does not offer FUSE_WRITEBACK_CACHE")
+            })?;
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.guard("lookup", || {
+            match self.ino(parent).and_then(|d| self.lookup_entry(d, name.as_bytes())) {
+                Ok(fa) => reply.entry(&TTL, &fa, Generation(self.gen_of(fa.ino.0))),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.guard("forget", || self.drop_lookups(ino.0, nlookup))
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.guard("getattr", || {
+            let r = self.nodes.get(ino.0).ok_or(Errno::ENOENT).and_then(|n| {
+                match self.fs.getattr(n.ino) {
+                    Ok(a) if a.generation == n.generation => Ok(file_attr(ino.0, &a)),
+                    Ok(_) | Err(Error::NotFound) => Err(Errno::ENOENT),
+                    Err(e) => Err(self.err("getattr", e)),
+                }
+            });
+            match r {
+                Ok(fa) => reply.attr(&TTL, &fa),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        self.guard("setattr", || {
+            match self.do_setattr(ino, mode, uid, gid, size, atime, mtime) {
+                Ok(fa) => reply.attr(&TTL, &fa),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.guard("readlink", || {
+            match self.ino(ino).and_then(|i| self.fs.readlink(i).map_err(|e| self.err("readlink", e))) {
+                Ok(t) => reply.data(&t),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        self.guard("mknod", || {
+            if mode & libc::S_IFMT != libc::S_IFREG && mode & libc::S_IFMT != 0 {
+                // Device nodes, FIFOs and sockets are not in the format.
+                return reply.error(Errno::EPERM);
+            }
+            match self.create_file(req, parent, name, mode, libc::O_EXCL) {
+                Ok((fa, a)) => reply.entry(&TTL, &fa, Generation(a.generation)),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        self.guard("mkdir", || {
+            let r = self.ino(parent).and_then(|dir| {
+                let (gid, perm) = self.new_owner(dir, req, mode & 0o7777, true)?;
+                let a = self
+                    .fs
+                    .mkdir(dir, name.as_bytes(), perm, req.uid(), gid)
+                    .map_err(|e| self.err("mkdir", e))?;
+                Ok((self.remember(a)?, a))
+            });
+            match r {
+                Ok((fa, a)) => reply.entry(&TTL, &fa, Generation(a.generation)),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.guard("unlink", || {
+            match self
+                .ino(parent)
+                .and_then(|d| self.fs.unlink(d, name.as_bytes()).map_err(|e| self.err("unlink", e)))
+            {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.guard("rmdir", || {
+            match self
+                .ino(parent)
+                .and_then(|d| self.fs.rmdir(d, name.as_bytes()).map_err(|e| self.err("rmdir", e)))
+            {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        self.guard("symlink", || {
+            let r = self.ino(parent).and_then(|dir| {
+                let (gid, _) = self.new_owner(dir, req, 0o777, false)?;
+                let a = self
+                    .fs
+                    .symlink(dir, link_name.as_bytes(), target.as_os_str().as_bytes(), req.uid(), gid)
+                    .map_err(|e| self.err("symlink", e))?;
+                Ok((self.remember(a)?, a))
+            });
+            match r {
+                Ok((fa, a)) => reply.entry(&TTL, &fa, Generation(a.generation)),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.guard("rename", || {
+            let known = fuser::RenameFlags::RENAME_NOREPLACE | fuser::RenameFlags::RENAME_EXCHANGE;
+            if !known.contains(flags) {
+                // RENAME_WHITEOUT needs character-device whiteouts, not in the format.
+                return reply.error(Errno::EINVAL);
+            }
+            let f = RenameFlags {
+                noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
+                exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
+            };
+            let r = self.ino(parent).and_then(|sp| {
+                let dp = self.ino(newparent)?;
+                self.fs
+                    .rename(sp, name.as_bytes(), dp, newname.as_bytes(), f)
+                    .map_err(|e| self.err("rename", e))
+            });
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.guard("link", || {
+            let r = self.ino(ino).and_then(|i| {
+                let dir = self.ino(newparent)?;
+                let a = self.fs.link(i, dir, newname.as_bytes()).map_err(|e| self.err("link", e))?;
+                Ok((self.remember(a)?, a))
+            });
+            match r {
+                Ok((fa, a)) => reply.entry(&TTL, &fa, Generation(a.generation)),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.guard("open", || {
+            let r = self.node(ino).and_then(|n| {
+                let a = self.fs.open(n.ino).map_err(|e| self.err("open", e))?;
+                if a.generation != n.generation {
+                    let _ = self.fs.release(n.ino);
+                    return Err(Errno::ENOENT);
+                }
+                if a.ftype == FileType::Directory {
+                    let _ = self.fs.release(n.ino);
+                    return Err(Errno::EISDIR);
+                }
+                Ok(self.add_handle(n.ino))
+            });
+            match r {
+                Ok(fh) => reply.opened(FileHandle(fh), self.open_flags()),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.guard("read", || match self.do_read(ino, offset, size) {
+            Ok(buf) => reply.data(&buf),
+            Err(e) => reply.error(e),
+        })
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        self.guard("write", || {
+            let r = self.ino(ino).and_then(|i| {
+                let append = flags.0 & libc::O_APPEND != 0
+                    && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+                if append {
+                    self.fs.append(i, data).map(|_| data.len())
+                } else {
+                    self.fs.write(i, offset, data)
+                }
+                .map_err(|e| self.err("write", e))
+            });
+            match r {
+                Ok(n) => reply.written(n as u32),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Every write is durable when it returned: nothing to flush.
+        self.guard("flush", || reply.ok())
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.guard("release", || {
+            let ino = self.handles.lock().remove(&fh.0);
+            match ino {
+                Some(i) => match self.fs.release(i) {
+                    Ok(()) => reply.ok(),
+                    Err(e) => reply.error(self.err("release", e)),
+                },
+                None => reply.error(Errno::EBADF),
+            }
+        })
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        self.guard("fsync", || {
+            match self.ino(ino).and_then(|i| self.fs.fsync(i, datasync).map_err(|e| self.err("fsync", e))) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.guard("opendir", || {
+            let r = self.node(ino).and_then(|n| {
+                let a = self.fs.getattr(n.ino).map_err(|e| self.err("getattr", e))?;
+                if a.ftype != FileType::Directory {
+                    return Err(Errno::ENOTDIR);
+                }
+                Ok(())
+            });
+            match r {
+                Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        self.guard("readdir", || {
+            let dir = match self.ino(ino) {
+                Ok(d) => d,
+                Err(e) => return reply.error(e),
+            };
+            let mut after = offset;
+            loop {
+                let batch = match self.dir_batch(dir, after) {
+                    Ok(b) => b,
+                    Err(e) => return reply.error(e),
+                };
+                if batch.is_empty() {
+                    break;
+                }
+                for e in &batch {
+                    let name = OsStr::from_bytes(&e.name);
+                    if reply.add(INodeNo(e.ino), e.cookie, kind(e.ftype), name) {
+                        return reply.ok();
+                    }
+                    after = e.cookie;
+                }
+            }
+            reply.ok()
+        })
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        self.guard("readdirplus", || {
+            match self.ino(ino).and_then(|d| self.readdir_plus(d, offset, &mut reply)) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.guard("fsyncdir", || {
+            match self.ino(ino).and_then(|i| self.fs.fsync(i, datasync).map_err(|e| self.err("fsync", e))) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.guard("statfs", || {
+            let s = self.fs.statfs();
+            reply.statfs(
+                s.blocks,
+                s.bfree,
+                s.bavail,
+                s.files,
+                s.ffree,
+                s.bsize as u32,
+                s.namelen as u32,
+                s.bsize as u32,
+            )
+        })
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        self.guard("setxattr", || {
+            if position != 0 {
+                return reply.error(Errno::EINVAL);
+            }
+            let how = match flags {
+                0 => XattrSet::Any,
+                libc::XATTR_CREATE => XattrSet::Create,
+                libc::XATTR_REPLACE => XattrSet::Replace,
+                _ => return reply.error(Errno::EINVAL),
+            };
+            let r = self.ino(ino).and_then(|i| {
+                self.fs.setxattr(i, name.as_bytes(), value, how).map_err(|e| self.err("setxattr", e))
+            });
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.guard("getxattr", || {
+            let r = self
+                .ino(ino)
+                .and_then(|i| self.fs.getxattr(i, name.as_bytes()).map_err(|e| self.err("getxattr", e)));
+            match r {
+                Ok(v) if size == 0 => reply.size(v.len() as u32),
+                Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+                Ok(v) => reply.data(&v),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.guard("listxattr", || {
+            let r = self.ino(ino).and_then(|i| self.fs.listxattr(i).map_err(|e| self.err("listxattr", e)));
+            match r {
+                Ok(names) => {
+                    let mut buf = Vec::new();
+                    for n in names {
+                        buf.extend_from_slice(&n);
+                        buf.push(0);
+                    }
+                    if size == 0 {
+                        reply.size(buf.len() as u32)
+                    } else if buf.len() > size as usize {
+                        reply.error(Errno::ERANGE)
+                    } else {
+                        reply.data(&buf)
+                    }
+                }
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.guard("removexattr", || {
+            let r = self.ino(ino).and_then(|i| {
+                self.fs.removexattr(i, name.as_bytes()).map_err(|e| self.err("removexattr", e))
+            });
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Only reached without default_permissions, which is always set; existence is
+        // all there is to check here.
+        self.guard("access", || match self.ino(ino) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(e),
+        })
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        self.guard("create", || {
+            let r = self.create_file(req, parent, name, mode, flags).and_then(|(fa, a)| {
+                match self.fs.open(a.ino) {
+                    Ok(_) => Ok((fa, a, self.add_handle(a.ino))),
+                    Err(e) => {
+                        self.drop_lookups(fa.ino.0, 1);
+                        Err(self.err("open", e))
+                    }
+                }
+            });
+            match r {
+                Ok((fa, a, fh)) => {
+                    reply.created(&TTL, &fa, Generation(a.generation), FileHandle(fh), self.open_flags())
+                }
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.guard("fallocate", || {
+            let m = match mode {
+                0 => FallocMode::default(),
+                libc::FALLOC_FL_KEEP_SIZE => FallocMode { keep_size: true, punch_hole: false },
+                m if m == libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE => {
+                    FallocMode { keep_size: true, punch_hole: true }
+                }
+                _ => return reply.error(Errno::EOPNOTSUPP),
+            };
+            let r = self.ino(ino).and_then(|i| {
+                self.fs.fallocate(i, m, offset, length).map_err(|e| self.err("fallocate", e))
+            });
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        self.guard("copy_file_range", || {
+            if !flags.is_empty() {
+                return reply.error(Errno::EINVAL);
+            }
+            let r = self.ino(ino_in).and_then(|src| {
+                let dst = self.ino(ino_out)?;
+                self.do_copy(src, offset_in, dst, offset_out, len.min(u32::MAX as u64))
+            });
+            match r {
+                Ok(n) => reply.written(n as u32),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+}
+
+impl FerriteFuse {
+    fn gen_of(&self, nodeid: u64) -> u64 {
+        self.nodes.get(nodeid).map_or(0, |n| n.generation)
+    }
+
+    /// Node ids the kernel currently holds (root included).
+    pub fn known_nodes(&self) -> usize {
+        self.nodes.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_conversions_round_trip() {
+        for t in [
+            Ts { sec: 0, nsec: 0 },
+            Ts { sec: 1_700_000_000, nsec: 123_456_789 },
+            Ts { sec: -1, nsec: 500_000_000 },
+            Ts { sec: -86_400, nsec: 0 },
+        ] {
+            assert_eq!(system_to_ts(ts_to_system(t)), t, "{t:?}");
+        }
+    }
+}
