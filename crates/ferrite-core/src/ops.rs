@@ -983,6 +983,8 @@ impl<M: Medium> Fs<M> {
 
     // --------------------------------------------------------------- xattrs
 
+    /// Linux's order for xattr calls: name length (ERANGE), value size (E2BIG),
+    /// the inode, [`Self::check_xattr_target`], then this namespace check.
     fn check_xattr_name(name: &[u8]) -> Result<()> {
         if name.is_empty() {
             return Err(Error::Range);
@@ -990,6 +992,10 @@ impl<M: Medium> Fs<M> {
         if name.len() > 255 {
             return Err(Error::Range);
         }
+        Ok(())
+    }
+
+    fn check_xattr_ns(name: &[u8]) -> Result<()> {
         let prefixes = [&b"user."[..], b"trusted.", b"security."];
         match prefixes.iter().find(|p| name.starts_with(p)) {
             // A bare prefix names no attribute: EINVAL, as Linux.
@@ -1000,12 +1006,12 @@ impl<M: Medium> Fs<M> {
     }
 
     /// Linux allows `user.*` attributes only on regular files and directories
-    /// (xattr_permission): EPERM for a change on anything else.
-    fn check_xattr_target(name: &[u8], st: &InodeState) -> Result<()> {
+    /// (xattr_permission): EPERM for a change on anything else, ENODATA for a read.
+    fn check_xattr_target(name: &[u8], st: &InodeState, write: bool) -> Result<()> {
         if name.starts_with(b"user.") && st.ftype == FileType::Symlink {
-            return Err(Error::NotPermitted);
+            return Err(if write { Error::NotPermitted } else { Error::NoAttr });
         }
-        Ok(())
+        Self::check_xattr_ns(name)
     }
 
     /// Value of extended attribute `name`.
@@ -1013,6 +1019,7 @@ impl<M: Medium> Fs<M> {
         Self::check_xattr_name(name)?;
         let i = self.inode(ino)?;
         let st = i.st.read();
+        Self::check_xattr_target(name, &st, false)?;
         let r = st.xattrs.get(name).ok_or(Error::NoAttr)?;
         let mut v = vec![0u8; r.value_len as usize];
         log::read_payload(&self.m, r.loc, r.value_off, &mut v);
@@ -1028,7 +1035,7 @@ impl<M: Medium> Fs<M> {
         }
         let i = self.inode(ino)?;
         let mut st = i.st.write();
-        Self::check_xattr_target(name, &st)?;
+        Self::check_xattr_target(name, &st, true)?;
         let exists = st.xattrs.contains_key(name);
         match how {
             XattrSet::Create if exists => return Err(Error::Exists),
@@ -1052,7 +1059,7 @@ impl<M: Medium> Fs<M> {
         Self::check_xattr_name(name)?;
         let i = self.inode(ino)?;
         let mut st = i.st.write();
-        Self::check_xattr_target(name, &st)?;
+        Self::check_xattr_target(name, &st, true)?;
         if !st.xattrs.contains_key(name) {
             return Err(Error::NoAttr);
         }

@@ -21,7 +21,9 @@
 //!   size gave EISDIR (Linux checks the size first); fallocate checked the limit
 //!   before the file type.
 //! - Extended attributes: a bare namespace prefix ("user.") gave EOPNOTSUPP (Linux:
-//!   EINVAL); `user.*` attributes could be set on symlinks (Linux: EPERM).
+//!   EINVAL); `user.*` attributes could be set on symlinks (Linux: EPERM, and
+//!   ENODATA for a read); the namespace was checked before the inode (Linux: name
+//!   length, value size, inode, permission, then namespace).
 
 mod common;
 use common::*;
@@ -214,6 +216,19 @@ fn xattr_errors() {
     expect("set trusted.a on a symlink", fs.setxattr(sl, b"trusted.a", b"v", XattrSet::Any), 0);
     expect("get user.a on a symlink", fs.getxattr(sl, b"user.a"), ENODATA);
     expect("remove user.a on a symlink", fs.removexattr(sl, b"user.a"), EPERM);
+    expect("set user. on a symlink", fs.setxattr(sl, b"user.", b"v", XattrSet::Any), EPERM);
+    expect("get user. on a symlink", fs.getxattr(sl, b"user."), ENODATA);
+    expect("remove user. on a symlink", fs.removexattr(sl, b"user."), EPERM);
+    expect("set foo.bar on a symlink", fs.setxattr(sl, b"foo.bar", b"v", XattrSet::Any), EOPNOTSUPP);
+    expect("set trusted. on a symlink", fs.setxattr(sl, b"trusted.", b"v", XattrSet::Any), EINVAL);
+    expect("remove user.x on a symlink", fs.removexattr(sl, b"user.x"), EPERM);
+    expect("remove trusted.x on a symlink", fs.removexattr(sl, b"trusted.x"), ENODATA);
+    let big = vec![0u8; 65537];
+    expect("set '' on a missing inode", fs.setxattr(9999, b"", b"v", XattrSet::Any), ERANGE);
+    expect("set big on a missing inode", fs.setxattr(9999, b"user.a", &big, XattrSet::Any), E2BIG);
+    expect("set foo.bar on a missing inode", fs.setxattr(9999, b"foo.bar", b"v", XattrSet::Any), ENOENT);
+    expect("get '' on a missing inode", fs.getxattr(9999, b""), ERANGE);
+    expect("set foo.bar big", fs.setxattr(f, b"foo.bar", &big, XattrSet::Any), E2BIG);
     expect("get missing", fs.getxattr(f, b"user.zz"), ENODATA);
     expect("get user.", fs.getxattr(f, b"user."), EINVAL);
     expect("get ''", fs.getxattr(f, b""), ERANGE);
