@@ -1,0 +1,193 @@
+//! The project's performance goals, checked against this run's medians, and the write
+//! amplification table derived from the micro and append samples.
+//!
+//! Invariants: a goal is `Pass` or `Miss` only when every number it needs was
+//! measured in this run; otherwise it is `NotMeasured` with what was missing.
+
+use crate::config::fmt_size;
+use crate::exp::{append, micro};
+use crate::report::{num, ratio};
+use crate::results::{Goal, GoalStatus, Results, TextTable};
+
+const LIB: &str = "ferrite-lib";
+
+fn vs(res: &mut Results, goal: &str, exp: &str, case: &str, peer: &str, min: f64) -> Goal {
+    let a = res.summary(exp, case, LIB);
+    let b = res.summary(exp, case, peer);
+    match (a, b) {
+        (Some(a), Some(b)) if b.median > 0.0 => {
+            let r = a.median / b.median;
+            Goal {
+                goal: goal.into(),
+                measured: format!(
+                    "{} ({} vs {} {})",
+                    ratio(a.median, b.median),
+                    num(a.median),
+                    num(b.median),
+                    peer
+                ),
+                status: if r >= min { GoalStatus::Pass } else { GoalStatus::Miss },
+            }
+        }
+        _ => Goal {
+            goal: goal.into(),
+            measured: format!("needs {exp} {case} on {LIB} and {peer}"),
+            status: GoalStatus::NotMeasured,
+        },
+    }
+}
+
+fn at_most(res: &mut Results, goal: &str, case: &str, max: f64, unit: &str) -> Goal {
+    match res.summary("memory", case, LIB) {
+        Some(s) => Goal {
+            goal: goal.into(),
+            measured: format!("{} {unit}", num(s.median)),
+            status: if s.median <= max { GoalStatus::Pass } else { GoalStatus::Miss },
+        },
+        None => Goal {
+            goal: goal.into(),
+            measured: format!("needs memory {case}"),
+            status: GoalStatus::NotMeasured,
+        },
+    }
+}
+
+/// Evaluate every goal.
+pub fn evaluate(res: &mut Results) -> Vec<Goal> {
+    let k4 = fmt_size(4096);
+    let t1 = micro::Threads { n: 1, shared: false };
+    let rw = micro::case_key(micro::Pattern::RandWrite, 4096, t1);
+    let rr = micro::case_key(micro::Pattern::RandRead, 4096, t1);
+    let sw = micro::case_key(micro::Pattern::SeqWrite, 1 << 20, t1);
+    let mut g = vec![
+        vs(res, &format!("{k4} random write, fsync after each, 1 thread, library >= 2x tmpfs"), "micro", &rw, "tmpfs", 2.0),
+        vs(res, &format!("{k4} random write, fsync after each, 1 thread, library >= 50x ext4"), "micro", &rw, "ext4", 50.0),
+        vs(res, "64 B appends with sync after each, library >= 3x tmpfs", "append", &append::case_key("extend", 64), "tmpfs", 3.0),
+        vs(res, "256 B appends with sync after each, library >= 3x tmpfs", "append", &append::case_key("extend", 256), "tmpfs", 3.0),
+        at_most(res, "DRAM for indexes <= 1% of file data (sequentially written files)", "data-sequential", 1.0, "% of data"),
+        at_most(res, "DRAM for indexes <= 1% of file data (4 KiB random writes: one extent per page)", "data-random-4k", 1.0, "% of data"),
+        at_most(res, "DRAM <= 300 bytes per idle file", "files-idle", 300.0, "bytes per file"),
+        vs(res, &format!("{k4} random read, 1 thread, library >= 1.5x tmpfs"), "micro", &rr, "tmpfs", 1.5),
+        vs(res, "1 MiB sequential write (fsync after each), library >= 70% of non-temporal copy bandwidth", "micro", &sw, "hw-ntstore", 0.7),
+        vs(res, "create in a private directory, 1 thread, library >= 3x tmpfs", "meta", "create/t1", "tmpfs", 3.0),
+        vs(res, "unlink in a private directory, 1 thread, library >= 3x tmpfs", "meta", "unlink/t1", "tmpfs", 3.0),
+    ];
+    // Clean mount: milliseconds whatever the data size.
+    let sets = crate::exp::recovery::datasets(1 << 30);
+    let mut clean = Vec::new();
+    for d in &sets {
+        if let Some(s) = res.summary("recovery", &format!("{}/clean", d.name), LIB) {
+            clean.push((d.name.clone(), s.median));
+        }
+    }
+    g.push(if clean.is_empty() {
+        Goal {
+            goal: "mount after a clean unmount in milliseconds, whatever the data size".into(),
+            measured: "needs the recovery experiment".into(),
+            status: GoalStatus::NotMeasured,
+        }
+    } else {
+        let lo = clean.iter().map(|c| c.1).fold(f64::INFINITY, f64::min);
+        let hi = clean.iter().map(|c| c.1).fold(0.0, f64::max);
+        Goal {
+            goal: "mount after a clean unmount in milliseconds (< 10 ms), whatever the data size".into(),
+            measured: format!("{} – {} ms over {} data sets", num(lo), num(hi), clean.len()),
+            status: if hi < 10.0 { GoalStatus::Pass } else { GoalStatus::Miss },
+        }
+    });
+    let a = res.summary("recovery", "same-metadata-1x/crash", LIB);
+    let b = res.summary("recovery", "same-metadata-4x/crash", LIB);
+    g.push(match (a, b) {
+        (Some(a), Some(b)) => {
+            let r = b.median / a.median.max(1e-9);
+            Goal {
+                goal: "crash recovery proportional to metadata, not data (4x data, same files and \
+                       log entries: < 1.5x the time)"
+                    .into(),
+                measured: format!("{} ({} ms vs {} ms)", ratio(b.median, a.median), num(b.median), num(a.median)),
+                status: if r < 1.5 { GoalStatus::Pass } else { GoalStatus::Miss },
+            }
+        }
+        _ => Goal {
+            goal: "crash recovery proportional to metadata, not data".into(),
+            measured: "needs the recovery experiment".into(),
+            status: GoalStatus::NotMeasured,
+        },
+    });
+    let e = res
+        .samples
+        .iter()
+        .find(|s| s.experiment == "gc" && s.case == "summary" && s.target == LIB)
+        .and_then(|s| s.extra.get("enospc").copied().map(|e| (e, s.extra.get("util_start").copied())));
+    g.push(match e {
+        Some((e, u)) => Goal {
+            goal: "no ENOSPC under an overwrite load at 95% utilisation".into(),
+            measured: format!(
+                "{e:.0} ENOSPC errors (started at {:.1}% used)",
+                u.unwrap_or(f64::NAN) * 100.0
+            ),
+            status: if e == 0.0 { GoalStatus::Pass } else { GoalStatus::Miss },
+        },
+        None => Goal {
+            goal: "no ENOSPC under an overwrite load at 95% utilisation".into(),
+            measured: "needs the gc experiment".into(),
+            status: GoalStatus::NotMeasured,
+        },
+    });
+    g
+}
+
+/// Write amplification: pool bytes written (flushed lines + non-temporal bytes) per
+/// user byte, and fences per operation, for every write cell of targets that count them.
+pub fn wa_table(res: &Results, sizes: &[u64], append_sizes: &[u64]) -> Option<TextTable> {
+    let mut targets: Vec<String> = Vec::new();
+    for s in &res.samples {
+        if (s.experiment == "micro" || s.experiment == "append")
+            && s.extra.contains_key("fences_per_op")
+            && !targets.contains(&s.target)
+        {
+            targets.push(s.target.clone());
+        }
+    }
+    if targets.is_empty() {
+        return None;
+    }
+    let t1 = micro::Threads { n: 1, shared: false };
+    let mut cases: Vec<(String, &str, String)> = Vec::new();
+    for p in [micro::Pattern::RandWrite, micro::Pattern::SeqWrite] {
+        for &s in sizes {
+            cases.push((format!("{} {}", p.id(), fmt_size(s)), "micro", micro::case_key(p, s, t1)));
+        }
+    }
+    for m in append::MODES {
+        for &s in append_sizes {
+            cases.push((format!("append ({m}) {}", fmt_size(s)), "append", append::case_key(m, s)));
+        }
+    }
+    let mut headers = vec!["write, 1 thread, fsync after each".to_string()];
+    for t in &targets {
+        headers.push(format!("{t}: pool bytes per user byte"));
+        headers.push(format!("{t}: fences per op"));
+    }
+    let rows = cases
+        .iter()
+        .map(|(label, exp, case)| {
+            let mut r = vec![label.clone()];
+            for t in &targets {
+                for key in ["pool_bytes_per_user_byte", "fences_per_op"] {
+                    r.push(res.extra_median(exp, case, t, key).map(num).unwrap_or_else(|| "—".into()));
+                }
+            }
+            r
+        })
+        .collect();
+    Some(TextTable {
+        title: "Bytes written to the pool per byte the user wrote, and fences per operation".into(),
+        headers,
+        rows,
+        note: "Counted by the medium in software (the FAST '20 paper's effective write ratio \
+               idea): every flushed cache line counts 64 bytes, every non-temporal store its \
+               length. hw-ntstore is the floor: one copy, one fence."
+            .into(),
+    })
+}

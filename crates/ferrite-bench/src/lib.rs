@@ -1,0 +1,389 @@
+//! `ferrite bench`: reproduces the source papers' experiments on this machine with
+//! FerriteFS and its peers in the same run, and reports ratios, tables and plots.
+//!
+//! Targets ([`target`]): FerriteFS through the library API, FerriteFS through its
+//! FUSE mount, kernel tmpfs, kernel ext4 on a loop device over /dev/shm, and the
+//! hardware limit (memcpy, non-temporal copy + fence); optional library targets on
+//! emulated slower media ([`emu`]). Experiments ([`exp`]): fio-style micro, appends
+//! (FLEX), metadata, filebench personalities, recovery, GC under pressure, memory;
+//! write amplification comes from the persistence counters of the micro runs.
+//!
+//! Output: `results.json` (every sample), `report.md` (one table per experiment,
+//! goals first), `plots/*.svg`.
+//!
+//! Invariants:
+//! - Same workload, data sizes and durability request on every target; one warm-up,
+//!   then `reps` measured repetitions interleaved across targets; medians and spread.
+//! - A target that cannot be set up is skipped with a printed reason; a cell that
+//!   fails is reported as failed, never as a number.
+//! - Mounts and scratch files this run created are removed at the end, also after a
+//!   panic inside an experiment.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod emu;
+pub mod exp;
+pub mod goals;
+pub mod plot;
+pub mod report;
+pub mod results;
+pub mod rng;
+pub mod stats;
+pub mod target;
+
+pub use config::{BenchArgs, Config};
+
+use emu::{CountedMedium, EmuMedium};
+use ferrite_core::{MapOptions, MmapMedium};
+use results::{Results, TargetStatus};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use target::dir::{fs_type, DirTarget};
+use target::hw::HwTarget;
+use target::lib::{LibTarget, MediumFactory};
+use target::{TResult, Target};
+
+/// Name of the FerriteFS library target.
+pub const LIB: &str = "ferrite-lib";
+
+/// A FerriteFS library target on a new pool (`profile`: emulated media).
+pub fn lib_target(
+    name: &str,
+    pool: PathBuf,
+    size: u64,
+    profile: Option<emu::Profile>,
+) -> TResult<Box<dyn Target>> {
+    fn describe<M: CountedMedium>(size: u64, extra: &str, m: &ferrite_core::Fs<M>) -> String {
+        format!(
+            "FerriteFS library API on a {} pool in /dev/shm{extra}; every operation is durable \
+             when it returns ({}), fsync = fence",
+            config::fmt_size(size),
+            m.medium().durability().describe()
+        )
+    }
+    match profile {
+        None => {
+            let make: MediumFactory<MmapMedium> =
+                Box::new(|p, n| MmapMedium::create(p, n, &MapOptions::default()));
+            let t = LibTarget::new(name, "", pool, size, make)?;
+            let d = describe(size, "", t.fs()?);
+            Ok(Box::new(t.with_description(d)))
+        }
+        Some(p) => {
+            let extra = format!(
+                ", emulated {} media (+{} ns per fence, +{} ns per written line, +{} ns per read)",
+                p.name, p.fence_ns, p.line_ns, p.read_ns
+            );
+            let make: MediumFactory<EmuMedium<MmapMedium>> = Box::new(move |path, n| {
+                Ok(EmuMedium::new(MmapMedium::create(path, n, &MapOptions::default())?, p.clone()))
+            });
+            let t = LibTarget::new(name, "", pool, size, make)?;
+            let d = describe(size, &extra, t.fs()?);
+            Ok(Box::new(t.with_description(d)))
+        }
+    }
+}
+
+/// The `ferrite` binary that can serve the FUSE target.
+fn ferrite_bin(cfg: &Config) -> Option<PathBuf> {
+    if let Some(b) = &cfg.ferrite_bin {
+        return Some(b.clone());
+    }
+    let exe = std::env::current_exe().ok()?;
+    if exe.file_name().is_some_and(|n| n == "ferrite") {
+        return Some(exe);
+    }
+    let dir = exe.parent()?;
+    // Beside this binary, or one level up (test binaries live in target/*/deps).
+    [dir.join("ferrite"), dir.parent()?.join("ferrite")].into_iter().find(|p| p.is_file())
+}
+
+struct Built {
+    targets: Vec<Box<dyn Target>>,
+    status: Vec<TargetStatus>,
+}
+
+fn build_targets(cfg: &Config) -> Built {
+    let w = &cfg.work_dir;
+    let mut targets: Vec<Box<dyn Target>> = Vec::new();
+    let mut status = Vec::new();
+    let mut add = |name: &str, r: Result<Box<dyn Target>, String>| match r {
+        Ok(t) => {
+            eprintln!("  {:<22} {}", t.name(), t.describe());
+            status.push(TargetStatus { name: t.name().into(), detail: t.describe(), used: true });
+            targets.push(t);
+        }
+        Err(why) => {
+            eprintln!("  {name:<22} skipped: {why}");
+            status.push(TargetStatus { name: name.into(), detail: why, used: false });
+        }
+    };
+    if cfg.wants("lib") {
+        add(LIB, lib_target(LIB, w.join("lib.pool"), cfg.pool_size, None).map_err(|e| e.to_string()));
+        for e in &cfg.emulate {
+            let name = format!("{LIB}[{e}]");
+            let p = emu::profile(e);
+            add(&name, lib_target(&name, w.join(format!("lib-{e}.pool")), cfg.pool_size, p).map_err(|e| e.to_string()));
+        }
+    }
+    if cfg.wants("fuse") {
+        let r = match ferrite_bin(cfg) {
+            Some(bin) => DirTarget::fuse(&bin, w.join("fuse.pool"), w.join("mnt-fuse"), cfg.pool_size)
+                .map(|t| Box::new(t) as Box<dyn Target>),
+            None => Err("no `ferrite` binary found (build ferrite-cli, or pass --ferrite-bin)".into()),
+        };
+        add("ferrite-fuse", r);
+    }
+    if cfg.wants("tmpfs") {
+        add("tmpfs", DirTarget::tmpfs(w.join("tmpfs")).map(|t| Box::new(t) as Box<dyn Target>));
+    }
+    if cfg.wants("ext4") {
+        add(
+            "ext4",
+            DirTarget::ext4(w.join("ext4.img"), w.join("mnt-ext4"), cfg.pool_size)
+                .map(|t| Box::new(t) as Box<dyn Target>),
+        );
+    }
+    if cfg.wants("hw") {
+        let region = (2 * cfg.file_size).max(cfg.rep_bytes).max(cfg.circ_region);
+        for nt in [false, true] {
+            let name = if nt { "hw-ntstore" } else { "hw-memcpy" };
+            let path = w.join(format!("{name}.map"));
+            add(name, HwTarget::new(path, region, 4, nt).map(|t| Box::new(t) as Box<dyn Target>).map_err(|e| e.to_string()));
+        }
+    }
+    Built { targets, status }
+}
+
+fn machine(cfg: &Config) -> std::collections::BTreeMap<String, String> {
+    let mut m = std::collections::BTreeMap::new();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .unwrap_or_else(|| "unknown".into());
+    m.insert("cpu".into(), cpu);
+    m.insert(
+        "cores".into(),
+        std::thread::available_parallelism().map(|n| n.get().to_string()).unwrap_or_else(|_| "?".into()),
+    );
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| s.lines().next().and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<u64>().ok()))
+        .map(|kb| format!("{:.1} GiB", kb as f64 / 1048576.0))
+        .unwrap_or_else(|| "?".into());
+    m.insert("memory".into(), mem);
+    m.insert(
+        "kernel".into(),
+        std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default(),
+    );
+    let pc = ferrite_core::pmem::config();
+    m.insert(
+        "persistence".into(),
+        format!(
+            "flush {:?}, non-temporal stores {} (copies of {} bytes or more)",
+            pc.flush,
+            if pc.nt_stores { "on" } else { "off" },
+            pc.nt_threshold
+        ),
+    );
+    m.insert("scratch".into(), format!("{} ({})", cfg.work_dir.display(), fs_type(&cfg.work_dir).unwrap_or_default()));
+    m.insert(
+        "build".into(),
+        if cfg!(debug_assertions) {
+            "debug (numbers are not representative: use a release build)".into()
+        } else {
+            "release".into()
+        },
+    );
+    if let Ok(o) = std::process::Command::new("git").args(["rev-parse", "--short", "HEAD"]).output() {
+        if o.status.success() {
+            m.insert("commit".into(), String::from_utf8_lossy(&o.stdout).trim().to_string());
+        }
+    }
+    m.insert("preset".into(), cfg.preset.into());
+    m
+}
+
+fn method_notes(cfg: &Config) -> Vec<String> {
+    vec![
+        format!(
+            "Every cell: one warm-up (not recorded), then {} measured repetitions; targets are \
+             interleaved within each repetition. Tables show the median and ± half the min–max \
+             range as a percentage of the median.",
+            cfg.reps
+        ),
+        "Ratios are of medians from this run. Throughput is bytes (10^6) or operations per second \
+         of wall time over all threads of a phase."
+            .into(),
+        "Durability: every FerriteFS operation is durable and atomic when it returns (fsync is a \
+         fence); tmpfs keeps everything in DRAM (fsync does nothing); ext4 commits its journal on \
+         fsync, through a loop device to a /dev/shm file. hw-memcpy moves bytes with no flush; \
+         hw-ntstore uses non-temporal stores and a fence per fsync."
+            .into(),
+        "The machine has no persistent memory: pools live in /dev/shm, so stores reach DRAM. \
+         Emulation profiles (--emulate) add delays per fence, per written cache line and per read."
+            .into(),
+        "Write amplification counts what the FerriteFS medium flushes or writes non-temporally; it \
+         is a software count, not a DIMM counter."
+            .into(),
+    ]
+}
+
+fn cleanup_work_dir(dir: &Path) {
+    let Ok(s) = std::fs::read_to_string("/proc/mounts") else { return };
+    let d = dir.to_string_lossy();
+    if s.lines().any(|l| l.split(' ').nth(1).is_some_and(|m| m.starts_with(d.as_ref()))) {
+        eprintln!("warning: something is still mounted under {d}; leaving it in place");
+        return;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Run `ferrite bench`; returns the process exit code (0: every experiment ran;
+/// 1: an experiment failed; 2: bad arguments or no output).
+pub fn run(args: &BenchArgs) -> i32 {
+    if std::env::var_os(exp::memory::CHILD_ENV).is_some() {
+        return exp::memory::child_main();
+    }
+    let cfg = match Config::from_args(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ferrite bench: {e}");
+            return 2;
+        }
+    };
+    let started = Instant::now();
+    if let Err(e) = std::fs::create_dir_all(cfg.out.join("plots")) {
+        eprintln!("ferrite bench: {}: {e}", cfg.out.display());
+        return 2;
+    }
+    if let Err(e) = std::fs::create_dir_all(&cfg.work_dir) {
+        eprintln!("ferrite bench: {}: {e}", cfg.work_dir.display());
+        return 2;
+    }
+    if fs_type(&cfg.work_dir).as_deref() != Some("tmpfs") {
+        eprintln!("warning: {} is not on tmpfs; pools will not behave like memory", cfg.work_dir.display());
+    }
+    if cfg!(debug_assertions) {
+        eprintln!("warning: debug build; numbers are not representative (use --release)");
+    }
+    let mut res = Results {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        started: report::utc_stamp(std::time::SystemTime::now()),
+        machine: machine(&cfg),
+        config: serde_json::to_value(&cfg).unwrap_or_default(),
+        notes: method_notes(&cfg),
+        ..Default::default()
+    };
+    eprintln!("ferrite bench ({} preset): targets", cfg.preset);
+    let Built { mut targets, status } = build_targets(&cfg);
+    res.targets = status;
+    res.target_kinds = targets.iter().map(|t| (t.name().to_string(), t.kind())).collect();
+    let mut failed = false;
+    for e in cfg.experiments.clone() {
+        eprintln!("== {e}");
+        let t0 = Instant::now();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> TResult<()> {
+            if e == "gc" {
+                return run_gc(&cfg, &mut targets, &mut res);
+            }
+            let mut ctx = exp::Ctx { cfg: &cfg, targets: &mut targets, res: &mut res };
+            match e.as_str() {
+                "micro" => exp::micro::run(&mut ctx),
+                "append" => exp::append::run(&mut ctx),
+                "meta" => exp::meta::run(&mut ctx),
+                "filebench" => exp::filebench::run(&mut ctx),
+                "recovery" => exp::recovery::run(&mut ctx),
+                "memory" => exp::memory::run(&mut ctx),
+                _ => Ok(()),
+            }
+        }));
+        let err = match r {
+            Ok(Ok(())) => None,
+            Ok(Err(x)) => Some(x.to_string()),
+            Err(p) => Some(format!(
+                "panicked: {}",
+                p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+            )),
+        };
+        if let Some(x) = &err {
+            eprintln!("   {e} FAILED: {x}");
+            failed = true;
+        } else {
+            eprintln!("   {e} done in {:.1} s", t0.elapsed().as_secs_f64());
+        }
+        res.experiments.push((e, err));
+    }
+    drop(targets);
+    if let Some(t) = goals::wa_table(&res, &cfg.sizes, &cfg.append_sizes) {
+        res.text_tables.push(("wa".into(), t));
+        res.experiments.push(("wa".into(), None));
+    }
+    res.goals = goals::evaluate(&mut res);
+    res.elapsed_secs = started.elapsed().as_secs_f64();
+    let code = match write_outputs(&cfg, &mut res) {
+        Ok(()) => {
+            if failed {
+                1
+            } else {
+                0
+            }
+        }
+        Err(e) => {
+            eprintln!("ferrite bench: {e}");
+            2
+        }
+    };
+    cleanup_work_dir(&cfg.work_dir);
+    code
+}
+
+fn run_gc(cfg: &Config, targets: &mut Vec<Box<dyn Target>>, res: &mut Results) -> TResult<()> {
+    // The GC run needs bounded capacity: its own small library pool and ext4 image.
+    let mut gc: Vec<Box<dyn Target>> = Vec::new();
+    let mut skipped = Vec::new();
+    if cfg.wants("lib") {
+        match lib_target(LIB, cfg.work_dir.join("gc.pool"), cfg.gc_pool, None) {
+            Ok(t) => gc.push(t),
+            Err(e) => skipped.push((LIB.to_string(), e.to_string())),
+        }
+    }
+    if cfg.wants("ext4") {
+        match DirTarget::ext4(cfg.work_dir.join("gc-ext4.img"), cfg.work_dir.join("mnt-gc-ext4"), cfg.gc_pool) {
+            Ok(t) => gc.push(Box::new(t)),
+            Err(e) => skipped.push(("ext4".to_string(), e)),
+        }
+    }
+    let mut ctx = exp::Ctx { cfg, targets, res };
+    exp::gc::run(&mut ctx, gc, &skipped)
+}
+
+fn write_outputs(cfg: &Config, res: &mut Results) -> Result<(), String> {
+    let plots_dir = cfg.out.join("plots");
+    let mut plot_errors = Vec::new();
+    for (_, p) in &res.plots {
+        if let Err(e) = plot::render(p, &plots_dir) {
+            plot_errors.push(e);
+        }
+    }
+    for e in plot_errors {
+        res.notes.push(format!("plot not drawn: {e}"));
+    }
+    let md = report::markdown(res);
+    let json = serde_json::to_string_pretty(&res).map_err(|e| e.to_string())?;
+    std::fs::write(cfg.out.join("results.json"), json).map_err(|e| format!("{}: {e}", cfg.out.display()))?;
+    std::fs::write(cfg.out.join("report.md"), &md).map_err(|e| format!("{}: {e}", cfg.out.display()))?;
+    println!("\nPerformance goals ({} preset):\n", cfg.preset);
+    println!("| goal | measured | result |\n|---|---|---|");
+    for g in &res.goals {
+        println!("| {} | {} | {} |", g.goal, g.measured, g.status.text());
+    }
+    println!(
+        "\nReport: {}\nSamples: {}\nPlots: {}",
+        cfg.out.join("report.md").display(),
+        cfg.out.join("results.json").display(),
+        plots_dir.display()
+    );
+    Ok(())
+}

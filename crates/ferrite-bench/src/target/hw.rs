@@ -1,0 +1,238 @@
+//! The hardware limit: raw copies into a shared mapping of a /dev/shm file, with no
+//! file system at all. A "file" is a fixed-size region of the mapping.
+//!
+//! Two flavours:
+//! - `hw-memcpy`: cached stores (a plain memcpy), `fsync` does nothing: the speed of
+//!   light for moving bytes, with no durability.
+//! - `hw-ntstore`: non-temporal stores, `fsync` is a store fence: the least work that
+//!   makes a write persistent on real persistent memory.
+//!
+//! Invariants: every store goes through `MmapMedium` (bounds-checked, counted); a
+//! write past a region's capacity fails with `NoSpace`; metadata operations are
+//! `Unsupported`.
+
+use super::{Handle, Kind, TResult, Target, TargetError};
+use ferrite_core::pmem::{Medium, StatsSnapshot};
+use ferrite_core::{MapOptions, MmapMedium};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// One "file": a region of the mapping.
+pub struct Region {
+    base: u64,
+    cap: u64,
+    len: AtomicU64,
+}
+
+/// The hardware-limit target.
+pub struct HwTarget {
+    name: String,
+    nt: bool,
+    path: PathBuf,
+    region: u64,
+    nregions: u64,
+    m: Option<MmapMedium>,
+    files: Mutex<HashMap<String, Arc<Region>>>,
+}
+
+impl HwTarget {
+    /// A mapping of `nregions` regions of `region` bytes at `path`; `nt`: non-temporal
+    /// stores and a fence per fsync, else plain memcpy.
+    pub fn new(path: PathBuf, region: u64, nregions: u64, nt: bool) -> TResult<Self> {
+        let region = region.div_ceil(4096) * 4096;
+        let mut t = HwTarget {
+            name: if nt { "hw-ntstore".into() } else { "hw-memcpy".into() },
+            nt,
+            path,
+            region,
+            nregions,
+            m: None,
+            files: Mutex::new(HashMap::new()),
+        };
+        t.reset()?;
+        Ok(t)
+    }
+
+    fn m(&self) -> TResult<&MmapMedium> {
+        self.m.as_ref().ok_or_else(|| TargetError::Other("mapping missing".into()))
+    }
+
+    fn region(h: &Handle) -> TResult<&Region> {
+        match h {
+            Handle::Region(r) => Ok(r),
+            _ => Err(TargetError::Other("handle of another target".into())),
+        }
+    }
+
+    fn get(&self, path: &str, create: bool) -> TResult<Handle> {
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = files.get(path) {
+            if create {
+                r.len.store(0, Ordering::Release);
+            }
+            return Ok(Handle::Region(r.clone()));
+        }
+        if !create {
+            return Err(TargetError::Other(format!("{path}: no such region")));
+        }
+        let idx = files.len() as u64;
+        if idx >= self.nregions {
+            return Err(TargetError::NoSpace(format!("all {} regions in use", self.nregions)));
+        }
+        let r = Arc::new(Region { base: idx * self.region, cap: self.region, len: AtomicU64::new(0) });
+        files.insert(path.to_string(), r.clone());
+        Ok(Handle::Region(r))
+    }
+
+    fn store(&self, r: &Region, off: u64, data: &[u8]) -> TResult<()> {
+        let end = off + data.len() as u64;
+        if end > r.cap {
+            return Err(TargetError::NoSpace(format!("region holds {} bytes", r.cap)));
+        }
+        let m = self.m()?;
+        if self.nt {
+            m.write_nt(r.base + off, data);
+        } else {
+            m.write(r.base + off, data);
+        }
+        r.len.fetch_max(end, Ordering::AcqRel);
+        Ok(())
+    }
+}
+
+impl Drop for HwTarget {
+    fn drop(&mut self) {
+        self.m = None;
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl Target for HwTarget {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn describe(&self) -> String {
+        if self.nt {
+            "hardware limit: non-temporal stores into a /dev/shm mapping, fsync = sfence".into()
+        } else {
+            "hardware limit: memcpy into a /dev/shm mapping, no flush, fsync does nothing".into()
+        }
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::Hardware
+    }
+
+    fn reset(&mut self) -> TResult<()> {
+        self.m = None;
+        self.files.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        let _ = std::fs::remove_file(&self.path);
+        self.m = Some(MmapMedium::create(
+            &self.path,
+            self.region * self.nregions,
+            &MapOptions::default(),
+        )?);
+        Ok(())
+    }
+
+    fn create(&self, path: &str, _append: bool) -> TResult<Handle> {
+        self.get(path, true)
+    }
+
+    fn open(&self, path: &str, _append: bool) -> TResult<Handle> {
+        self.get(path, false)
+    }
+
+    fn close(&self, _h: Handle) -> TResult<()> {
+        Ok(())
+    }
+
+    fn write_at(&self, h: &Handle, off: u64, data: &[u8]) -> TResult<()> {
+        self.store(Self::region(h)?, off, data)
+    }
+
+    fn append(&self, h: &Handle, data: &[u8]) -> TResult<()> {
+        let r = Self::region(h)?;
+        let off = r.len.load(Ordering::Acquire);
+        self.store(r, off, data)
+    }
+
+    fn read_at(&self, h: &Handle, off: u64, buf: &mut [u8]) -> TResult<usize> {
+        let r = Self::region(h)?;
+        let len = r.len.load(Ordering::Acquire);
+        if off >= len {
+            return Ok(0);
+        }
+        let n = (buf.len() as u64).min(len - off) as usize;
+        self.m()?.read(r.base + off, &mut buf[..n]);
+        Ok(n)
+    }
+
+    fn fsync(&self, _h: &Handle) -> TResult<()> {
+        if self.nt {
+            self.m()?.fence();
+        }
+        Ok(())
+    }
+
+    fn size(&self, h: &Handle) -> TResult<u64> {
+        Ok(Self::region(h)?.len.load(Ordering::Acquire))
+    }
+
+    fn mkdir(&self, _path: &str) -> TResult<()> {
+        Ok(()) // directories are free: regions are named by full path
+    }
+
+    fn stat(&self, _path: &str) -> TResult<u64> {
+        Err(TargetError::Unsupported("stat"))
+    }
+
+    fn rename(&self, _from: &str, _to: &str) -> TResult<()> {
+        Err(TargetError::Unsupported("rename"))
+    }
+
+    fn unlink(&self, _path: &str) -> TResult<()> {
+        Err(TargetError::Unsupported("unlink"))
+    }
+
+    fn rmdir(&self, _path: &str) -> TResult<()> {
+        Err(TargetError::Unsupported("rmdir"))
+    }
+
+    fn readdir_count(&self, _path: &str) -> TResult<usize> {
+        Err(TargetError::Unsupported("readdir"))
+    }
+
+    fn persist_counters(&self) -> Option<StatsSnapshot> {
+        self.m.as_ref().map(|m| m.stats().snapshot())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_write_read_append_and_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        for nt in [false, true] {
+            let t = HwTarget::new(dir.path().join(format!("hw{nt}")), 8192, 2, nt).unwrap();
+            let h = t.create("a", false).unwrap();
+            t.write_at(&h, 100, b"xyz").unwrap();
+            t.append(&h, b"!").unwrap();
+            t.fsync(&h).unwrap();
+            assert_eq!(t.size(&h).unwrap(), 104);
+            let mut b = [0u8; 10];
+            assert_eq!(t.read_at(&h, 100, &mut b).unwrap(), 4);
+            assert_eq!(&b[..4], b"xyz!");
+            assert!(matches!(t.write_at(&h, 8190, b"abc"), Err(TargetError::NoSpace(_))));
+            let _b = t.create("b", false).unwrap();
+            assert!(matches!(t.create("c", false), Err(TargetError::NoSpace(_))));
+            assert!(matches!(t.rename("a", "b"), Err(TargetError::Unsupported(_))));
+            assert_eq!(t.persist_counters().unwrap().fences, nt as u64);
+        }
+    }
+}
