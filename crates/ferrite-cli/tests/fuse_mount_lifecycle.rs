@@ -1,0 +1,258 @@
+//! `ferrite mount` / `ferrite umount` end to end: mounting, the ways a mount ends
+//! (ferrite umount, SIGINT, SIGTERM, fusermount3 -u, umount(8) through the mount(8)
+//! helper form), standard options, and what the kernel sees through the mount
+//! (fresh attributes, open-unlinked files, lookup counts releasing space).
+
+mod fuse_util;
+
+use fuse_util::{is_mounted, run, wait_for, Mount};
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::process::Command;
+
+fn statfs_free(p: &std::path::Path) -> u64 {
+    let s = rustix::fs::statvfs(p).expect("statvfs");
+    s.f_bfree * s.f_frsize
+}
+
+#[test]
+fn mount_use_umount_remount() {
+    let mut m = Mount::new("basic", "256M", "");
+    let a = m.path("a.txt");
+    fs::write(&a, b"hello ferrite\n").unwrap();
+    fs::create_dir_all(m.path("d/e/f")).unwrap();
+    fs::hard_link(&a, m.path("d/a-link")).unwrap();
+    std::os::unix::fs::symlink("../a.txt", m.path("d/sym")).unwrap();
+    // The kernel must never show stale attributes: link count, size, mode, times.
+    assert_eq!(fs::metadata(&a).unwrap().nlink(), 2, "link count right after link");
+    let before = fs::metadata(&a).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    fs::OpenOptions::new().append(true).open(&a).unwrap().write_all(b"more\n").unwrap();
+    let after = fs::metadata(&a).unwrap();
+    assert_eq!(after.len(), 19, "size right after an append");
+    assert!(after.mtime_nsec() != before.mtime_nsec() || after.mtime() > before.mtime());
+    fs::set_permissions(&a, fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(fs::metadata(m.path("d/a-link")).unwrap().mode() & 0o7777, 0o600, "mode via the other link");
+    fs::OpenOptions::new().write(true).open(&a).unwrap().set_len(3).unwrap();
+    assert_eq!(fs::metadata(m.path("d/a-link")).unwrap().len(), 3, "size after truncate via other link");
+    fs::rename(m.path("d/a-link"), m.path("d/e/moved")).unwrap();
+    assert_eq!(fs::read(m.path("d/e/moved")).unwrap(), b"hel");
+    assert_eq!(fs::read_link(m.path("d/sym")).unwrap().to_str(), Some("../a.txt"));
+    assert_eq!(fs::read(m.path("d/sym")).unwrap(), b"hel");
+    fs::remove_file(m.path("d/e/moved")).unwrap();
+    assert_eq!(fs::metadata(&a).unwrap().nlink(), 1, "link count after unlink of the other link");
+    let big: Vec<u8> = (0..(9 << 20)).map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    fs::write(m.path("d/big"), &big).unwrap();
+    assert_eq!(fs::read(m.path("d/big")).unwrap(), big, "9 MiB in one write, read back");
+    m.umount();
+    let (report, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "fsck: {:?}", fsck.errors);
+    assert!(report.clean, "a clean unmount writes the checkpoint");
+    m.mount("");
+    assert_eq!(fs::read(m.path("a.txt")).unwrap(), b"hel");
+    assert_eq!(fs::read(m.path("d/big")).unwrap(), big);
+    assert!(m.path("d/e/f").is_dir());
+    m.umount();
+}
+
+fn signal_ends_mount_cleanly(sig: rustix::process::Signal, tag: &str) {
+    let mut m = Mount::foreground(tag, "64M", "");
+    fs::write(m.path("x"), b"before the signal").unwrap();
+    m.signal(sig);
+    assert_eq!(m.wait_child(30), Some(0), "daemon exit code after {sig:?}\n{}", m.log_text());
+    assert!(!is_mounted(&m.mnt), "mount gone after {sig:?}");
+    let (report, fsck) = m.check_pool();
+    assert!(report.clean, "{sig:?} must end with a clean unmount (checkpoint)");
+    assert!(fsck.is_clean(), "{:?}", fsck.errors);
+}
+
+#[test]
+fn sigterm_unmounts_cleanly() {
+    signal_ends_mount_cleanly(rustix::process::Signal::TERM, "sigterm");
+}
+
+#[test]
+fn sigint_unmounts_cleanly() {
+    signal_ends_mount_cleanly(rustix::process::Signal::INT, "sigint");
+}
+
+#[test]
+fn sigterm_with_a_busy_mount_detaches_lazily() {
+    let mut m = Mount::foreground("busy", "64M", "");
+    let mut f = fs::File::create(m.path("held")).unwrap();
+    f.write_all(b"still open").unwrap();
+    m.signal(rustix::process::Signal::TERM);
+    assert!(wait_for(10, || !is_mounted(&m.mnt)), "detached although a file is open");
+    // The open file keeps the session alive until it is closed.
+    f.seek(SeekFrom::Start(0)).unwrap();
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "still open");
+    drop(f);
+    assert_eq!(m.wait_child(30), Some(0), "{}", m.log_text());
+    assert!(m.check_pool().0.clean);
+}
+
+#[test]
+fn fusermount3_u_unmounts_cleanly() {
+    let m = Mount::new("fusermount", "64M", "");
+    fs::write(m.path("f"), b"x").unwrap();
+    run(Command::new("fusermount3").arg("-u").arg(&m.mnt));
+    assert!(!is_mounted(&m.mnt));
+    assert!(
+        wait_for(30, || !ferrite_fuse::umount::pool_in_use(&m.pool)),
+        "daemon did not release the pool"
+    );
+    let (report, fsck) = m.check_pool();
+    assert!(report.clean && fsck.is_clean());
+}
+
+/// mount(8) → mount.fuse3 → `ferrite SOURCE MOUNTPOINT -o OPTS` (the form fstab uses).
+#[test]
+fn mount_helper_forms() {
+    let m = Mount::unmounted("helper", "64M");
+    run(Command::new(fuse_util::ferrite()).args(["mkfs", "--size", "64M"]).arg(&m.pool));
+    // `mount -t fuse ferrite#POOL` (mount(8) passes no PATH to helpers: absolute path).
+    let src = format!("{}#{}", fuse_util::ferrite(), m.pool.display());
+    run(Command::new("mount").args(["-t", "fuse", &src]).arg(&m.mnt).args(["-o", "rw,noatime,allow_other"]));
+    assert!(is_mounted(&m.mnt));
+    fs::write(m.path("via-mount8"), b"1").unwrap();
+    run(Command::new("umount").arg(&m.mnt));
+    assert!(wait_for(30, || !ferrite_fuse::umount::pool_in_use(&m.pool)));
+    // `-t fuse.ferrite`: mount.fuse3 runs `ferrite` from PATH (mount(8) itself only
+    // finds it when installed, e.g. in /usr/local/bin; call the helper directly then).
+    let dir = std::path::Path::new(fuse_util::ferrite()).parent().unwrap().to_path_buf();
+    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
+    let installed = Command::new("sh").args(["-c", "command -v ferrite"]).env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin").output().map(|o| o.status.success()).unwrap_or(false);
+    if installed {
+        run(Command::new("mount").args(["-t", "fuse.ferrite"]).arg(&m.pool).arg(&m.mnt).args(["-o", "rw"]));
+    } else {
+        run(Command::new("mount.fuse3").arg(&m.pool).arg(&m.mnt).args(["-t", "fuse.ferrite", "-o", "rw,dev,suid"]).env("PATH", path));
+    }
+    assert!(is_mounted(&m.mnt));
+    assert_eq!(fs::read(m.path("via-mount8")).unwrap(), b"1");
+    run(Command::new(fuse_util::ferrite()).arg("umount").arg(&m.mnt));
+    let (report, fsck) = m.check_pool();
+    assert!(report.clean && fsck.is_clean());
+}
+
+#[test]
+fn read_only_mount_refuses_changes() {
+    let mut m = Mount::new("ro", "64M", "");
+    fs::write(m.path("kept"), b"data").unwrap();
+    m.umount();
+    m.mount("ro");
+    assert_eq!(fs::read(m.path("kept")).unwrap(), b"data");
+    let e = fs::write(m.path("new"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let e = fs::OpenOptions::new().write(true).open(m.path("kept")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+    m.umount();
+}
+
+#[test]
+fn bad_invocations_are_clear_errors() {
+    let m = Mount::unmounted("bad", "64M");
+    let out = Command::new(fuse_util::ferrite()).arg("mount").arg(&m.pool).arg(&m.mnt).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("does not exist") && err.contains("--create"), "{err}");
+    let out = Command::new(fuse_util::ferrite())
+        .args(["mount", "-o", "frobnicate"])
+        .arg(&m.pool)
+        .arg(&m.mnt)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown mount option 'frobnicate'"));
+    let out = Command::new(fuse_util::ferrite()).arg("umount").arg(&m.mnt).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a FUSE mount point"));
+    // A pool already served by a daemon cannot be mounted twice.
+    let mut m = Mount::new("twice", "64M", "");
+    let other = m.scratch();
+    let out = Command::new(fuse_util::ferrite()).arg("mount").arg(&m.pool).arg(&other).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("in use by"), "{}", String::from_utf8_lossy(&out.stderr));
+    m.umount();
+}
+
+#[test]
+fn open_unlinked_file_stays_usable_and_space_comes_back() {
+    let mut m = Mount::new("unlinked", "128M", "");
+    let free0 = statfs_free(&m.mnt);
+    let p = m.path("doomed");
+    let mut f = fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&p).unwrap();
+    let data = vec![0x5au8; 8 << 20];
+    f.write_all(&data).unwrap();
+    fs::remove_file(&p).unwrap();
+    assert!(!p.exists());
+    assert_eq!(f.metadata().unwrap().nlink(), 0);
+    f.write_all(b"tail").unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    let mut back = Vec::new();
+    f.read_to_end(&mut back).unwrap();
+    assert_eq!(back.len(), data.len() + 4);
+    assert!(statfs_free(&m.mnt) + (8 << 20) <= free0 + (1 << 20), "space held while open");
+    drop(f);
+    // The kernel's release and forget drop the last pins: the core frees the inode.
+    assert!(
+        wait_for(10, || statfs_free(&m.mnt) + (1 << 20) >= free0),
+        "space not returned: {} < {free0}",
+        statfs_free(&m.mnt)
+    );
+    m.umount();
+    assert!(m.check_pool().1.is_clean());
+}
+
+#[test]
+fn lookup_counts_survive_cache_eviction() {
+    let mut m = Mount::new("forget", "128M", "");
+    let free0 = statfs_free(&m.mnt);
+    fs::create_dir(m.path("many")).unwrap();
+    for i in 0..600 {
+        fs::write(m.path(&format!("many/f{i:04}")), vec![i as u8; 5000]).unwrap();
+    }
+    // readdirplus and lookups hand the kernel hundreds of entries...
+    let n = fs::read_dir(m.path("many")).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).count();
+    assert_eq!(n, 600);
+    // ...which it forgets when its caches are dropped (FORGET / BATCH_FORGET).
+    fs::write("/proc/sys/vm/drop_caches", b"2").unwrap();
+    for i in 0..600 {
+        assert_eq!(fs::read(m.path(&format!("many/f{i:04}"))).unwrap(), vec![i as u8; 5000]);
+    }
+    fs::remove_dir_all(m.path("many")).unwrap();
+    fs::write("/proc/sys/vm/drop_caches", b"2").unwrap();
+    assert!(
+        wait_for(10, || statfs_free(&m.mnt) + (64 << 10) >= free0),
+        "space of removed files not returned: {} < {free0}",
+        statfs_free(&m.mnt)
+    );
+    m.umount();
+    let (report, fsck) = m.check_pool();
+    assert!(report.clean && fsck.is_clean(), "{:?}", fsck.errors);
+}
+
+#[test]
+fn readdir_of_a_large_directory_is_complete() {
+    let mut m = Mount::new("bigdir", "128M", "");
+    let d = m.path("d");
+    fs::create_dir(&d).unwrap();
+    let mut want: Vec<String> = (0..3000).map(|i| format!("entry-with-a-longish-name-{i:05}")).collect();
+    for n in &want {
+        fs::File::create(d.join(n)).unwrap();
+    }
+    // Remove some while listing in pieces: cookies must stay valid.
+    let mut got: Vec<String> = fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    for n in want.iter().step_by(3) {
+        fs::remove_file(d.join(n)).unwrap();
+    }
+    let left = fs::read_dir(&d).unwrap().count();
+    assert_eq!(left, 2000);
+    assert_eq!(fs::metadata(&d).unwrap().nlink(), 2);
+    m.umount();
+}
