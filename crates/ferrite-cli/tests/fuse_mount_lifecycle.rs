@@ -80,7 +80,7 @@ fn sigint_unmounts_cleanly() {
 #[test]
 fn sigterm_with_a_busy_mount_detaches_lazily() {
     let mut m = Mount::foreground("busy", "64M", "");
-    let mut f = fs::File::create(m.path("held")).unwrap();
+    let mut f = fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.path("held")).unwrap();
     f.write_all(b"still open").unwrap();
     m.signal(rustix::process::Signal::TERM);
     assert!(wait_for(10, || !is_mounted(&m.mnt)), "detached although a file is open");

@@ -337,6 +337,7 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
         Ok(_) => return notify.fail(&format!("mount point {} is not a directory", p.mountpoint.display())),
         Err(e) => return notify.fail(&format!("mount point {}: {e}", p.mountpoint.display())),
     }
+    let created = !p.pool.exists();
     let fs = match open_pool(p) {
         Ok(fs) => Arc::new(fs),
         Err(e) => return notify.fail(&e),
@@ -354,7 +355,9 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
         }
     };
     signal_thread(set, p.mountpoint.clone());
-    let how = if report.clean {
+    let how = if created {
+        "created".to_string()
+    } else if report.clean {
         "clean".to_string()
     } else {
         format!(
