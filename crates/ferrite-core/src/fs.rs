@@ -19,7 +19,7 @@ use crate::layout::{logptr, Geometry, InodeSlot, Superblock, BLOCK, SLOT_STATE, 
 use crate::log::{self, AttrRec, EntryBuf, Ts};
 use crate::pmem::{persist_u64, Medium};
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -387,7 +387,7 @@ impl<M: Medium> Fs<M> {
     }
 
     pub(crate) fn new_cache() -> Vec<Mutex<HashMap<u64, Arc<Inode>>>> {
-        (0..CACHE_SHARDS).map(|_| Mutex::new(HashMap::new())).collect()
+        (0..CACHE_SHARDS).map(|_| Mutex::new(HashMap::default())).collect()
     }
 
     pub(crate) fn read_slot(&self, ino: u64) -> InodeSlot {

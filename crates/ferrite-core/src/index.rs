@@ -16,6 +16,7 @@
 use crate::layout::BLOCK;
 use crate::log::{AttrRec, Entry, LogState, Ts};
 use crate::pmem::Medium;
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
 
 /// File type.
@@ -97,7 +98,7 @@ pub struct FileIndex {
     /// Runs keyed by first page.
     pub ext: BTreeMap<u64, Ext>,
     /// Ops per page, in order.
-    pub ops: HashMap<u64, Vec<PageOp>>,
+    pub ops: FxHashMap<u64, Vec<PageOp>>,
     mapped: u64,
 }
 
@@ -230,7 +231,7 @@ pub struct InodeState {
     /// Latest SETATTR.
     pub setattr_loc: Option<u64>,
     /// Live references per log page.
-    pub refs: HashMap<u64, u32>,
+    pub refs: FxHashMap<u64, u32>,
     /// Log pointers and pages.
     pub log: LogState,
     /// Log page count at which thorough GC is next considered.
@@ -259,7 +260,7 @@ impl InodeState {
             body,
             xattrs: BTreeMap::new(),
             setattr_loc: None,
-            refs: HashMap::new(),
+            refs: FxHashMap::default(),
             log: LogState::default(),
             gc_check_at: 4,
             dead: Vec::new(),

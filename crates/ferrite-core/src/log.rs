@@ -17,7 +17,7 @@
 use crate::error::{Error, Result};
 use crate::layout::{Geometry, Reader, BLOCK};
 use crate::pmem::{persist_copy, Medium};
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 
 /// End of the entry area of a log page (the next pointer follows).
 pub const LOG_DATA_END: u64 = BLOCK - 8;
@@ -190,11 +190,11 @@ impl Enc {
     fn new(t: u8, flags: u8, len: usize) -> Enc {
         let len = pad8(len);
         assert!(len <= MAX_ENTRY, "entry of {len} bytes too large");
-        let mut v = vec![0u8; HDR];
+        let mut v = Vec::with_capacity(len);
+        v.resize(HDR, 0);
         v[4] = t;
         v[5] = flags;
         v[6..8].copy_from_slice(&(len as u16).to_le_bytes());
-        v.reserve(len - HDR);
         Enc(v)
     }
     fn u8(&mut self, x: u8) -> &mut Self {
@@ -530,7 +530,7 @@ pub fn walk<M: Medium + ?Sized>(
     }
     let max_pages = geo.nblocks as usize;
     let mut w = Walk::default();
-    let mut visited: HashSet<u64> = HashSet::new();
+    let mut visited: HashSet<u64> = HashSet::default();
     visited.insert(head);
     w.pages.push(head);
     let mut pos = head;

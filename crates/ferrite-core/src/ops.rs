@@ -15,7 +15,10 @@ use std::sync::Arc;
 /// Sub-page writes up to this many bytes are embedded in the log (NOVA-datalog).
 pub const INLINE_MAX: usize = 2048;
 /// A page with this many overlays is merged into a new page at its next write.
-pub const MAX_PAGE_OPS: usize = 8;
+pub const MAX_PAGE_OPS: usize = 16;
+/// Embedded bytes a page may carry before its next sub-page write merges it into a
+/// new page (bounds DRAM per page and the cost of reading a page).
+pub const PAGE_INLINE_BYTES: usize = 2048;
 /// Largest extended attribute value.
 pub const XATTR_VALUE_MAX: usize = MAX_ENTRY - XATTR_HDR - 255;
 /// Longest symlink target.
@@ -225,7 +228,7 @@ impl<M: Medium> Fs<M> {
                     pieces.push(Piece::Full { pg, src });
                 } else {
                     let (nops, bytes) = st.page_ops(pg);
-                    if len <= INLINE_MAX && nops < MAX_PAGE_OPS && bytes + len <= BLOCK as usize {
+                    if len <= INLINE_MAX && nops < MAX_PAGE_OPS && bytes + len <= PAGE_INLINE_BYTES {
                         pieces.push(Piece::Inline { off: pos, src, len });
                     } else {
                         let mut page = Box::new([0u8; BLOCK as usize]);
