@@ -256,6 +256,26 @@ impl Drop for RangeGuard<'_> {
 }
 
 const CACHE_SHARDS: usize = 64;
+/// Inodes a cache shard holds before idle ones are dropped (their DRAM state is
+/// rebuilt from the log on next access): 64 Ki inodes in all.
+const CACHE_SHARD_CAP: usize = 1024;
+
+/// Drop idle inodes (not open, not referenced outside the cache) until the shard is
+/// at three quarters of its cap. `keep` is the inode just loaded.
+fn evict_some(c: &mut HashMap<u64, Arc<Inode>>, keep: u64) {
+    let target = CACHE_SHARD_CAP * 3 / 4;
+    let victims: Vec<u64> = c
+        .iter()
+        .filter(|(&k, i)| {
+            k != keep && i.open.load(Ordering::Acquire) == 0 && Arc::strong_count(i) == 1
+        })
+        .map(|(&k, _)| k)
+        .take(c.len().saturating_sub(target))
+        .collect();
+    for k in victims {
+        c.remove(&k);
+    }
+}
 
 /// A mounted FerriteFS pool.
 pub struct Fs<M: Medium> {
@@ -454,7 +474,11 @@ impl<M: Medium> Fs<M> {
             ranges: RangeLock::default(),
         });
         let mut c = self.cache_shard(ino).lock();
-        Ok(c.entry(ino).or_insert(inode).clone())
+        let got = c.entry(ino).or_insert(inode).clone();
+        if c.len() > CACHE_SHARD_CAP {
+            evict_some(&mut c, ino);
+        }
+        Ok(got)
     }
 
     pub(crate) fn cache_insert(&self, inode: Arc<Inode>) {
