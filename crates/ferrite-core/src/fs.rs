@@ -589,6 +589,9 @@ impl<M: Medium> Fs<M> {
         data_written: bool,
         reserve: bool,
     ) -> Result<()> {
+        if st.log.pages.is_empty() {
+            return Err(Error::NotFound); // freed by a concurrent unlink/release
+        }
         let a = self.append_entries(inode.seed, st, &mut entries, reserve)?;
         let tail_off = self.geo.slot_off(inode.ino) + SLOT_TAIL;
         if data_written {
@@ -615,6 +618,11 @@ impl<M: Medium> Fs<M> {
         free: &[u64],
         reserve: bool,
     ) -> Result<Option<Arc<Inode>>> {
+        if parts.iter().map(|p| p.ino).chain(free.iter().copied()).any(|i| {
+            locked.st(i).log.pages.is_empty()
+        }) {
+            return Err(Error::NotFound); // freed by a concurrent operation
+        }
         let mut appended: Vec<log::Appended> = Vec::with_capacity(parts.len());
         let mut new_app: Option<log::Appended> = None;
         let mut cleanup_pages: Vec<u64> = Vec::new();
@@ -690,6 +698,8 @@ impl<M: Medium> Fs<M> {
             let st = locked.st_mut(ino);
             all_freed.extend(st.data_runs());
             let pages = std::mem::take(&mut st.log.pages);
+            let ftype = st.ftype;
+            *st = InodeState::new(ftype); // nothing of the freed inode stays reachable
             self.free_pages(&pages);
             self.ialloc.free(ino);
             self.cache_remove(ino);
@@ -755,6 +765,7 @@ impl<M: Medium> Fs<M> {
         let runs = st.data_runs();
         self.free_runs(&runs);
         let pages = std::mem::take(&mut st.log.pages);
+        *st = InodeState::new(st.ftype); // nothing of the freed inode stays reachable
         self.free_pages(&pages);
         self.ialloc.free(inode.ino);
         self.cache_remove(inode.ino);
