@@ -177,6 +177,7 @@ impl<M: Medium> Fs<M> {
         };
         let txids = (0..geo.nshards).map(|s| Mutex::new(journal::read(&m, &geo, s).0)).collect();
         if !opts.read_only {
+            repair_superblock_copies(&m, &sb);
             persist_u64(&m, MOUNT_STATE_OFF, (generation + 1) << 2);
             m.fence();
         }
@@ -235,6 +236,22 @@ impl<M: Medium> Fs<M> {
     fn into_medium(self) -> M {
         let Fs { m, .. } = self;
         m
+    }
+}
+
+/// Rewrite a superblock copy that does not match the one in use (flushed; the
+/// caller fences). mkfs writes both copies in its last fence window, so a crash there
+/// can leave one copy unwritten; without this, fsck of such a pool reports the damaged
+/// copy forever.
+fn repair_superblock_copies<M: Medium + ?Sized>(m: &M, sb: &Superblock) {
+    let enc = sb.encode();
+    for copy in 0..2u64 {
+        let mut b = [0u8; SB_SIZE];
+        m.read(copy * BLOCK, &mut b);
+        if Superblock::decode(&b).ok().as_ref() != Some(sb) {
+            m.write(copy * BLOCK, &enc);
+            m.flush(copy * BLOCK, SB_SIZE as u64);
+        }
     }
 }
 

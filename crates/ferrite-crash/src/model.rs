@@ -361,6 +361,14 @@ impl Model {
         Ok(d)
     }
 
+    /// Linux allows `user.*` attributes only on regular files and directories.
+    fn xattr_allowed(&self, id: u64, name: &str) -> R<()> {
+        if name.starts_with("user.") && matches!(self.node(id).kind, MKind::Symlink(_)) {
+            return Err(EPERM);
+        }
+        Ok(())
+    }
+
     /// Apply `op`: the errno FerriteFS must return, or the change it must make.
     pub fn apply(&mut self, op: &Op) -> R<()> {
         match op {
@@ -470,6 +478,7 @@ impl Model {
             }
             Op::SetXattr { path, name, len, pat, how } => {
                 let id = self.lookup(path)?;
+                self.xattr_allowed(id, name)?;
                 let n = self.node_mut(id);
                 let exists = n.xattrs.contains_key(name.as_bytes());
                 match how {
@@ -481,6 +490,7 @@ impl Model {
             }
             Op::RemoveXattr { path, name } => {
                 let id = self.lookup(path)?;
+                self.xattr_allowed(id, name)?;
                 if self.node_mut(id).xattrs.remove(name.as_bytes()).is_none() {
                     return Err(ENODATA);
                 }
@@ -497,14 +507,13 @@ impl Model {
             Op::Fsync { path } | Op::Compact { path } => {
                 self.lookup(path)?;
             }
-            Op::Remount => {}
-            Op::CrashRemount => self.crash(),
+            Op::Remount | Op::CrashRemount => self.close_all(),
         }
         Ok(())
     }
 
-    /// A crash closes every handle (unlinked open files disappear).
-    pub fn crash(&mut self) {
+    /// Unmount or crash: every handle closes (unlinked open files disappear).
+    pub fn close_all(&mut self) {
         let ids: Vec<u64> = std::mem::take(&mut self.handles).into_values().collect();
         for id in ids {
             if self.nodes.contains_key(&id) {

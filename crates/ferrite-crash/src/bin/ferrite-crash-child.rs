@@ -1,2 +1,0 @@
-//! Child process of the real-crash test (work in progress).
-fn main() {}

@@ -1,0 +1,405 @@
+//! The named workload suite: every mutating operation and its edge cases, plus
+//! seeded random workloads from the model-based generator.
+//!
+//! Invariant: a workload is a fixed list of operations (random ones are generated
+//! up front from their seed), so running it twice issues the same stores, flushes
+//! and fences (the pool has one shard and a fixed uuid; nothing depends on time but
+//! the timestamp values themselves).
+
+use crate::gen::{generate, GenConfig};
+use crate::model::{Op, RenameKind, XattrHow};
+use ferrite_core::Ts;
+
+/// A named workload.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    /// Name (`--workload NAME`).
+    pub name: String,
+    /// What it exercises.
+    pub about: String,
+    /// Pool bytes.
+    pub pool: u64,
+    /// Inode slots (0: the mkfs default).
+    pub inodes: u64,
+    /// ENOSPC is an expected outcome of any operation (the model then expects no change).
+    pub nospc: bool,
+    /// Explore the fences of mkfs itself.
+    pub mkfs_points: bool,
+    /// The operations.
+    pub ops: Vec<Op>,
+}
+
+fn s(x: &str) -> String {
+    x.to_string()
+}
+fn create(p: &str) -> Op {
+    Op::Create { path: s(p), perm: 0o644 }
+}
+fn mkdir(p: &str) -> Op {
+    Op::Mkdir { path: s(p), perm: 0o755 }
+}
+fn write(p: &str, off: u64, len: u64, pat: u8) -> Op {
+    Op::Write { path: s(p), off, len, pat }
+}
+fn append(p: &str, len: u64, pat: u8) -> Op {
+    Op::Append { path: s(p), len, pat }
+}
+fn truncate(p: &str, size: u64) -> Op {
+    Op::Truncate { path: s(p), size }
+}
+fn unlink(p: &str) -> Op {
+    Op::Unlink { path: s(p) }
+}
+fn rmdir(p: &str) -> Op {
+    Op::Rmdir { path: s(p) }
+}
+fn rename(a: &str, b: &str) -> Op {
+    Op::Rename { from: s(a), to: s(b), kind: RenameKind::Plain }
+}
+fn exchange(a: &str, b: &str) -> Op {
+    Op::Rename { from: s(a), to: s(b), kind: RenameKind::Exchange }
+}
+fn noreplace(a: &str, b: &str) -> Op {
+    Op::Rename { from: s(a), to: s(b), kind: RenameKind::NoReplace }
+}
+fn link(a: &str, b: &str) -> Op {
+    Op::Link { from: s(a), to: s(b) }
+}
+fn symlink(p: &str, t: &str) -> Op {
+    Op::Symlink { path: s(p), target: s(t) }
+}
+fn chmod(p: &str, perm: u32) -> Op {
+    Op::Chmod { path: s(p), perm }
+}
+fn setx(p: &str, name: &str, len: u64, pat: u8, how: XattrHow) -> Op {
+    Op::SetXattr { path: s(p), name: s(name), len, pat, how }
+}
+
+const KB: u64 = 1024;
+const MB: u64 = 1024 * 1024;
+
+fn w(name: &str, about: &str, pool: u64, ops: Vec<Op>) -> Workload {
+    Workload {
+        name: name.into(),
+        about: about.into(),
+        pool,
+        inodes: 0,
+        nospc: false,
+        mkfs_points: false,
+        ops,
+    }
+}
+
+/// Number of seeded random workloads in the suite.
+pub const RANDOM_WORKLOADS: u64 = 4;
+
+/// The whole suite. `seed` seeds the random workloads.
+pub fn suite(seed: u64) -> Vec<Workload> {
+    let mut v = vec![
+        {
+            let mut x = w(
+                "mkfs",
+                "crash during mkfs, then a first file",
+                512 * KB,
+                vec![create("/a"), write("/a", 0, 300, 1)],
+            );
+            x.mkfs_points = true;
+            x
+        },
+        w("write-small", "sub-page writes embedded in the log, overlays, merge after MAX_PAGE_OPS", MB, {
+            let mut o = vec![
+                create("/f"),
+                write("/f", 0, 100, 1),
+                write("/f", 50, 100, 2),
+                write("/f", 4000, 200, 3),
+                write("/f", 8202, 3000, 4),
+                write("/f", 1, 1, 5),
+            ];
+            // More overlays on page 0 than a page may carry: the last ones merge the
+            // page into a new block (copy-on-write).
+            for i in 0..ferrite_core::MAX_PAGE_OPS as u64 + 2 {
+                o.push(write("/f", 200 + i * 200, 100, 10 + i as u8));
+            }
+            o.push(write("/f", 6000, 2048, 30));
+            o.push(Op::Fsync { path: s("/f") });
+            o
+        }),
+        w("write-pages", "page-aligned copy-on-write writes, holes, extent splits", MB, vec![
+            create("/p"),
+            write("/p", 0, 4096, 1),
+            write("/p", 8192, 8192, 2),
+            write("/p", 0, 4096, 3),
+            write("/p", 0, 16384, 4),
+            write("/p", 4096, 4096, 5),
+            write("/p", 20480, 12288, 6),
+            write("/p", 8192, 4096, 7),
+        ]),
+        w("write-unaligned", "unaligned multi-page and extending writes (read-modify-write pages)", MB, vec![
+            create("/u"),
+            write("/u", 100, 10000, 1),
+            write("/u", 4000, 200, 2),
+            write("/u", 6000, 9000, 3),
+            write("/u", 30000, 5000, 4),
+            write("/u", 12287, 2, 5),
+            write("/u", 2049, 4095, 6),
+            write("/u", 0, 40000, 7),
+        ]),
+        w("append-holes", "appends of every size, sparse files, writes past EOF", MB, vec![
+            create("/a"),
+            append("/a", 100, 1),
+            append("/a", 100, 2),
+            append("/a", 3900, 3),
+            append("/a", 5000, 4),
+            append("/a", 4096, 5),
+            append("/a", 1, 6),
+            create("/h"),
+            write("/h", 40000, 10, 7),
+            write("/h", 8192, 4096, 8),
+            append("/h", 3000, 9),
+        ]),
+        w("truncate", "truncate down (mid-page, page boundary, zero) and up (zeros must show)", MB, vec![
+            create("/t"),
+            write("/t", 0, 20000, 1),
+            truncate("/t", 10000),
+            truncate("/t", 12288),
+            write("/t", 11000, 100, 2),
+            truncate("/t", 4096),
+            truncate("/t", 0),
+            truncate("/t", 9000),
+            write("/t", 0, 10, 3),
+            truncate("/t", 5),
+            write("/t", 100, 5000, 4),
+            truncate("/t", 3000),
+            truncate("/t", 16384),
+        ]),
+        w("fallocate", "fallocate (extend, keep size) and punch hole (partial, whole, spanning)", MB, vec![
+            create("/x"),
+            write("/x", 0, 5000, 1),
+            Op::Fallocate { path: s("/x"), off: 0, len: 20000, keep_size: false },
+            Op::Punch { path: s("/x"), off: 100, len: 200 },
+            Op::Punch { path: s("/x"), off: 4096, len: 4096 },
+            write("/x", 9000, 3000, 2),
+            Op::Punch { path: s("/x"), off: 3000, len: 8000 },
+            Op::Fallocate { path: s("/x"), off: 20000, len: 8192, keep_size: true },
+            truncate("/x", 30000),
+            Op::Punch { path: s("/x"), off: 0, len: 100000 },
+            write("/x", 5, 5, 3),
+            Op::Punch { path: s("/x"), off: 50000, len: 10 },
+        ]),
+        w("namespace", "create, mkdir, symlink (short and long), link, unlink (incl. last link), rmdir", MB, {
+            let mut o = vec![
+                mkdir("/d"),
+                mkdir("/d/e"),
+                create("/d/f"),
+                create("/d/e/g"),
+                write("/d/e/g", 0, 5000, 1),
+                symlink("/d/s", "f"),
+                Op::Symlink { path: s("/long"), target: "x/".repeat(1500) },
+                link("/d/f", "/h"),
+                link("/d/e/g", "/d/g2"),
+                create("/d/f"),
+                unlink("/d/f"),
+                unlink("/h"),
+                rmdir("/d/e"),
+                unlink("/d/e/g"),
+                rmdir("/d/e"),
+                unlink("/d/g2"),
+                unlink("/d/s"),
+                unlink("/long"),
+                rmdir("/d"),
+            ];
+            for i in 0..12 {
+                o.push(create(&format!("/d/n{i}")));
+            }
+            for i in 0..12 {
+                o.push(unlink(&format!("/d/n{i}")));
+            }
+            o.push(rmdir("/d"));
+            o
+        }),
+        w("unlink-open", "unlink and rename over files that are still open; writes to unlinked files", MB, vec![
+            create("/o"),
+            write("/o", 0, 6000, 1),
+            Op::Open { path: s("/o"), handle: 1 },
+            unlink("/o"),
+            Op::WriteHandle { handle: 1, off: 100, len: 50, pat: 2 },
+            Op::WriteHandle { handle: 1, off: 8192, len: 4096, pat: 3 },
+            Op::Release { handle: 1 },
+            create("/p"),
+            Op::Open { path: s("/p"), handle: 2 },
+            Op::Open { path: s("/p"), handle: 3 },
+            unlink("/p"),
+            Op::Release { handle: 2 },
+            Op::Release { handle: 3 },
+            create("/q"),
+            write("/q", 0, 100, 4),
+            Op::Open { path: s("/q"), handle: 4 },
+            create("/r"),
+            rename("/r", "/q"),
+            Op::WriteHandle { handle: 4, off: 0, len: 10, pat: 5 },
+            Op::Release { handle: 4 },
+        ]),
+        w("rename", "rename in all its forms: same dir, across, over file, over empty dir, exchange, noreplace", MB, vec![
+            mkdir("/a"),
+            mkdir("/b"),
+            create("/a/x"),
+            write("/a/x", 0, 3000, 1),
+            rename("/a/x", "/a/y"),
+            rename("/a/y", "/b/y"),
+            create("/b/z"),
+            rename("/b/y", "/b/z"),
+            mkdir("/a/d1"),
+            mkdir("/b/d2"),
+            rename("/a/d1", "/b/d2"),
+            create("/b/d2/k"),
+            mkdir("/a/d3"),
+            rename("/a/d3", "/b/d2"),
+            rename("/b", "/b/d2/sub"),
+            exchange("/a/d3", "/b/z"),
+            create("/a/p"),
+            create("/a/q"),
+            write("/a/q", 0, 10, 2),
+            exchange("/a/p", "/a/q"),
+            noreplace("/a/p", "/a/q"),
+            noreplace("/a/p", "/a/new"),
+            link("/a/q", "/a/q2"),
+            rename("/a/q", "/a/q2"),
+            mkdir("/a/m"),
+            create("/a/m/c"),
+            rename("/a/m", "/b/m"),
+            exchange("/b/m", "/a"),
+            exchange("/a", "/b"),
+            rename("/b/z", "/z"),
+            rename("/a/q2", "/b/d2/k"),
+        ]),
+        w("attrs", "chmod, chown, utimens, extended attributes (set, create, replace, remove)", MB, vec![
+            create("/f"),
+            chmod("/f", 0o600),
+            Op::Chown { path: s("/f"), uid: 1000, gid: 100 },
+            Op::Utimens {
+                path: s("/f"),
+                atime: Some(Ts { sec: 1_000_000_000, nsec: 5 }),
+                mtime: Some(Ts { sec: 1_200_000_000, nsec: 7 }),
+            },
+            Op::Utimens { path: s("/f"), atime: None, mtime: None },
+            setx("/f", "user.a", 10, 1, XattrHow::Any),
+            setx("/f", "user.a", 20, 2, XattrHow::Create),
+            setx("/f", "user.b", 20, 2, XattrHow::Replace),
+            setx("/f", "user.big", 3000, 3, XattrHow::Any),
+            setx("/f", "user.a", 0, 4, XattrHow::Replace),
+            Op::RemoveXattr { path: s("/f"), name: s("user.a") },
+            Op::RemoveXattr { path: s("/f"), name: s("user.a") },
+            mkdir("/d"),
+            chmod("/d", 0o700),
+            setx("/d", "user.dir", 50, 5, XattrHow::Any),
+            Op::Chown { path: s("/d"), uid: 7, gid: 8 },
+            symlink("/s", "f"),
+            Op::Chown { path: s("/s"), uid: 9, gid: 9 },
+            truncate("/d", 0),
+            chmod("/", 0o711),
+        ]),
+        w("gc", "fast GC (dead log pages) and thorough GC (compaction) while files change", MB, {
+            let mut o = vec![create("/g"), mkdir("/d")];
+            for i in 0..40u64 {
+                o.push(write("/g", 100, 300, i as u8));
+                if i % 5 == 0 {
+                    o.push(chmod("/g", 0o600 + (i as u32 % 64)));
+                }
+            }
+            o.push(Op::Compact { path: s("/g") });
+            for i in 0..12u64 {
+                o.push(write("/g", (i % 3) * 4096, 4096, 100 + i as u8));
+            }
+            for i in 0..30 {
+                o.push(create(&format!("/d/f{i}")));
+                if i >= 3 {
+                    o.push(unlink(&format!("/d/f{}", i - 3)));
+                }
+            }
+            o.push(Op::Compact { path: s("/d") });
+            o.push(Op::Compact { path: s("/") });
+            for i in 0..20u64 {
+                o.push(setx("/g", "user.k", 200, i as u8, XattrHow::Any));
+            }
+            o
+        }),
+        w("remount", "clean unmount and mount, crash and recover, work continuing after both", MB, vec![
+            create("/a"),
+            write("/a", 0, 6000, 1),
+            Op::Remount,
+            write("/a", 3000, 5000, 2),
+            mkdir("/d"),
+            rename("/a", "/d/a"),
+            Op::CrashRemount,
+            create("/b"),
+            Op::Open { path: s("/b"), handle: 1 },
+            unlink("/b"),
+            Op::Remount,
+            unlink("/d/a"),
+            write("/d/c", 0, 10, 3),
+            create("/d/c"),
+            Op::Open { path: s("/d/c"), handle: 2 },
+            unlink("/d/c"),
+            Op::CrashRemount,
+            rmdir("/d"),
+            Op::Remount,
+        ]),
+        {
+            let mut o = Vec::new();
+            for i in 0..14 {
+                o.push(create(&format!("/f{i}")));
+                o.push(write(&format!("/f{i}"), 0, 16 * KB, i as u8));
+            }
+            o.push(unlink("/f0"));
+            o.push(unlink("/f1"));
+            o.push(write("/f2", 0, 40 * KB, 50));
+            o.push(truncate("/f3", 0));
+            o.push(write("/f4", 0, 8 * KB, 51));
+            for i in 0..20 {
+                o.push(create(&format!("/e{i}")));
+            }
+            for i in 5..14 {
+                o.push(unlink(&format!("/f{i}")));
+            }
+            o.push(mkdir("/d"));
+            o.push(write("/f2", 0, 4096, 52));
+            o.push(Op::Remount);
+            let mut x = w("enospc", "fill the pool (blocks and inode slots) to ENOSPC, free, continue", 256 * KB, o);
+            x.inodes = 24;
+            x.nospc = true;
+            x
+        },
+    ];
+    for i in 0..RANDOM_WORKLOADS {
+        let seed_i = seed.wrapping_add(i);
+        v.push(w(
+            &format!("random-{i}"),
+            &format!("60 operations from the model-based generator (seed {seed_i})"),
+            MB,
+            generate(seed_i, 60, GenConfig::default()),
+        ));
+    }
+    v
+}
+
+/// The workloads named by `sel` ("all" or a comma-separated list).
+pub fn select(sel: &str, seed: u64) -> Result<Vec<Workload>, String> {
+    let all = suite(seed);
+    if sel == "all" {
+        return Ok(all);
+    }
+    let mut out = Vec::new();
+    for name in sel.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        match all.iter().find(|w| w.name == name) {
+            Some(w) => out.push(w.clone()),
+            None => {
+                let names: Vec<&str> = all.iter().map(|w| w.name.as_str()).collect();
+                return Err(format!("unknown workload '{name}' (known: {})", names.join(", ")));
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("no workload selected".into());
+    }
+    Ok(out)
+}
