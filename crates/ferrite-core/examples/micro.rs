@@ -13,7 +13,10 @@ fn main() -> Result<()> {
     let n: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(100_000);
     let pool = "/dev/shm/micro.pool";
     let _ = std::fs::remove_file(pool);
-    let m = MmapMedium::create(pool.as_ref(), 1 << 30, &MapOptions::default())?;
+    let msync = std::env::var("FERRITE_MSYNC").is_ok_and(|v| v == "1");
+    let opts = MapOptions { msync_each_commit: msync, ..Default::default() };
+    let m = MmapMedium::create(pool.as_ref(), 1 << 30, &opts)?;
+    println!("durability: {:?}", m.durability());
     let fs = Fs::mkfs(m, &MkfsOptions::default())?;
     let dir = "/dev/shm/micro_tmpfs";
     let _ = std::fs::remove_dir_all(dir);

@@ -31,6 +31,8 @@ pub const ROOT_INO: u64 = 1;
 pub const NAME_MAX: usize = 255;
 /// Largest file size (as tmpfs: 2^63 - 1).
 pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
+/// Largest pool: log pointers hold 48-bit addresses.
+pub const MAX_BLOCKS: u64 = (1 << 48) / BLOCK;
 /// Smallest pool mkfs accepts.
 pub const MIN_POOL: u64 = 256 * 1024;
 
@@ -238,7 +240,10 @@ impl Superblock {
         if self.nshards == 0 || self.nshards > 1024 {
             return bad("shard count");
         }
-        if self.nblocks * BLOCK != self.pool_size || self.nblocks < MIN_POOL / BLOCK {
+        if self.nblocks > MAX_BLOCKS
+            || self.nblocks * BLOCK != self.pool_size
+            || self.nblocks < MIN_POOL / BLOCK
+        {
             return bad("pool size");
         }
         if self.ninodes == 0 || self.ninodes % self.nshards as u64 != 0 {
@@ -293,6 +298,12 @@ pub struct Geometry {
 impl Geometry {
     /// Lay out the regions.
     pub fn compute(nblocks: u64, nshards: u32, ninodes: u64) -> Result<Geometry> {
+        // Bounds that keep every product below 2^64 and addresses below 2^48.
+        if nblocks > MAX_BLOCKS || ninodes > nblocks * (BLOCK / INODE_SLOT) || nshards == 0 {
+            return Err(Error::invalid(format!(
+                "geometry out of range: {nblocks} blocks, {ninodes} inodes, {nshards} shards"
+            )));
+        }
         let journal_start = 2;
         let journal_blocks = (nshards as u64 * JOURNAL_SIZE).div_ceil(BLOCK);
         let itable_start = journal_start + journal_blocks;

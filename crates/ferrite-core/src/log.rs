@@ -548,9 +548,13 @@ pub fn walk<M: Medium + ?Sized>(
             }
             Parsed::Valid { entry, len, seq: s, txend } => {
                 rule = SeqRule::Exact(s + 1);
-                if let Entry::Write { block, npages, .. } = entry {
+                if let Entry::Write { block, npages, pgoff, .. } = entry {
                     let last = block.checked_add(npages as u64);
-                    if !geo.is_data_block(block) || last.is_none_or(|l| l > geo.nblocks) {
+                    let max_pg = crate::layout::MAX_FILE_SIZE / BLOCK + 1;
+                    if !geo.is_data_block(block)
+                        || last.is_none_or(|l| l > geo.nblocks)
+                        || pgoff.checked_add(npages as u64).is_none_or(|e| e > max_pg)
+                    {
                         return Err(Error::corrupt(format!(
                             "log entry at {pos:#x} names blocks {block}+{npages} outside the data area"
                         )));
