@@ -108,13 +108,14 @@ pub struct PersistConfig {
     /// Use non-temporal stores for large copies.
     pub nt_stores: bool,
     /// Copies of at least this many bytes use non-temporal stores; smaller ones use
-    /// cached stores and a flush. Measured with `ferrite bench` (see docs/BENCHMARKS.md):
-    /// on the development machine store+clwb wins below about 256 bytes.
+    /// cached stores and a flush. Measured with `examples/nt_crossover.rs` (table in
+    /// README.md): on the development machine (DRAM behind /dev/shm, clwb) the two
+    /// paths cost the same at 512 bytes; store+clwb wins below, non-temporal above.
     pub nt_threshold: usize,
 }
 
 /// Default crossover between store+flush and non-temporal copy (bytes).
-pub const DEFAULT_NT_THRESHOLD: usize = 256;
+pub const DEFAULT_NT_THRESHOLD: usize = 512;
 
 fn detect() -> PersistConfig {
     let forced = std::env::var("FERRITE_FLUSH").ok();
