@@ -111,7 +111,8 @@ impl<M: Medium> Fs<M> {
                 FileType::Directory => r.dirs += 1,
                 FileType::Regular => {
                     r.files += 1;
-                    r.data_bytes += st.attr.size;
+                    // Sparse files may each be close to 2^63 bytes.
+                    r.data_bytes = r.data_bytes.saturating_add(st.attr.size);
                 }
                 FileType::Symlink => {
                     r.symlinks += 1;

@@ -228,7 +228,8 @@ impl<M: Medium> Fs<M> {
                     pieces.push(Piece::Full { pg, src });
                 } else {
                     let (nops, bytes) = st.page_ops(pg);
-                    if len <= INLINE_MAX && nops < MAX_PAGE_OPS && bytes + len <= PAGE_INLINE_BYTES {
+                    if len <= INLINE_MAX && nops < MAX_PAGE_OPS && bytes + len <= PAGE_INLINE_BYTES
+                    {
                         pieces.push(Piece::Inline { off: pos, src, len });
                     } else {
                         let mut page = Box::new([0u8; BLOCK as usize]);
@@ -375,7 +376,13 @@ impl<M: Medium> Fs<M> {
         if mode.punch_hole {
             let size = st.attr.size;
             if off >= size {
-                return Ok(());
+                // Nothing to zero, but the call still modifies the file (mtime, ctime),
+                // as on tmpfs and ext4.
+                let (e, _) = Self::setattr_entry(&st, |a| {
+                    a.mtime = now;
+                    a.ctime = now;
+                });
+                return self.commit_single(&i, &mut st, vec![e], false, false);
             }
             let plen = len.min(size - off);
             return self.commit_single(
@@ -411,9 +418,7 @@ impl<M: Medium> Fs<M> {
             k += n;
         }
         if entries.is_empty() {
-            if size == st.attr.size {
-                return Ok(());
-            }
+            // Nothing allocated: still a modification (mtime, ctime), as on tmpfs.
             let (e, _) = Self::setattr_entry(&st, |a| {
                 a.size = size;
                 a.mtime = now;
@@ -730,10 +735,13 @@ impl<M: Medium> Fs<M> {
         // directories, "." and "..", the source name, the target name, flags,
         // ancestry, then types.
         let _g = self.rename_lock.lock();
+        // The old parent is resolved completely before the new one.
         let spi = self.inode(sp)?;
+        if spi.st.read().ftype != FileType::Directory {
+            return Err(Error::NotDir);
+        }
         let dpi = self.inode(dp)?;
-        if spi.st.read().ftype != FileType::Directory || dpi.st.read().ftype != FileType::Directory
-        {
+        if dpi.st.read().ftype != FileType::Directory {
             return Err(Error::NotDir);
         }
         if is_dot(sname) {

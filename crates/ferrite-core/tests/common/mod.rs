@@ -88,7 +88,10 @@ impl Rng {
 pub fn pattern(tag: u64, off: u64, len: usize) -> Vec<u8> {
     (0..len as u64)
         .map(|i| {
-            let x = (off + i).wrapping_mul(0x9e37_79b9).wrapping_add(tag.wrapping_mul(0x85eb_ca6b));
+            let x = off
+                .wrapping_add(i)
+                .wrapping_mul(0x9e37_79b9)
+                .wrapping_add(tag.wrapping_mul(0x85eb_ca6b));
             (x ^ (x >> 13)) as u8
         })
         .collect()
