@@ -353,6 +353,8 @@ struct Pick {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Class {
     Dir,
+    /// A directory with entries (falls back to any directory).
+    Parent,
     File,
     Open,
     Any,
@@ -554,6 +556,8 @@ fn op_strategy(with_remounts: bool) -> impl Strategy<Value = Op> {
         3 => (p(), n(), any::<bool>(), any::<bool>(), any::<bool>())
             .prop_map(|(dir, name, creat, excl, trunc)| Op::OpenAt { dir, name, creat, excl, trunc }),
         2 => p().prop_map(|file| Op::Release { file }),
+        2 => (p(), n(), Just(false), Just(false), any::<bool>())
+            .prop_map(|(dir, name, creat, excl, trunc)| Op::OpenAt { dir, name, creat, excl, trunc }),
         10 => (p(), off_strategy(), len_strategy()).prop_map(|(file, off, len)| Op::Write { file, off, len }),
         3 => (p(), len_strategy()).prop_map(|(file, len)| Op::Append { file, len }),
         5 => (p(), off_strategy(), len_strategy()).prop_map(|(file, off, len)| Op::Read { file, off, len }),
@@ -581,7 +585,7 @@ fn op_strategy(with_remounts: bool) -> impl Strategy<Value = Op> {
         1 => Just(Op::Evict),
         1 => p().prop_map(|ino| Op::Compact { ino }),
     ];
-    let remount_w = if with_remounts { 3 } else { 0 };
+    let remount_w = if with_remounts { 1 } else { 0 };
     prop_oneof![
         12 => core,
         6 => more,
@@ -643,8 +647,8 @@ impl Harness {
     }
 
     fn pick(&self, p: Pick, class: Class) -> u64 {
-        let sel = p.kind % 10;
-        if sel == 9 {
+        let sel = p.kind % 16;
+        if sel == 15 {
             // A dead inode number: freed earlier, or out of range.
             let g: Vec<u64> = self.m.graveyard.iter().copied().collect();
             if g.is_empty() {
@@ -653,7 +657,7 @@ impl Harness {
             return g[p.idx as usize % g.len()];
         }
         let all: Vec<u64> = self.m.nodes.keys().copied().collect();
-        let cands: Vec<u64> = if sel >= 7 || class == Class::Any {
+        let cands: Vec<u64> = if sel >= 13 || class == Class::Any {
             all.clone()
         } else {
             self.m
@@ -661,6 +665,7 @@ impl Harness {
                 .iter()
                 .filter(|(_, n)| match class {
                     Class::Dir => n.is_dir(),
+                    Class::Parent => n.dir().is_some_and(|d| !d.is_empty()),
                     Class::File => matches!(n.kind, Kind::File(_)),
                     Class::Open => n.open > 0,
                     Class::Any => true,
@@ -668,8 +673,31 @@ impl Harness {
                 .map(|(&i, _)| i)
                 .collect()
         };
+        if cands.is_empty() && class == Class::Parent {
+            return self.pick(p, Class::Dir);
+        }
         let c = if cands.is_empty() { &all } else { &cands };
         c[p.idx as usize % c.len()]
+    }
+
+    /// A name for an operation on existing entries: usually one that exists in
+    /// `dir`, else any name (missing ones, dots, overlong ones).
+    fn existing_name(&self, dir: u64, sel: u8) -> Vec<u8> {
+        self.existing_name_where(dir, sel, |_| true)
+    }
+
+    /// As `existing_name`, preferring entries whose inode satisfies `pred`.
+    fn existing_name_where(&self, dir: u64, sel: u8, pred: impl Fn(&Node) -> bool) -> Vec<u8> {
+        if let Some(Some(d)) = self.m.nodes.get(&dir).map(|n| n.dir()) {
+            let mut c: Vec<&Vec<u8>> = d.iter().filter(|(_, i)| pred(&self.m.nodes[i])).map(|(n, _)| n).collect();
+            if c.is_empty() {
+                c = d.keys().collect();
+            }
+            if sel % 8 < 6 && !c.is_empty() {
+                return c[(sel / 8) as usize % c.len()].clone();
+            }
+        }
+        name_of(sel)
     }
 
     fn offset(&self, o: Off, file: u64) -> u64 {
@@ -842,8 +870,8 @@ impl Harness {
             }
             Op::Unlink { dir, name } | Op::Rmdir { dir, name } => {
                 let rm_dir = matches!(op, Op::Rmdir { .. });
-                let p = self.pick(*dir, Class::Dir);
-                let name = name_of(*name);
+                let p = self.pick(*dir, Class::Parent);
+                let name = self.existing_name_where(p, *name, |n| n.is_dir() == rm_dir);
                 let want = (|| {
                     let pn = self.m.node(p)?;
                     let d = pn.dir().ok_or(libc::ENOTDIR)?;
@@ -892,7 +920,11 @@ impl Harness {
             }
             Op::OpenAt { dir, name, creat, excl, trunc } => {
                 let p = self.pick(*dir, Class::Dir);
-                let name = name_of(*name);
+                let name = if *name % 3 != 0 {
+                    self.existing_name_where(p, *name / 3, |n| matches!(n.kind, Kind::File(_)))
+                } else {
+                    name_of(*name / 3)
+                };
                 // Model: O_NOFOLLOW open of `name` in `p` with the given flags.
                 let want: Expect<Option<u64>> = (|| match self.m.lookup(p, &name) {
                     Ok(i) => {
@@ -1268,8 +1300,8 @@ impl Harness {
                 }
             }
             Op::Lookup { dir, name } => {
-                let p = self.pick(*dir, Class::Dir);
-                let name = name_of(*name);
+                let p = self.pick(*dir, Class::Parent);
+                let name = self.existing_name(p, *name);
                 let want = self.m.lookup(p, &name);
                 let r = self.fs().lookup(p, &name);
                 if self.outcome(op, &r, want.map(|_| ()), 0, false) {
@@ -1391,11 +1423,17 @@ impl Harness {
             Op::Resolve { start, comps, follow } => {
                 let s = self.pick(*start, Class::Dir);
                 let mut path = self.m.path_of(s).unwrap_or_else(|| b"/".to_vec());
+                let mut cur = Some(s);
                 for &c in comps {
                     if path.last() != Some(&b'/') {
                         path.push(b'/');
                     }
-                    path.extend_from_slice(&name_of(c));
+                    let n = match cur {
+                        Some(d) => self.existing_name(d, c),
+                        None => name_of(c),
+                    };
+                    cur = cur.and_then(|d| self.m.lookup(d, &n).ok());
+                    path.extend_from_slice(&n);
                 }
                 let want = self.m.resolve(&path, *follow);
                 let r = self.fs().resolve(&path, *follow);
@@ -1490,10 +1528,10 @@ impl Harness {
         flags: u8,
         touched: &mut Vec<u64>,
     ) {
-        let sp = self.pick(sdir, Class::Dir);
+        let sp = self.pick(sdir, Class::Parent);
         let dp = self.pick(ddir, Class::Dir);
-        let sname = name_of(sname);
-        let dname = name_of(dname);
+        let sname = self.existing_name(sp, sname);
+        let dname = if dname % 2 == 0 { self.existing_name(dp, dname / 2) } else { name_of(dname / 2) };
         let flags = match flags % 8 {
             0..=4 => RenameFlags::default(),
             5 => RenameFlags { noreplace: true, exchange: false },
@@ -1782,10 +1820,10 @@ fn run_prop(default_cases: u32, max_ops: usize, remounts: bool, durable_each_op:
 
 #[test]
 fn random_ops_with_remounts_match_the_model() {
-    run_prop(48, 120, true, false);
+    run_prop(160, 120, true, false);
 }
 
 #[test]
 fn durable_after_every_op() {
-    run_prop(12, 60, false, true);
+    run_prop(40, 60, false, true);
 }
