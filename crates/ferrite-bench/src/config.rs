@@ -8,9 +8,12 @@
 use std::path::PathBuf;
 
 /// Experiments, in the order they run.
-pub const EXPERIMENTS: [&str; 7] = ["micro", "append", "meta", "filebench", "recovery", "gc", "memory"];
+pub const EXPERIMENTS: [&str; 7] =
+    ["micro", "append", "meta", "filebench", "recovery", "gc", "memory"];
 /// Target selectors.
 pub const TARGETS: [&str; 5] = ["lib", "fuse", "tmpfs", "ext4", "hw"];
+/// Micro access patterns.
+pub const PATTERNS: [&str; 4] = ["randwrite", "seqwrite", "randread", "seqread"];
 
 /// `ferrite bench`: FerriteFS against tmpfs, ext4, its FUSE mount and the hardware
 /// limit, in one run; JSON samples, a Markdown report and SVG plots.
@@ -48,6 +51,9 @@ pub struct BenchArgs {
     /// I/O sizes of the micro workloads, e.g. 64,4K,1M.
     #[arg(long, value_delimiter = ',', value_parser = parse_size)]
     pub sizes: Vec<u64>,
+    /// Micro access patterns: randwrite, seqwrite, randread, seqread [default: all].
+    #[arg(long, value_delimiter = ',')]
+    pub patterns: Vec<String>,
     /// Append sizes, e.g. 64,256,4K.
     #[arg(long, value_delimiter = ',', value_parser = parse_size)]
     pub append_sizes: Vec<u64>,
@@ -99,7 +105,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         Some('g' | 'G') => (&t[..t.len() - 1], 1 << 30),
         _ => (t, 1),
     };
-    let n: u64 = num.trim().parse().map_err(|_| format!("bad size {s:?} (use e.g. 64, 4K, 1M, 2G)"))?;
+    let n: u64 =
+        num.trim().parse().map_err(|_| format!("bad size {s:?} (use e.g. 64, 4K, 1M, 2G)"))?;
     let v = n.checked_mul(mult).ok_or_else(|| format!("size {s:?} too large"))?;
     if v == 0 {
         return Err(format!("size {s:?} must be positive"));
@@ -133,6 +140,8 @@ pub struct Config {
     pub emulate: Vec<String>,
     /// Micro I/O sizes.
     pub sizes: Vec<u64>,
+    /// Micro access patterns.
+    pub patterns: Vec<String>,
     /// Sizes also run with 2 threads.
     pub t2_sizes: Vec<u64>,
     /// Append sizes.
@@ -147,7 +156,7 @@ pub struct Config {
     pub file_size: u64,
     /// Target bytes moved per micro repetition (before the time cap).
     pub rep_bytes: u64,
-    /// Most operations per repetition.
+    /// Most operations per repetition (micro runs are ended by the time cap first).
     pub max_ops: u64,
     /// Circular-append region.
     pub circ_region: u64,
@@ -193,9 +202,10 @@ impl Config {
                 experiments: vec![],
                 targets: vec![],
                 emulate: vec![],
-                sizes: vec![64, 4 * K],
+                patterns: vec![],
+                sizes: vec![64, 4 * K, M],
                 t2_sizes: vec![4 * K],
-                append_sizes: vec![64, 4 * K],
+                append_sizes: vec![64, 256, 4 * K],
                 threads: vec![1, 2],
                 reps: 2,
                 rep_secs: 0.02,
@@ -212,7 +222,7 @@ impl Config {
                 gc_pool: 32 * M,
                 mem_data: 16 * M,
                 mem_files: 1000,
-                pool_size: 512 * M,
+                pool_size: 256 * M,
                 out: PathBuf::new(),
                 work_dir: PathBuf::new(),
                 ferrite_bin: None,
@@ -224,6 +234,7 @@ impl Config {
                 experiments: vec![],
                 targets: vec![],
                 emulate: vec![],
+                patterns: vec![],
                 sizes: vec![64, 4 * K, M],
                 t2_sizes: vec![4 * K],
                 append_sizes: vec![64, 256, 4 * K],
@@ -232,7 +243,7 @@ impl Config {
                 rep_secs: 0.1,
                 file_size: 16 * M,
                 rep_bytes: 32 * M,
-                max_ops: 50_000,
+                max_ops: 1_000_000,
                 circ_region: 2 * M,
                 files: 10_000,
                 duration: 1.0,
@@ -255,6 +266,7 @@ impl Config {
                 experiments: vec![],
                 targets: vec![],
                 emulate: vec![],
+                patterns: vec![],
                 sizes: vec![64, 256, K, 4 * K, 16 * K, 64 * K, M],
                 t2_sizes: vec![64, 256, K, 4 * K, 16 * K, 64 * K, M],
                 append_sizes: vec![64, 256, K, 4 * K, 16 * K, 64 * K],
@@ -263,7 +275,7 @@ impl Config {
                 rep_secs: 0.3,
                 file_size: 64 * M,
                 rep_bytes: 256 * M,
-                max_ops: 200_000,
+                max_ops: 2_000_000,
                 circ_region: 2 * M,
                 files: 100_000,
                 duration: 5.0,
@@ -274,7 +286,7 @@ impl Config {
                 gc_pool: G,
                 mem_data: G,
                 mem_files: 100_000,
-                pool_size: 4 * G,
+                pool_size: 3 * G,
                 out: PathBuf::new(),
                 work_dir: PathBuf::new(),
                 ferrite_bin: None,
@@ -290,14 +302,23 @@ impl Config {
                     return Err(format!("unknown {what} {g:?} (known: {})", all.join(", ")));
                 }
             }
-            Ok(all.iter().filter(|a| given.iter().any(|g| g == *a)).map(|s| s.to_string()).collect())
+            Ok(all
+                .iter()
+                .filter(|a| given.iter().any(|g| g == *a))
+                .map(|s| s.to_string())
+                .collect())
         };
         c.experiments = pick(&a.experiments, &EXPERIMENTS, "experiment")?;
         c.targets = pick(&a.targets, &TARGETS, "target")?;
+        c.patterns = pick(&a.patterns, &PATTERNS, "pattern")?;
         for e in &a.emulate {
             if crate::emu::profile(e).is_none() {
-                let known: Vec<String> = crate::emu::profiles().into_iter().map(|p| p.name).collect();
-                return Err(format!("unknown emulation profile {e:?} (known: {})", known.join(", ")));
+                let known: Vec<String> =
+                    crate::emu::profiles().into_iter().map(|p| p.name).collect();
+                return Err(format!(
+                    "unknown emulation profile {e:?} (known: {})",
+                    known.join(", ")
+                ));
             }
         }
         c.emulate = a.emulate.clone();
@@ -381,12 +402,12 @@ impl Config {
         }
         c.ferrite_bin = a.ferrite_bin.clone();
         c.progress = !a.no_progress;
-        c.work_dir = a
-            .work_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(format!("/dev/shm/ferrite-bench-{}", std::process::id())));
+        c.work_dir = a.work_dir.clone().unwrap_or_else(|| {
+            PathBuf::from(format!("/dev/shm/ferrite-bench-{}", std::process::id()))
+        });
         c.out = a.out.clone().unwrap_or_else(|| {
-            PathBuf::from("bench-results").join(crate::report::utc_stamp(std::time::SystemTime::now()))
+            PathBuf::from("bench-results")
+                .join(crate::report::utc_stamp(std::time::SystemTime::now()))
         });
         Ok(c)
     }

@@ -165,13 +165,8 @@ mod tests {
 
     #[test]
     fn delegates_and_delays() {
-        let p = Profile {
-            name: "t".into(),
-            fence_ns: 200_000,
-            line_ns: 0,
-            read_ns: 0,
-            source: "test",
-        };
+        let p =
+            Profile { name: "t".into(), fence_ns: 200_000, line_ns: 0, read_ns: 0, source: "test" };
         let m = EmuMedium::new(SimMedium::new(1 << 16), p);
         m.write_nt(64, b"hello");
         let t = Instant::now();

@@ -90,7 +90,8 @@ pub fn evaluate(res: &mut Results) -> Vec<Goal> {
         let lo = clean.iter().map(|c| c.1).fold(f64::INFINITY, f64::min);
         let hi = clean.iter().map(|c| c.1).fold(0.0, f64::max);
         Goal {
-            goal: "mount after a clean unmount in milliseconds (< 10 ms), whatever the data size".into(),
+            goal: "mount after a clean unmount in milliseconds (< 10 ms), whatever the data size"
+                .into(),
             measured: format!("{} – {} ms over {} data sets", num(lo), num(hi), clean.len()),
             status: if hi < 10.0 { GoalStatus::Pass } else { GoalStatus::Miss },
         }
@@ -104,7 +105,12 @@ pub fn evaluate(res: &mut Results) -> Vec<Goal> {
                 goal: "crash recovery proportional to metadata, not data (4x data, same files and \
                        log entries: < 1.5x the time)"
                     .into(),
-                measured: format!("{} ({} ms vs {} ms)", ratio(b.median, a.median), num(b.median), num(a.median)),
+                measured: format!(
+                    "{} ({} ms vs {} ms)",
+                    ratio(b.median, a.median),
+                    num(b.median),
+                    num(a.median)
+                ),
                 status: if r < 1.5 { GoalStatus::Pass } else { GoalStatus::Miss },
             }
         }
@@ -118,7 +124,9 @@ pub fn evaluate(res: &mut Results) -> Vec<Goal> {
         .samples
         .iter()
         .find(|s| s.experiment == "gc" && s.case == "summary" && s.target == LIB)
-        .and_then(|s| s.extra.get("enospc").copied().map(|e| (e, s.extra.get("util_start").copied())));
+        .and_then(|s| {
+            s.extra.get("enospc").copied().map(|e| (e, s.extra.get("util_start").copied()))
+        });
     g.push(match e {
         Some((e, u)) => Goal {
             goal: "no ENOSPC under an overwrite load at 95% utilisation".into(),
@@ -175,7 +183,9 @@ pub fn wa_table(res: &Results, sizes: &[u64], append_sizes: &[u64]) -> Option<Te
             let mut r = vec![label.clone()];
             for t in &targets {
                 for key in ["pool_bytes_per_user_byte", "fences_per_op"] {
-                    r.push(res.extra_median(exp, case, t, key).map(num).unwrap_or_else(|| "—".into()));
+                    r.push(
+                        res.extra_median(exp, case, t, key).map(num).unwrap_or_else(|| "—".into()),
+                    );
                 }
             }
             r

@@ -47,6 +47,14 @@ use target::{TResult, Target};
 /// Name of the FerriteFS library target.
 pub const LIB: &str = "ferrite-lib";
 
+fn open_or_create(p: &Path, n: u64, create: bool) -> ferrite_core::Result<MmapMedium> {
+    if create {
+        MmapMedium::create(p, n, &MapOptions::default())
+    } else {
+        MmapMedium::open(p, &MapOptions::default())
+    }
+}
+
 /// A FerriteFS library target on a new pool (`profile`: emulated media).
 pub fn lib_target(
     name: &str,
@@ -64,8 +72,7 @@ pub fn lib_target(
     }
     match profile {
         None => {
-            let make: MediumFactory<MmapMedium> =
-                Box::new(|p, n| MmapMedium::create(p, n, &MapOptions::default()));
+            let make: MediumFactory<MmapMedium> = Box::new(open_or_create);
             let t = LibTarget::new(name, "", pool, size, make)?;
             let d = describe(size, "", t.fs()?);
             Ok(Box::new(t.with_description(d)))
@@ -75,8 +82,8 @@ pub fn lib_target(
                 ", emulated {} media (+{} ns per fence, +{} ns per written line, +{} ns per read)",
                 p.name, p.fence_ns, p.line_ns, p.read_ns
             );
-            let make: MediumFactory<EmuMedium<MmapMedium>> = Box::new(move |path, n| {
-                Ok(EmuMedium::new(MmapMedium::create(path, n, &MapOptions::default())?, p.clone()))
+            let make: MediumFactory<EmuMedium<MmapMedium>> = Box::new(move |path, n, c| {
+                Ok(EmuMedium::new(open_or_create(path, n, c)?, p.clone()))
             });
             let t = LibTarget::new(name, "", pool, size, make)?;
             let d = describe(size, &extra, t.fs()?);
@@ -120,18 +127,29 @@ fn build_targets(cfg: &Config) -> Built {
         }
     };
     if cfg.wants("lib") {
-        add(LIB, lib_target(LIB, w.join("lib.pool"), cfg.pool_size, None).map_err(|e| e.to_string()));
+        add(
+            LIB,
+            lib_target(LIB, w.join("lib.pool"), cfg.pool_size, None).map_err(|e| e.to_string()),
+        );
         for e in &cfg.emulate {
             let name = format!("{LIB}[{e}]");
             let p = emu::profile(e);
-            add(&name, lib_target(&name, w.join(format!("lib-{e}.pool")), cfg.pool_size, p).map_err(|e| e.to_string()));
+            add(
+                &name,
+                lib_target(&name, w.join(format!("lib-{e}.pool")), cfg.pool_size, p)
+                    .map_err(|e| e.to_string()),
+            );
         }
     }
     if cfg.wants("fuse") {
         let r = match ferrite_bin(cfg) {
-            Some(bin) => DirTarget::fuse(&bin, w.join("fuse.pool"), w.join("mnt-fuse"), cfg.pool_size)
-                .map(|t| Box::new(t) as Box<dyn Target>),
-            None => Err("no `ferrite` binary found (build ferrite-cli, or pass --ferrite-bin)".into()),
+            Some(bin) => {
+                DirTarget::fuse(&bin, w.join("fuse.pool"), w.join("mnt-fuse"), cfg.pool_size)
+                    .map(|t| Box::new(t) as Box<dyn Target>)
+            }
+            None => {
+                Err("no `ferrite` binary found (build ferrite-cli, or pass --ferrite-bin)".into())
+            }
         };
         add("ferrite-fuse", r);
     }
@@ -150,7 +168,12 @@ fn build_targets(cfg: &Config) -> Built {
         for nt in [false, true] {
             let name = if nt { "hw-ntstore" } else { "hw-memcpy" };
             let path = w.join(format!("{name}.map"));
-            add(name, HwTarget::new(path, region, 4, nt).map(|t| Box::new(t) as Box<dyn Target>).map_err(|e| e.to_string()));
+            add(
+                name,
+                HwTarget::new(path, region, 4, nt)
+                    .map(|t| Box::new(t) as Box<dyn Target>)
+                    .map_err(|e| e.to_string()),
+            );
         }
     }
     Built { targets, status }
@@ -160,22 +183,35 @@ fn machine(cfg: &Config) -> std::collections::BTreeMap<String, String> {
     let mut m = std::collections::BTreeMap::new();
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_else(|| "unknown".into());
     m.insert("cpu".into(), cpu);
     m.insert(
         "cores".into(),
-        std::thread::available_parallelism().map(|n| n.get().to_string()).unwrap_or_else(|_| "?".into()),
+        std::thread::available_parallelism()
+            .map(|n| n.get().to_string())
+            .unwrap_or_else(|_| "?".into()),
     );
     let mem = std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|s| s.lines().next().and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<u64>().ok()))
+        .and_then(|s| {
+            s.lines()
+                .next()
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
         .map(|kb| format!("{:.1} GiB", kb as f64 / 1048576.0))
         .unwrap_or_else(|| "?".into());
     m.insert("memory".into(), mem);
     m.insert(
         "kernel".into(),
-        std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default(),
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default(),
     );
     let pc = ferrite_core::pmem::config();
     m.insert(
@@ -187,7 +223,10 @@ fn machine(cfg: &Config) -> std::collections::BTreeMap<String, String> {
             pc.nt_threshold
         ),
     );
-    m.insert("scratch".into(), format!("{} ({})", cfg.work_dir.display(), fs_type(&cfg.work_dir).unwrap_or_default()));
+    m.insert(
+        "scratch".into(),
+        format!("{} ({})", cfg.work_dir.display(), fs_type(&cfg.work_dir).unwrap_or_default()),
+    );
     m.insert(
         "build".into(),
         if cfg!(debug_assertions) {
@@ -196,7 +235,8 @@ fn machine(cfg: &Config) -> std::collections::BTreeMap<String, String> {
             "release".into()
         },
     );
-    if let Ok(o) = std::process::Command::new("git").args(["rev-parse", "--short", "HEAD"]).output() {
+    if let Ok(o) = std::process::Command::new("git").args(["rev-parse", "--short", "HEAD"]).output()
+    {
         if o.status.success() {
             m.insert("commit".into(), String::from_utf8_lossy(&o.stdout).trim().to_string());
         }
@@ -223,6 +263,11 @@ fn method_notes(cfg: &Config) -> Vec<String> {
             .into(),
         "The machine has no persistent memory: pools live in /dev/shm, so stores reach DRAM. \
          Emulation profiles (--emulate) add delays per fence, per written cache line and per read."
+            .into(),
+        "Pools (library, FUSE, hardware mappings) are pre-faulted: every page is written once \
+         before formatting, as on a long-lived pool, so no target pays /dev/shm's first-touch \
+         page allocation inside a measurement. Files of the micro workloads are written in full \
+         before they are measured, on every target."
             .into(),
         "Write amplification counts what the FerriteFS medium flushes or writes non-temporally; it \
          is a software count, not a DIMM counter."
@@ -263,7 +308,10 @@ pub fn run(args: &BenchArgs) -> i32 {
         return 2;
     }
     if fs_type(&cfg.work_dir).as_deref() != Some("tmpfs") {
-        eprintln!("warning: {} is not on tmpfs; pools will not behave like memory", cfg.work_dir.display());
+        eprintln!(
+            "warning: {} is not on tmpfs; pools will not behave like memory",
+            cfg.work_dir.display()
+        );
     }
     if cfg!(debug_assertions) {
         eprintln!("warning: debug build; numbers are not representative (use --release)");
@@ -304,7 +352,10 @@ pub fn run(args: &BenchArgs) -> i32 {
             Ok(Err(x)) => Some(x.to_string()),
             Err(p) => Some(format!(
                 "panicked: {}",
-                p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+                p.downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default()
             )),
         };
         if let Some(x) = &err {
@@ -350,7 +401,11 @@ fn run_gc(cfg: &Config, targets: &mut Vec<Box<dyn Target>>, res: &mut Results) -
         }
     }
     if cfg.wants("ext4") {
-        match DirTarget::ext4(cfg.work_dir.join("gc-ext4.img"), cfg.work_dir.join("mnt-gc-ext4"), cfg.gc_pool) {
+        match DirTarget::ext4(
+            cfg.work_dir.join("gc-ext4.img"),
+            cfg.work_dir.join("mnt-gc-ext4"),
+            cfg.gc_pool,
+        ) {
             Ok(t) => gc.push(Box::new(t)),
             Err(e) => skipped.push(("ext4".to_string(), e)),
         }
@@ -372,8 +427,10 @@ fn write_outputs(cfg: &Config, res: &mut Results) -> Result<(), String> {
     }
     let md = report::markdown(res);
     let json = serde_json::to_string_pretty(&res).map_err(|e| e.to_string())?;
-    std::fs::write(cfg.out.join("results.json"), json).map_err(|e| format!("{}: {e}", cfg.out.display()))?;
-    std::fs::write(cfg.out.join("report.md"), &md).map_err(|e| format!("{}: {e}", cfg.out.display()))?;
+    std::fs::write(cfg.out.join("results.json"), json)
+        .map_err(|e| format!("{}: {e}", cfg.out.display()))?;
+    std::fs::write(cfg.out.join("report.md"), &md)
+        .map_err(|e| format!("{}: {e}", cfg.out.display()))?;
     println!("\nPerformance goals ({} preset):\n", cfg.preset);
     println!("| goal | measured | result |\n|---|---|---|");
     for g in &res.goals {

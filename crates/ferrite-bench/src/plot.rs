@@ -63,7 +63,9 @@ fn draw_lines(p: &Plot, root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shif
                 chart
                     .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))?
                     .label(s.name.as_str())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                    });
                 chart.draw_series(pts.iter().map(|&q| Circle::new(q, 3, c.filled())))?;
             }
             if !p.series.is_empty() {
@@ -116,12 +118,16 @@ fn draw_bars(p: &Plot, root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift
             for (k, s) in p.series.iter().enumerate() {
                 let c = COLORS[k % COLORS.len()];
                 chart
-                    .draw_series(s.points.iter().filter(|q| q.1 > 0.0 || !p.log_y).map(|&(x, y)| {
-                        let left = x - 0.4 + k as f64 * w;
-                        Rectangle::new([(left, $base), (left + w * 0.95, y)], c.filled())
-                    }))?
+                    .draw_series(s.points.iter().filter(|q| q.1 > 0.0 || !p.log_y).map(
+                        |&(x, y)| {
+                            let left = x - 0.4 + k as f64 * w;
+                            Rectangle::new([(left, $base), (left + w * 0.95, y)], c.filled())
+                        },
+                    ))?
                     .label(s.name.as_str())
-                    .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled())
+                    });
             }
             if !p.series.is_empty() {
                 chart
@@ -191,7 +197,10 @@ mod tests {
             log_x: log && cats.is_empty(),
             log_y: log,
             categories: cats,
-            series: vec![Series { name: "a".into(), points: pts.clone() }, Series { name: "b".into(), points: pts }],
+            series: vec![
+                Series { name: "a".into(), points: pts.clone() },
+                Series { name: "b".into(), points: pts },
+            ],
         }
     }
 

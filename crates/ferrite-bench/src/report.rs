@@ -77,12 +77,15 @@ fn kind_of(res: &Results, name: &str) -> Option<Kind> {
 }
 
 fn table_md(res: &mut Results, t: &Table, out: &mut String) {
-    let order: Vec<String> = res.targets.iter().filter(|s| s.used).map(|s| s.name.clone()).collect();
+    let order: Vec<String> =
+        res.targets.iter().filter(|s| s.used).map(|s| s.name.clone()).collect();
     let cols: Vec<String> = order
         .into_iter()
         .filter(|c| {
             t.rows.iter().any(|r| {
-                res.samples.iter().any(|s| s.experiment == t.experiment && s.case == r.case && &s.target == c)
+                res.samples
+                    .iter()
+                    .any(|s| s.experiment == t.experiment && s.case == r.case && &s.target == c)
                     || res.failure(&t.experiment, &r.case, c).is_some()
             })
         })
@@ -173,7 +176,8 @@ pub fn markdown(res: &mut Results) -> String {
         let _ = writeln!(out, "| {} | {} |", t.name, d);
     }
     let _ = writeln!(out, "\n## Performance goals\n");
-    let _ = writeln!(out, "Ratios of medians measured in this run; a goal is never a timed test.\n");
+    let _ =
+        writeln!(out, "Ratios of medians measured in this run; a goal is never a timed test.\n");
     let _ = writeln!(out, "| goal | measured | result |\n|---|---|---|");
     for g in &res.goals {
         let _ = writeln!(out, "| {} | {} | {} |", g.goal, g.measured, g.status.text());
@@ -188,8 +192,10 @@ pub fn markdown(res: &mut Results) -> String {
     }
     let _ = writeln!(out);
     for (id, title) in SECTIONS {
-        let tables: Vec<Table> = res.tables.iter().filter(|t| t.experiment == id).cloned().collect();
-        let texts: Vec<_> = res.text_tables.iter().filter(|t| t.0 == id).map(|t| t.1.clone()).collect();
+        let tables: Vec<Table> =
+            res.tables.iter().filter(|t| t.experiment == id).cloned().collect();
+        let texts: Vec<_> =
+            res.text_tables.iter().filter(|t| t.0 == id).map(|t| t.1.clone()).collect();
         let plots: Vec<_> = res.plots.iter().filter(|p| p.0 == id).map(|p| p.1.clone()).collect();
         let status = res.experiments.iter().find(|e| e.0 == id).cloned();
         if tables.is_empty() && texts.is_empty() && status.is_none() {
@@ -219,9 +225,13 @@ pub fn markdown(res: &mut Results) -> String {
         }
     }
     if !res.failures.is_empty() {
-        let _ = writeln!(out, "## Cells not measured\n\n| experiment | case | target | why |\n|---|---|---|---|");
+        let _ = writeln!(
+            out,
+            "## Cells not measured\n\n| experiment | case | target | why |\n|---|---|---|---|"
+        );
         for (e, c, t, w) in &res.failures {
-            let _ = writeln!(out, "| {e} | {c} | {t} | {} |", w.replace('|', "/").replace('\n', " "));
+            let _ =
+                writeln!(out, "| {e} | {c} | {t} | {} |", w.replace('|', "/").replace('\n', " "));
         }
         let _ = writeln!(out);
     }

@@ -209,7 +209,8 @@ impl Results {
                 .or_default()
                 .push(s.value);
         }
-        self.cache = groups.into_iter().filter_map(|(k, v)| Summary::of(&v).map(|s| (k, s))).collect();
+        self.cache =
+            groups.into_iter().filter_map(|(k, v)| Summary::of(&v).map(|s| (k, s))).collect();
     }
 
     /// Summary of one cell.

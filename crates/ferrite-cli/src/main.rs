@@ -58,6 +58,9 @@ enum Cmd {
     Mount(ferrite_fuse::MountArgs),
     /// Unmount a FUSE mount and wait until its daemon has released the pool.
     Umount(ferrite_fuse::UmountArgs),
+    /// Benchmark FerriteFS against tmpfs, ext4, its FUSE mount and the hardware limit;
+    /// see docs/BENCHMARKS.md.
+    Bench(ferrite_bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -76,6 +79,7 @@ fn main() -> ExitCode {
         Cmd::Export(a) => tools::export(&a),
         Cmd::Mount(a) => ferrite_fuse::run_mount(&a),
         Cmd::Umount(a) => ferrite_fuse::run_umount(&a),
+        Cmd::Bench(a) => ferrite_bench::run(&a),
     };
     ExitCode::from(code as u8)
 }

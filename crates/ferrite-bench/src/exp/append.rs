@@ -23,7 +23,8 @@ fn run_cell(t: &dyn Target, mode: &str, size: u64, cfg: &Config, cap: Duration) 
     let ops = cfg.ops_for(size);
     let buf = pattern(size as usize, 3);
     let region = cfg.circ_region / size * size;
-    let h = if mode == "extend" { t.create("a/extend", true)? } else { t.open("a/circular", false)? };
+    let h =
+        if mode == "extend" { t.create("a/extend", true)? } else { t.open("a/circular", false)? };
     let ph = parallel(1, |_, gate| {
         let t0 = gate.start();
         let mut done = 0u64;
@@ -63,7 +64,11 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
         pb.set_message(key.clone());
         let mut live = Vec::new();
         for (i, t) in ctx.targets.iter().enumerate() {
-            let r = if mode == "circular" { prefill(t.as_ref(), "a/circular", cfg.circ_region) } else { Ok(()) };
+            let r = if mode == "circular" {
+                prefill(t.as_ref(), "a/circular", cfg.circ_region)
+            } else {
+                Ok(())
+            };
             match r {
                 Ok(()) => live.push(i),
                 Err(e) => {
@@ -103,7 +108,10 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
             title: if mode == "extend" {
                 "Append and extend, fsync after each append".into()
             } else {
-                format!("Circular append in a {} region, fsync after each write", fmt_size(cfg.circ_region))
+                format!(
+                    "Circular append in a {} region, fsync after each write",
+                    fmt_size(cfg.circ_region)
+                )
             },
             unit: "MB/s".into(),
             higher_is_better: true,

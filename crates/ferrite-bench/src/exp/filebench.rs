@@ -49,10 +49,42 @@ pub struct Personality {
 pub fn personalities() -> Vec<Personality> {
     const K: u64 = 1024;
     vec![
-        Personality { name: "fileserver", nfiles: 10_000, dirwidth: 20, filesize: 128 * K, read_io: 16 * K, write_io: 16 * K, prealloc: 0.8 },
-        Personality { name: "varmail", nfiles: 20_000, dirwidth: 1_000_000, filesize: 32 * K, read_io: 1024 * K, write_io: 16 * K, prealloc: 0.8 },
-        Personality { name: "webserver", nfiles: 10_000, dirwidth: 20, filesize: 64 * K, read_io: 1024 * K, write_io: 8 * K, prealloc: 1.0 },
-        Personality { name: "webproxy", nfiles: 20_000, dirwidth: 1_000_000, filesize: 32 * K, read_io: 1024 * K, write_io: 16 * K, prealloc: 0.8 },
+        Personality {
+            name: "fileserver",
+            nfiles: 10_000,
+            dirwidth: 20,
+            filesize: 128 * K,
+            read_io: 16 * K,
+            write_io: 16 * K,
+            prealloc: 0.8,
+        },
+        Personality {
+            name: "varmail",
+            nfiles: 20_000,
+            dirwidth: 1_000_000,
+            filesize: 32 * K,
+            read_io: 1024 * K,
+            write_io: 16 * K,
+            prealloc: 0.8,
+        },
+        Personality {
+            name: "webserver",
+            nfiles: 10_000,
+            dirwidth: 20,
+            filesize: 64 * K,
+            read_io: 1024 * K,
+            write_io: 8 * K,
+            prealloc: 1.0,
+        },
+        Personality {
+            name: "webproxy",
+            nfiles: 20_000,
+            dirwidth: 1_000_000,
+            filesize: 32 * K,
+            read_io: 1024 * K,
+            write_io: 16 * K,
+            prealloc: 0.8,
+        },
     ]
 }
 
@@ -98,7 +130,10 @@ impl FileSet {
     fn claim(&self, rng: &mut Rng, want: u8) -> Option<usize> {
         for _ in 0..64 {
             let i = rng.below(self.n as u64) as usize;
-            if self.slots[i].compare_exchange(want, BUSY, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            if self.slots[i]
+                .compare_exchange(want, BUSY, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
                 return Some(i);
             }
         }
@@ -126,6 +161,29 @@ fn read_whole(t: &dyn Target, h: &crate::target::Handle, buf: &mut [u8]) -> TRes
     }
 }
 
+/// Claim a file in state `want`, run `f` on it, and leave it in `ok` (or `undo` if
+/// `f` fails). No file in that state: nothing to do.
+fn step(
+    fs: &FileSet,
+    rng: &mut Rng,
+    want: u8,
+    ok: u8,
+    undo: u8,
+    f: impl FnOnce(usize) -> TResult<()>,
+) -> TResult<()> {
+    let Some(i) = fs.claim(rng, want) else { return Ok(()) };
+    match f(i) {
+        Ok(()) => {
+            fs.release(i, ok);
+            Ok(())
+        }
+        Err(e) => {
+            fs.release(i, undo);
+            Err(e)
+        }
+    }
+}
+
 /// One loop of a personality. Each step claims its file, and on any error the slot
 /// goes back to its previous state before the error is returned.
 fn one_loop(
@@ -139,21 +197,6 @@ fn one_loop(
 ) -> TResult<()> {
     let p = &fs.p;
     let wsize = |rng: &mut Rng| rng.around(p.write_io).min(wbuf.len() as u64) as usize;
-    // Run `f` on a claimed slot, restoring `undo` state on error.
-    macro_rules! with_slot {
-        ($want:expr, $ok:expr, $undo:expr, |$i:ident| $body:block) => {
-            if let Some($i) = fs.claim(rng, $want) {
-                let r: TResult<()> = (|| $body)();
-                match r {
-                    Ok(()) => fs.release($i, $ok),
-                    Err(e) => {
-                        fs.release($i, $undo);
-                        return Err(e);
-                    }
-                }
-            }
-        };
-    }
     let read_step = |i: usize, c: &mut Counters, rbuf: &mut [u8]| -> TResult<()> {
         let h = t.open(&fs.path(i), false)?;
         let n = read_whole(t, &h, rbuf)?;
@@ -165,7 +208,7 @@ fn one_loop(
     match p.name {
         "fileserver" => {
             let size = rng.around(p.filesize);
-            with_slot!(ABSENT, PRESENT, ABSENT, |i| {
+            step(fs, rng, ABSENT, PRESENT, ABSENT, |i| {
                 let h = t.create(&fs.path(i), false)?;
                 let mut off = 0;
                 while off < size {
@@ -177,36 +220,36 @@ fn one_loop(
                 c.ops += 3;
                 c.bytes += size;
                 Ok(())
-            });
+            })?;
             let n = wsize(rng);
-            with_slot!(PRESENT, PRESENT, PRESENT, |i| {
+            step(fs, rng, PRESENT, PRESENT, PRESENT, |i| {
                 let h = t.open(&fs.path(i), true)?;
                 t.append(&h, &wbuf[..n])?;
                 t.close(h)?;
                 c.ops += 3;
                 c.bytes += n as u64;
                 Ok(())
-            });
-            with_slot!(PRESENT, PRESENT, PRESENT, |i| { read_step(i, c, rbuf) });
-            with_slot!(PRESENT, ABSENT, PRESENT, |i| {
+            })?;
+            step(fs, rng, PRESENT, PRESENT, PRESENT, |i| read_step(i, c, rbuf))?;
+            step(fs, rng, PRESENT, ABSENT, PRESENT, |i| {
                 t.unlink(&fs.path(i))?;
                 c.ops += 1;
                 Ok(())
-            });
-            with_slot!(PRESENT, PRESENT, PRESENT, |i| {
+            })?;
+            step(fs, rng, PRESENT, PRESENT, PRESENT, |i| {
                 t.stat(&fs.path(i))?;
                 c.ops += 1;
                 Ok(())
-            });
+            })?;
         }
         "varmail" => {
-            with_slot!(PRESENT, ABSENT, PRESENT, |i| {
+            step(fs, rng, PRESENT, ABSENT, PRESENT, |i| {
                 t.unlink(&fs.path(i))?;
                 c.ops += 1;
                 Ok(())
-            });
+            })?;
             let n = wsize(rng);
-            with_slot!(ABSENT, PRESENT, ABSENT, |i| {
+            step(fs, rng, ABSENT, PRESENT, ABSENT, |i| {
                 let h = t.create(&fs.path(i), true)?;
                 t.append(&h, &wbuf[..n])?;
                 t.fsync(&h)?;
@@ -214,9 +257,9 @@ fn one_loop(
                 c.ops += 4;
                 c.bytes += n as u64;
                 Ok(())
-            });
+            })?;
             let n = wsize(rng);
-            with_slot!(PRESENT, PRESENT, PRESENT, |i| {
+            step(fs, rng, PRESENT, PRESENT, PRESENT, |i| {
                 let h = t.open(&fs.path(i), true)?;
                 let r = read_whole(t, &h, rbuf)?;
                 t.append(&h, &wbuf[..n])?;
@@ -225,32 +268,32 @@ fn one_loop(
                 c.ops += 5;
                 c.bytes += r + n as u64;
                 Ok(())
-            });
-            with_slot!(PRESENT, PRESENT, PRESENT, |i| { read_step(i, c, rbuf) });
+            })?;
+            step(fs, rng, PRESENT, PRESENT, PRESENT, |i| read_step(i, c, rbuf))?;
         }
         "webserver" => {
             for _ in 0..10 {
-                with_slot!(PRESENT, PRESENT, PRESENT, |i| { read_step(i, c, rbuf) });
+                step(fs, rng, PRESENT, PRESENT, PRESENT, |i| read_step(i, c, rbuf))?;
             }
         }
         _ => {
             // webproxy
-            with_slot!(PRESENT, ABSENT, PRESENT, |i| {
+            step(fs, rng, PRESENT, ABSENT, PRESENT, |i| {
                 t.unlink(&fs.path(i))?;
                 c.ops += 1;
                 Ok(())
-            });
+            })?;
             let n = wsize(rng);
-            with_slot!(ABSENT, PRESENT, ABSENT, |i| {
+            step(fs, rng, ABSENT, PRESENT, ABSENT, |i| {
                 let h = t.create(&fs.path(i), true)?;
                 t.append(&h, &wbuf[..n])?;
                 t.close(h)?;
                 c.ops += 3;
                 c.bytes += n as u64;
                 Ok(())
-            });
+            })?;
             for _ in 0..5 {
-                with_slot!(PRESENT, PRESENT, PRESENT, |i| { read_step(i, c, rbuf) });
+                step(fs, rng, PRESENT, PRESENT, PRESENT, |i| read_step(i, c, rbuf))?;
             }
         }
     }
@@ -292,11 +335,17 @@ fn build(t: &dyn Target, fs: &FileSet, seed: u64) -> TResult<()> {
     Ok(())
 }
 
-fn run_for(t: &dyn Target, fs: &FileSet, threads: usize, dur: Duration, seed: u64) -> TResult<(u64, u64, f64)> {
+fn run_for(
+    t: &dyn Target,
+    fs: &FileSet,
+    threads: usize,
+    dur: Duration,
+    seed: u64,
+) -> TResult<(u64, u64, f64)> {
     let logged = matches!(fs.p.name, "webserver" | "webproxy");
     let ph = super::parallel(threads, |tid, gate| {
         let log = if logged { Some(t.open("fb/log", true)?) } else { None };
-        let mut rng = Rng::new(seed ^ (tid as u64 + 1) * 0x51ed);
+        let mut rng = Rng::new(seed ^ ((tid as u64 + 1) * 0x51ed));
         let mut rbuf = vec![0u8; fs.p.read_io as usize];
         let wbuf = pattern((fs.p.write_io * 2).max(fs.p.filesize.min(1 << 20)) as usize, tid as u8);
         let mut c = Counters { ops: 0, bytes: 0 };
@@ -329,14 +378,20 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
         let n = ((p.nfiles as f64 * cfg.fileset_scale).round() as usize).max(20);
         let mut sets: Vec<(usize, FileSet)> = Vec::new();
         for &i in &idx {
-            let fs = FileSet { p: p.clone(), n, slots: (0..n).map(|_| AtomicU8::new(ABSENT)).collect() };
+            let fs =
+                FileSet { p: p.clone(), n, slots: (0..n).map(|_| AtomicU8::new(ABSENT)).collect() };
             pb.set_message(format!("{}: building {n} files on {}", p.name, ctx.targets[i].name()));
             let r = ctx.targets[i].reset().and_then(|_| build(ctx.targets[i].as_ref(), &fs, 42));
             match r {
                 Ok(()) => sets.push((i, fs)),
                 Err(e) => {
                     say(&pb, &format!("  {} on {}: {e}", p.name, ctx.targets[i].name()));
-                    ctx.res.fail("filebench", p.name, ctx.targets[i].name(), &format!("file set: {e}"));
+                    ctx.res.fail(
+                        "filebench",
+                        p.name,
+                        ctx.targets[i].name(),
+                        &format!("file set: {e}"),
+                    );
                     pb.inc((cfg.fb_reps + 1) as u64);
                 }
             }
@@ -412,7 +467,9 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
             points: cats
                 .iter()
                 .enumerate()
-                .filter_map(|(k, c)| ctx.res.summary("filebench", c, t).map(|s| (k as f64, s.median)))
+                .filter_map(|(k, c)| {
+                    ctx.res.summary("filebench", c, t).map(|s| (k as f64, s.median))
+                })
                 .collect(),
         })
         .collect();
@@ -439,7 +496,11 @@ mod tests {
     #[test]
     fn file_paths_live_in_declared_dirs() {
         for p in personalities() {
-            let fs = FileSet { p: p.clone(), n: 1000, slots: (0..1000).map(|_| AtomicU8::new(0)).collect() };
+            let fs = FileSet {
+                p: p.clone(),
+                n: 1000,
+                slots: (0..1000).map(|_| AtomicU8::new(0)).collect(),
+            };
             let dirs = fs.dirs();
             for i in 0..fs.n {
                 let path = fs.path(i);

@@ -72,7 +72,13 @@ struct RunOut {
     enospc: u64,
 }
 
-fn load(t: &dyn Target, sizes: &[u64], threads: usize, secs: f64, interval: f64) -> TResult<RunOut> {
+fn load(
+    t: &dyn Target,
+    sizes: &[u64],
+    threads: usize,
+    secs: f64,
+    interval: f64,
+) -> TResult<RunOut> {
     let busy: Vec<AtomicBool> = sizes.iter().map(|_| AtomicBool::new(false)).collect();
     let bytes = AtomicU64::new(0);
     let enospc = AtomicU64::new(0);
@@ -173,7 +179,11 @@ fn load(t: &dyn Target, sizes: &[u64], threads: usize, secs: f64, interval: f64)
 }
 
 /// Run the GC experiment on the given bounded-capacity targets.
-pub fn run(ctx: &mut Ctx<'_>, targets: Vec<Box<dyn Target>>, skipped: &[(String, String)]) -> TResult<()> {
+pub fn run(
+    ctx: &mut Ctx<'_>,
+    targets: Vec<Box<dyn Target>>,
+    skipped: &[(String, String)],
+) -> TResult<()> {
     let cfg = ctx.cfg;
     let threads = cfg.threads.iter().copied().max().unwrap_or(1);
     let pb = ctx.bar("gc", targets.len() as u64);
@@ -181,7 +191,17 @@ pub fn run(ctx: &mut Ctx<'_>, targets: Vec<Box<dyn Target>>, skipped: &[(String,
     let mut rows = Vec::new();
     let mut series = Vec::new();
     for (name, why) in skipped {
-        rows.push(vec![name.clone(), format!("skipped: {why}"), "".into(), "".into(), "".into(), "".into(), "".into(), "".into(), "".into()]);
+        rows.push(vec![
+            name.clone(),
+            format!("skipped: {why}"),
+            "".into(),
+            "".into(),
+            "".into(),
+            "".into(),
+            "".into(),
+            "".into(),
+            "".into(),
+        ]);
     }
     for t in &targets {
         let t = t.as_ref();
@@ -226,7 +246,12 @@ pub fn run(ctx: &mut Ctx<'_>, targets: Vec<Box<dyn Target>>, skipped: &[(String,
                     extra.insert("fast_gc_pages".into(), (b.0 - a.0) as f64);
                     extra.insert("thorough_gc_runs".into(), (b.1 - a.1) as f64);
                     extra.insert("thorough_gc_pages".into(), (b.2 - a.2) as f64);
-                    format!("{} pages fast, {} thorough runs ({} pages)", b.0 - a.0, b.1 - a.1, b.2 - a.2)
+                    format!(
+                        "{} pages fast, {} thorough runs ({} pages)",
+                        b.0 - a.0,
+                        b.1 - a.1,
+                        b.2 - a.2
+                    )
                 }
                 _ => "n/a".into(),
             };
@@ -244,7 +269,11 @@ pub fn run(ctx: &mut Ctx<'_>, targets: Vec<Box<dyn Target>>, skipped: &[(String,
             rows.push(vec![
                 t.name().into(),
                 fmt_size(u0.total),
-                format!("{:.1}% → {:.1}%", 100.0 * u0.used as f64 / u0.total as f64, 100.0 * u1.used as f64 / u1.total as f64),
+                format!(
+                    "{:.1}% → {:.1}%",
+                    100.0 * u0.used as f64 / u0.total as f64,
+                    100.0 * u1.used as f64 / u1.total as f64
+                ),
                 sizes.len().to_string(),
                 format!("{:.0}", s.median),
                 format!("{:.0}", s.min),
@@ -258,7 +287,17 @@ pub fn run(ctx: &mut Ctx<'_>, targets: Vec<Box<dyn Target>>, skipped: &[(String,
         if let Err(e) = r {
             say(&pb, &format!("  gc on {}: {e}", t.name()));
             ctx.res.fail("gc", "interval", t.name(), &e.to_string());
-            rows.push(vec![t.name().into(), format!("failed: {e}"), "".into(), "".into(), "".into(), "".into(), "".into(), "".into(), "".into()]);
+            rows.push(vec![
+                t.name().into(),
+                format!("failed: {e}"),
+                "".into(),
+                "".into(),
+                "".into(),
+                "".into(),
+                "".into(),
+                "".into(),
+                "".into(),
+            ]);
         }
         pb.inc(1);
     }

@@ -42,7 +42,8 @@ fn files_in(fs: &Fs<MmapMedium>, dir: u64) -> TResult<Vec<u64>> {
 /// Child mode: measure the pool named in the environment; print one JSON line.
 pub fn child_main() -> i32 {
     let r = (|| -> TResult<serde_json::Value> {
-        let pool = std::env::var("FERRITE_BENCH_POOL").map_err(|_| TargetError::Other("no pool".into()))?;
+        let pool = std::env::var("FERRITE_BENCH_POOL")
+            .map_err(|_| TargetError::Other("no pool".into()))?;
         let mode = std::env::var("FERRITE_BENCH_MODE").unwrap_or_default();
         let m0 = anon();
         let m = MmapMedium::open(Path::new(&pool), &MapOptions::default())?;
@@ -95,7 +96,8 @@ pub fn child_main() -> i32 {
 }
 
 fn spawn_child(pool: &Path, mode: &str) -> TResult<serde_json::Value> {
-    let exe = std::env::current_exe().map_err(|e| TargetError::Other(format!("current_exe: {e}")))?;
+    let exe =
+        std::env::current_exe().map_err(|e| TargetError::Other(format!("current_exe: {e}")))?;
     let out = Command::new(&exe)
         .args(std::env::args_os().skip(1))
         .env(CHILD_ENV, "memory")
@@ -179,27 +181,28 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
     let file = (cfg.mem_data / nfiles).div_ceil(1 << 20) * (1 << 20);
     let data = nfiles * file;
     let mut rows: Vec<Vec<String>> = Vec::new();
-    let push = |res: &mut crate::results::Results, case: &str, value: f64, v: &serde_json::Value| {
-        let mut extra = BTreeMap::new();
-        if let Some(o) = v.as_object() {
-            for (k, x) in o {
-                if let Some(f) = x.as_f64() {
-                    extra.insert(k.clone(), f);
+    let push =
+        |res: &mut crate::results::Results, case: &str, value: f64, v: &serde_json::Value| {
+            let mut extra = BTreeMap::new();
+            if let Some(o) = v.as_object() {
+                for (k, x) in o {
+                    if let Some(f) = x.as_f64() {
+                        extra.insert(k.clone(), f);
+                    }
                 }
             }
-        }
-        res.push(Sample {
-            experiment: "memory".into(),
-            case: case.into(),
-            target: "ferrite-lib".into(),
-            rep: 0,
-            ops: 0,
-            bytes: 0,
-            secs: 0.0,
-            value,
-            extra,
-        });
-    };
+            res.push(Sample {
+                experiment: "memory".into(),
+                case: case.into(),
+                target: "ferrite-lib".into(),
+                rep: 0,
+                ops: 0,
+                bytes: 0,
+                secs: 0.0,
+                value,
+                extra,
+            });
+        };
     for (case, random) in [("data-sequential", false), ("data-random-4k", true)] {
         pb.set_message(format!("{case}: writing {}", fmt_size(data)));
         let r = build_data(&pool, nfiles, file, random).and_then(|_| spawn_child(&pool, "data"));
@@ -211,13 +214,23 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
                 push(ctx.res, case, pct, &v);
                 rows.push(vec![
                     if random {
-                        format!("{nfiles} files x {}, written 4 KiB at a time in random order", fmt_size(file))
+                        format!(
+                            "{nfiles} files x {}, written 4 KiB at a time in random order",
+                            fmt_size(file)
+                        )
                     } else {
-                        format!("{nfiles} files x {}, written sequentially in 1 MiB writes", fmt_size(file))
+                        format!(
+                            "{nfiles} files x {}, written sequentially in 1 MiB writes",
+                            fmt_size(file)
+                        )
                     },
                     format!("{:.1} KiB", (num(&v, "mounted") - num(&v, "base")) / 1024.0),
                     format!("{:.1} KiB", index / 1024.0),
-                    format!("{:.3}% of data ({:.0} KiB per GiB)", pct, index / (data as f64 / (1u64 << 30) as f64) / 1024.0),
+                    format!(
+                        "{:.3}% of data ({:.0} KiB per GiB)",
+                        pct,
+                        index / (data as f64 / (1u64 << 30) as f64) / 1024.0
+                    ),
                     format!("{:.1} MiB", (num(&v, "vm_hwm") - num(&v, "rss_shmem")) / 1048576.0),
                 ]);
             }
@@ -263,16 +276,19 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
     ctx.res.text_tables.push((
         "memory".into(),
         TextTable {
-            title: "DRAM held by FerriteFS (anonymous RSS of a fresh process, pool mapping excluded)".into(),
+            title:
+                "DRAM held by FerriteFS (anonymous RSS of a fresh process, pool mapping excluded)"
+                    .into(),
             headers: ["data set", "after mount", "indexes", "share", "peak RSS minus pool pages"]
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
             rows,
-            note: "Measured in a child process started for the purpose: RssAnon before mount, after \
+            note:
+                "Measured in a child process started for the purpose: RssAnon before mount, after \
                    mount, and after the files were opened (data) or their directories listed (idle \
                    files). RSS has page granularity; small configurations are noisy."
-                .into(),
+                    .into(),
         },
     ));
     Ok(())

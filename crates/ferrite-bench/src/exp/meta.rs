@@ -41,7 +41,13 @@ fn dir_of(base: &str, shared: bool, tid: usize) -> String {
 }
 
 /// Run the four phases once; returns their measurements.
-fn one_rep(t: &dyn Target, base: &str, n: usize, threads: usize, shared: bool) -> TResult<Vec<Phase>> {
+fn one_rep(
+    t: &dyn Target,
+    base: &str,
+    n: usize,
+    threads: usize,
+    shared: bool,
+) -> TResult<Vec<Phase>> {
     t.mkdir(base)?;
     if shared {
         t.mkdir(&dir_of(base, true, 0))?;
@@ -55,9 +61,8 @@ fn one_rep(t: &dyn Target, base: &str, n: usize, threads: usize, shared: bool) -
     for phase in PHASES {
         let ph = parallel(threads, |tid, gate| {
             let d = dir_of(base, shared, tid);
-            let names: Vec<(String, String)> = (0..per)
-                .map(|i| (format!("{d}/f{tid}_{i}"), format!("{d}/g{tid}_{i}")))
-                .collect();
+            let names: Vec<(String, String)> =
+                (0..per).map(|i| (format!("{d}/f{tid}_{i}"), format!("{d}/g{tid}_{i}"))).collect();
             gate.start();
             for (f, g) in &names {
                 match phase {
@@ -152,7 +157,12 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
                     Err(e) => {
                         say(&pb, &format!("  meta {lid} on {}: {e}", t.name()));
                         for name in PHASES {
-                            ctx.res.fail("meta", &format!("{name}/{lid}"), t.name(), &e.to_string());
+                            ctx.res.fail(
+                                "meta",
+                                &format!("{name}/{lid}"),
+                                t.name(),
+                                &e.to_string(),
+                            );
                         }
                         dead.push(i);
                     }
@@ -215,7 +225,8 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
                 for p in &tree {
                     t.mkdir(p)?;
                 }
-                let ph = Phase { ops: tree.len() as u64, bytes: 0, secs: t0.elapsed().as_secs_f64() };
+                let ph =
+                    Phase { ops: tree.len() as u64, bytes: 0, secs: t0.elapsed().as_secs_f64() };
                 for p in tree.iter().rev() {
                     t.rmdir(p)?;
                 }

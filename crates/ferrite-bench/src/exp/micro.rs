@@ -131,24 +131,23 @@ fn run_cell(
     cap: Duration,
     seed: u64,
 ) -> TResult<Phase> {
-    let ops = cfg.ops_for(size);
+    // Files are fixed-size and offsets wrap: the time cap ends a repetition.
+    let ops = cfg.max_ops;
     let per = cfg.file_size; // bytes each thread works in
     let slots = per / size;
     parallel(th.n, |tid, gate| {
         let h = t.open(&file_of(th, tid), false)?;
-        let mut rng = Rng::new(seed ^ (tid as u64 + 1) * 0x1000_0001);
-        let mut buf = if p.write() { pattern(size as usize, tid as u8) } else { vec![0u8; size as usize] };
+        let mut rng = Rng::new(seed ^ ((tid as u64 + 1) * 0x1000_0001));
+        let mut buf =
+            if p.write() { pattern(size as usize, tid as u8) } else { vec![0u8; size as usize] };
         let base = if th.shared { tid as u64 * per } else { 0 };
         let all_slots = if th.shared { slots * th.n as u64 } else { slots };
         let t0 = gate.start();
         let mut done = 0u64;
         let mut res = Ok(());
         for i in 0..ops {
-            let off = if p.random() {
-                rng.below(all_slots) * size
-            } else {
-                base + (i % slots) * size
-            };
+            let off =
+                if p.random() { rng.below(all_slots) * size } else { base + (i % slots) * size };
             let r = if p.write() {
                 t.write_at(&h, off, &buf).and_then(|_| t.fsync(&h))
             } else {
@@ -185,7 +184,7 @@ fn setup(t: &dyn Target, th: Threads, cfg: &Config) -> TResult<()> {
 pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
     let cfg = ctx.cfg;
     let mut cases = Vec::new();
-    for p in Pattern::ALL {
+    for p in patterns(cfg) {
         for &size in &cfg.sizes {
             for th in thread_configs(cfg, size) {
                 cases.push((p, size, th));
@@ -219,7 +218,15 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
             for &i in &live {
                 let t = ctx.targets[i].as_ref();
                 let before = t.persist_counters();
-                let r = run_cell(t, p, size, th, cfg, if rep == 0 { warm } else { cap }, seed + rep as u64);
+                let r = run_cell(
+                    t,
+                    p,
+                    size,
+                    th,
+                    cfg,
+                    if rep == 0 { warm } else { cap },
+                    seed + rep as u64,
+                );
                 match r {
                     Ok(ph) => {
                         still.push(i);
@@ -245,13 +252,20 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
     Ok(())
 }
 
+fn patterns(cfg: &Config) -> Vec<Pattern> {
+    Pattern::ALL.into_iter().filter(|p| cfg.patterns.iter().any(|x| x == p.id())).collect()
+}
+
 fn declare(ctx: &mut Ctx<'_>) {
     let cfg = ctx.cfg;
-    for p in Pattern::ALL {
+    for p in patterns(cfg) {
         let mut rows = Vec::new();
         for &size in &cfg.sizes {
             for th in thread_configs(cfg, size) {
-                rows.push(Row { label: format!("{}, {}", fmt_size(size), th.label()), case: case_key(p, size, th) });
+                rows.push(Row {
+                    label: format!("{}, {}", fmt_size(size), th.label()),
+                    case: case_key(p, size, th),
+                });
             }
         }
         ctx.res.tables.push(Table {
@@ -271,7 +285,7 @@ fn declare(ctx: &mut Ctx<'_>) {
         });
     }
     let targets = ctx.res.targets_in("micro");
-    for p in Pattern::ALL {
+    for p in patterns(cfg) {
         let th = Threads { n: 1, shared: false };
         let series = targets
             .iter()
@@ -281,7 +295,9 @@ fn declare(ctx: &mut Ctx<'_>) {
                     .sizes
                     .iter()
                     .filter_map(|&s| {
-                        ctx.res.summary("micro", &case_key(p, s, th), t).map(|x| (s as f64, x.median))
+                        ctx.res
+                            .summary("micro", &case_key(p, s, th), t)
+                            .map(|x| (s as f64, x.median))
                     })
                     .collect(),
             })
@@ -303,7 +319,7 @@ fn declare(ctx: &mut Ctx<'_>) {
     }
     let size = 4096;
     if cfg.threads.len() > 1 && cfg.t2_sizes.contains(&size) {
-        for p in [Pattern::RandWrite, Pattern::RandRead] {
+        for p in patterns(cfg).into_iter().filter(|p| p.random()) {
             let mut series = Vec::new();
             for t in &targets {
                 for shared in [false, true] {
@@ -312,7 +328,9 @@ fn declare(ctx: &mut Ctx<'_>) {
                         .iter()
                         .filter_map(|&n| {
                             let th = Threads { n, shared: shared && n > 1 };
-                            ctx.res.summary("micro", &case_key(p, size, th), t).map(|x| (n as f64, x.median))
+                            ctx.res
+                                .summary("micro", &case_key(p, size, th), t)
+                                .map(|x| (n as f64, x.median))
                         })
                         .collect();
                     if pts.len() > 1 {

@@ -19,11 +19,11 @@ pub mod recovery;
 
 use crate::config::Config;
 use crate::results::{Results, Sample};
-use ferrite_core::pmem::StatsSnapshot;
-use std::collections::BTreeMap;
 use crate::target::{TResult, Target, TargetError};
+use ferrite_core::pmem::StatsSnapshot;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::sync::Barrier;
 use std::time::Instant;
 
@@ -46,9 +46,11 @@ impl Ctx<'_> {
             ProgressBar::hidden()
         };
         pb.set_style(
-            ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} {wide_msg} {elapsed}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
+            ProgressStyle::with_template(
+                "{prefix:>10} [{bar:30}] {pos}/{len} {wide_msg} {elapsed}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
         );
         pb.set_prefix(name.to_string());
         pb

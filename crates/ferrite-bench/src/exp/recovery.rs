@@ -47,7 +47,12 @@ pub fn datasets(data: u64) -> Vec<DataSet> {
     const M: u64 = 1024 * K;
     let mk = |name: &str, file: u64, io: u64| {
         let file = file.min(data / 2).max(io);
-        DataSet { name: name.into(), files: (data / file).max(1), file_size: file, io: io.min(file) }
+        DataSet {
+            name: name.into(),
+            files: (data / file).max(1),
+            file_size: file,
+            io: io.min(file),
+        }
     };
     let base = data / 4;
     let f1 = (base / 16).max(64 * K);
@@ -125,7 +130,12 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
     let pool = cfg.work_dir.join("recovery.pool");
     let mut rows = Vec::new();
     for ds in &sets {
-        pb.set_message(format!("{}: writing {} in {} files", ds.name, fmt_size(ds.bytes()), ds.files));
+        pb.set_message(format!(
+            "{}: writing {} in {} files",
+            ds.name,
+            fmt_size(ds.bytes()),
+            ds.files
+        ));
         let r = (|| -> TResult<()> {
             let _ = std::fs::remove_file(&pool);
             let m = MmapMedium::create(&pool, pool_size, &MapOptions::default())?;
@@ -205,7 +215,10 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
     ctx.res.text_tables.push((
         "recovery".into(),
         TextTable {
-            title: format!("Mount time after a clean unmount and after a crash (pool {})", fmt_size(pool_size)),
+            title: format!(
+                "Mount time after a clean unmount and after a crash (pool {})",
+                fmt_size(pool_size)
+            ),
             headers: [
                 "data set",
                 "files",

@@ -67,7 +67,10 @@ pub fn statvfs(path: &Path) -> TResult<Usage> {
     let s = String::from_utf8_lossy(&out.stdout);
     let v: Vec<u64> = s.split_whitespace().filter_map(|x| x.parse().ok()).collect();
     if !out.status.success() || v.len() != 3 {
-        return Err(TargetError::Other(format!("stat -f {}: unexpected output {s:?}", path.display())));
+        return Err(TargetError::Other(format!(
+            "stat -f {}: unexpected output {s:?}",
+            path.display()
+        )));
     }
     Ok(Usage { total: v[0] * v[1], used: v[0] * (v[1] - v[2]) })
 }
@@ -130,8 +133,8 @@ impl DirTarget {
         Ok(t)
     }
 
-    /// The FerriteFS FUSE mount: runs `bin mount POOL MNT -f --create SIZE` and waits
-    /// for the mount to appear.
+    /// The FerriteFS FUSE mount: formats a pre-faulted pool of `size` bytes at `pool`,
+    /// runs `bin mount POOL MNT -f` and waits for the mount to appear.
     pub fn fuse(bin: &Path, pool: PathBuf, mnt: PathBuf, size: u64) -> Result<Self, String> {
         if !Path::new("/dev/fuse").exists() {
             return Err("/dev/fuse is missing".into());
@@ -147,11 +150,21 @@ impl DirTarget {
         }
         std::fs::create_dir_all(&mnt).map_err(|e| format!("{}: {e}", mnt.display()))?;
         let _ = std::fs::remove_file(&pool);
+        {
+            use ferrite_core::{Fs, MapOptions, MkfsOptions, MmapMedium};
+            let fmt = || -> ferrite_core::Result<()> {
+                let m = MmapMedium::create(&pool, size, &MapOptions::default())?;
+                super::lib::prefault(&m);
+                Fs::mkfs(m, &MkfsOptions::default())?.unmount()?;
+                Ok(())
+            };
+            fmt().map_err(|e| format!("formatting {}: {e}", pool.display()))?;
+        }
         let child = Command::new(bin)
             .arg("mount")
             .arg(&pool)
             .arg(&mnt)
-            .args(["-f", "--create", &size.to_string()])
+            .arg("-f")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -301,12 +314,15 @@ impl Target for DirTarget {
     }
 
     fn create(&self, path: &str, append: bool) -> TResult<Handle> {
+        use std::os::unix::fs::OpenOptionsExt;
+        // std refuses append with truncate; O_APPEND as a raw flag gives the one
+        // open(O_CREAT|O_TRUNC|O_APPEND) an application would make.
         let f = OpenOptions::new()
             .read(true)
             .write(true)
-            .append(append)
             .create(true)
             .truncate(true)
+            .custom_flags(if append { libc::O_APPEND } else { 0 })
             .open(self.p(path))?;
         Ok(Handle::File { f, append })
     }
@@ -408,6 +424,11 @@ mod tests {
             }
         };
         t.mkdir("d").unwrap();
+        let h = t.create("d/a", true).unwrap();
+        t.append(&h, b"12").unwrap();
+        t.append(&h, b"34").unwrap();
+        t.close(h).unwrap();
+        assert_eq!(t.stat("d/a").unwrap(), 4);
         let h = t.create("d/f", false).unwrap();
         t.write_at(&h, 0, b"abc").unwrap();
         t.append(&h, b"def").unwrap();
@@ -421,7 +442,8 @@ mod tests {
         t.close(h).unwrap();
         assert_eq!(t.stat("d/f").unwrap(), 8);
         t.rename("d/f", "d/g").unwrap();
-        assert_eq!(t.readdir_count("d").unwrap(), 1);
+        assert_eq!(t.readdir_count("d").unwrap(), 2);
+        t.unlink("d/a").unwrap();
         assert!(matches!(t.stat("d/f"), Err(TargetError::Other(_))));
         t.unlink("d/g").unwrap();
         t.rmdir("d").unwrap();

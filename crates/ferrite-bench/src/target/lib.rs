@@ -1,8 +1,10 @@
 //! FerriteFS through the library API: `Fs<M>` over a pool file in /dev/shm.
 //!
 //! Invariants:
-//! - The target owns its pool file; `reset` unmounts, recreates the file (truncating it
-//!   to zero first so /dev/shm returns the memory) and formats it again.
+//! - The target owns its pool file; `reset` unmounts and formats the same file again
+//!   (its pages stay allocated); the file is removed when the target drops.
+//! - Every page of the pool is written through the current mapping before mkfs, so
+//!   measurements never take first-touch page faults.
 //! - Every operation is durable and atomic when the library returns; `fsync` is the
 //!   library's `fsync` (a fence), which is what an application would call.
 //! - Handles count as opens (`Fs::open` / `Fs::release`), as a FUSE or C API user would.
@@ -14,8 +16,22 @@ use ferrite_core::{Fs, MkfsOptions, RenameFlags, SetAttr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
-/// Builds the medium for a pool file of a given size.
-pub type MediumFactory<M> = Box<dyn Fn(&Path, u64) -> ferrite_core::Result<M> + Send + Sync>;
+/// Builds the medium for a pool file: `(path, size, create)`; `create` false opens the
+/// existing file.
+pub type MediumFactory<M> = Box<dyn Fn(&Path, u64, bool) -> ferrite_core::Result<M> + Send + Sync>;
+
+/// Write every page of a fresh pool once, so measurements never pay the first-touch
+/// page allocation of /dev/shm (a long-lived pool on a DAX device has none either).
+pub fn prefault<M: ferrite_core::Medium>(m: &M) {
+    const CHUNK: u64 = 64 << 20;
+    let mut off = 0;
+    while off < m.len() {
+        let n = CHUNK.min(m.len() - off);
+        m.zero_nt(off, n);
+        off += n;
+    }
+    m.fence();
+}
 
 /// FerriteFS through the library API.
 pub struct LibTarget<M: CountedMedium> {
@@ -25,6 +41,7 @@ pub struct LibTarget<M: CountedMedium> {
     size: u64,
     make: MediumFactory<M>,
     fs: Option<Fs<M>>,
+    created: bool,
 }
 
 impl<M: CountedMedium> LibTarget<M> {
@@ -36,8 +53,15 @@ impl<M: CountedMedium> LibTarget<M> {
         size: u64,
         make: MediumFactory<M>,
     ) -> TResult<Self> {
-        let mut t =
-            LibTarget { name: name.into(), desc: desc.into(), pool, size, make, fs: None };
+        let mut t = LibTarget {
+            name: name.into(),
+            desc: desc.into(),
+            pool,
+            size,
+            make,
+            fs: None,
+            created: false,
+        };
         t.reset()?;
         Ok(t)
     }
@@ -94,9 +118,18 @@ impl<M: CountedMedium> Target for LibTarget<M> {
         if let Some(fs) = self.fs.take() {
             fs.unmount()?;
         }
-        // Give the memory back to /dev/shm before formatting again.
-        let _ = std::fs::remove_file(&self.pool);
-        let m = (self.make)(&self.pool, self.size)?;
+        // The first time, create the pool; afterwards reopen the same file (its pages
+        // stay allocated). Either way write every page through this mapping before
+        // formatting, so no measurement takes a page fault on the pool.
+        let m = if self.created {
+            (self.make)(&self.pool, self.size, false)?
+        } else {
+            let _ = std::fs::remove_file(&self.pool);
+            let m = (self.make)(&self.pool, self.size, true)?;
+            self.created = true;
+            m
+        };
+        prefault(&m);
         self.fs = Some(Fs::mkfs(m, &MkfsOptions::default())?);
         Ok(())
     }
@@ -227,8 +260,13 @@ mod tests {
     #[test]
     fn lib_target_file_and_dir_ops() {
         let dir = tempfile::tempdir().unwrap();
-        let make: MediumFactory<MmapMedium> =
-            Box::new(|p, n| MmapMedium::create(p, n, &MapOptions::default()));
+        let make: MediumFactory<MmapMedium> = Box::new(|p, n, c| {
+            if c {
+                MmapMedium::create(p, n, &MapOptions::default())
+            } else {
+                MmapMedium::open(p, &MapOptions::default())
+            }
+        });
         let mut t = LibTarget::new("l", "d", dir.path().join("p.pool"), 16 << 20, make).unwrap();
         t.mkdir("a").unwrap();
         let h = t.create("a/f", false).unwrap();
