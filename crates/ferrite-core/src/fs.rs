@@ -284,7 +284,7 @@ pub struct Fs<M: Medium> {
     pub(crate) geo: Geometry,
     pub(crate) balloc: BlockAlloc,
     pub(crate) ialloc: InodeAlloc,
-    pub(crate) cache: Vec<Mutex<HashMap<u64, Arc<Inode>>>>,
+    pub(crate) cache: Vec<RwLock<HashMap<u64, Arc<Inode>>>>,
     pub(crate) txids: Vec<Mutex<u64>>,
     pub(crate) rename_lock: Mutex<()>,
     pub(crate) read_only: bool,
@@ -402,12 +402,12 @@ impl<M: Medium> Fs<M> {
         shard_hint(self.geo.nshards)
     }
 
-    fn cache_shard(&self, ino: u64) -> &Mutex<HashMap<u64, Arc<Inode>>> {
+    fn cache_shard(&self, ino: u64) -> &RwLock<HashMap<u64, Arc<Inode>>> {
         &self.cache[(ino as usize) % CACHE_SHARDS]
     }
 
-    pub(crate) fn new_cache() -> Vec<Mutex<HashMap<u64, Arc<Inode>>>> {
-        (0..CACHE_SHARDS).map(|_| Mutex::new(HashMap::default())).collect()
+    pub(crate) fn new_cache() -> Vec<RwLock<HashMap<u64, Arc<Inode>>>> {
+        (0..CACHE_SHARDS).map(|_| RwLock::new(HashMap::default())).collect()
     }
 
     pub(crate) fn read_slot(&self, ino: u64) -> InodeSlot {
@@ -454,7 +454,7 @@ impl<M: Medium> Fs<M> {
 
     /// The cached inode `ino`, loading it from its log on first access.
     pub(crate) fn inode(&self, ino: u64) -> Result<Arc<Inode>> {
-        if let Some(i) = self.cache_shard(ino).lock().get(&ino) {
+        if let Some(i) = self.cache_shard(ino).read().get(&ino) {
             return Ok(i.clone());
         }
         let Some((slot, st, walk)) = self.load_state(ino)? else {
@@ -473,7 +473,7 @@ impl<M: Medium> Fs<M> {
             open: AtomicU32::new(0),
             ranges: RangeLock::default(),
         });
-        let mut c = self.cache_shard(ino).lock();
+        let mut c = self.cache_shard(ino).write();
         let got = c.entry(ino).or_insert(inode).clone();
         if c.len() > CACHE_SHARD_CAP {
             evict_some(&mut c, ino);
@@ -482,15 +482,15 @@ impl<M: Medium> Fs<M> {
     }
 
     pub(crate) fn cache_insert(&self, inode: Arc<Inode>) {
-        self.cache_shard(inode.ino).lock().insert(inode.ino, inode);
+        self.cache_shard(inode.ino).write().insert(inode.ino, inode);
     }
 
     pub(crate) fn cache_remove(&self, ino: u64) {
-        self.cache_shard(ino).lock().remove(&ino);
+        self.cache_shard(ino).write().remove(&ino);
     }
 
     pub(crate) fn cached_inodes(&self) -> Vec<Arc<Inode>> {
-        self.cache.iter().flat_map(|c| c.lock().values().cloned().collect::<Vec<_>>()).collect()
+        self.cache.iter().flat_map(|c| c.read().values().cloned().collect::<Vec<_>>()).collect()
     }
 
     /// Drop cached inodes that are not open (their DRAM indexes are rebuilt from
@@ -498,7 +498,7 @@ impl<M: Medium> Fs<M> {
     pub fn evict_idle(&self) -> usize {
         let mut n = 0;
         for c in &self.cache {
-            c.lock().retain(|_, i| {
+            c.write().retain(|_, i| {
                 let keep = i.open.load(Ordering::Acquire) > 0 || Arc::strong_count(i) > 1;
                 n += !keep as usize;
                 keep
@@ -618,9 +618,12 @@ impl<M: Medium> Fs<M> {
         free: &[u64],
         reserve: bool,
     ) -> Result<Option<Arc<Inode>>> {
-        if parts.iter().map(|p| p.ino).chain(free.iter().copied()).any(|i| {
-            locked.st(i).log.pages.is_empty()
-        }) {
+        if parts
+            .iter()
+            .map(|p| p.ino)
+            .chain(free.iter().copied())
+            .any(|i| locked.st(i).log.pages.is_empty())
+        {
             return Err(Error::NotFound); // freed by a concurrent operation
         }
         let mut appended: Vec<log::Appended> = Vec::with_capacity(parts.len());
@@ -780,5 +783,17 @@ impl<M: Medium> Fs<M> {
         f(&mut a);
         let shrink = a.size < st.attr.size && st.ftype != FileType::Directory;
         (EntryBuf::setattr(&a, shrink), a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fs_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Fs<crate::dax::MmapMedium>>();
+        check::<Fs<crate::sim::SimMedium>>();
     }
 }
