@@ -14,8 +14,9 @@
 //!
 //! Recovery of an active, checksum-valid journal: if some record's word still holds
 //! its *old* value (and old != new) the transaction did not finish step 2: every word
-//! that holds its *new* value is set back to its old value. Otherwise it finished and
-//! nothing is done. This is sound because a word changed by a later operation can
+//! that holds its *new* value is set back to its old value, and **fence** before the
+//! journal is marked inactive (else a crash could keep "inactive" and lose the
+//! rollback). Otherwise it finished and nothing is done. This is sound because a word changed by a later operation can
 //! only change after step 2 (inode locks), and a word never returns to an earlier
 //! value: slot states only grow and log pointers carry an epoch bumped by GC.
 
@@ -159,6 +160,10 @@ pub fn recover<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32) -> Result<
                 persist_u64(m, r.addr, r.old);
             }
         }
+        // The rollback must be durable before the journal stops asking for it: a
+        // crash that persisted "inactive" but not the old values would leave the
+        // transaction half applied with nothing left to undo it.
+        m.fence();
         JournalOutcome::RolledBack
     } else {
         JournalOutcome::Finished

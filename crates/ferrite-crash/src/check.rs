@@ -36,8 +36,9 @@ pub enum Checked {
         fs: Box<Fs<SimMedium>>,
         /// Its tree.
         canon: Canon,
-        /// Recovery rolled back a journal, cut a torn log or freed an orphan.
-        repaired: bool,
+        /// What recovery repaired: bit 0 rolled back a journal, bit 1 cut a torn
+        /// log, bit 2 freed an orphan (0: nothing).
+        repaired: u8,
     },
 }
 
@@ -74,7 +75,9 @@ pub fn check_image(img: Vec<u8>, exp: &Expect) -> Result<Checked, String> {
         return Err(format!("recovered tree is not a state the model allows; {}", why.join("; ")));
     }
     let rep = fs.mount_report();
-    let repaired = rep.journals_rolled_back > 0 || rep.torn_logs > 0 || rep.orphans_freed > 0;
+    let repaired = (rep.journals_rolled_back > 0) as u8
+        | ((rep.torn_logs > 0) as u8) << 1
+        | ((rep.orphans_freed > 0) as u8) << 2;
     Ok(Checked::Fs { fs: Box::new(fs), canon, repaired })
 }
 
@@ -125,10 +128,20 @@ pub fn recovery_crashes(
         }
     };
     let exp = Expect { nofs_ok: false, states: vec![target.clone()], op: 0, op_desc: String::new() };
-    let per = (max / pts.len().max(1)).max(2);
+    // Every point's own plan, taken round-robin so each point gets its all-out,
+    // all-in and single-line subsets before any point gets random ones.
+    let plans: Vec<Vec<Subset>> = pts
+        .iter()
+        .map(|p| {
+            let nat = subset::natural_count(p.in_flight.len(), subset::lines(&p.in_flight).len(), 6, 4);
+            subset::plan(&p.in_flight, nat.min(max as u64) as usize, 6, rng)
+        })
+        .collect();
     let mut n = 0;
-    for (i, p) in pts.iter().enumerate() {
-        for sub in subset::plan(&p.in_flight, per, 6, rng) {
+    let longest = plans.iter().map(Vec::len).max().unwrap_or(0);
+    for round in 0..longest {
+        for (i, p) in pts.iter().enumerate() {
+            let Some(sub) = plans[i].get(round) else { continue };
             if n as usize >= max {
                 return (n, None);
             }
@@ -136,7 +149,8 @@ pub fn recovery_crashes(
             n += 1;
             let r = guarded(|| check_image(img2, &exp).map(drop));
             if let Err(message) = r {
-                return (n, Some(RecoveryFailure { rfence: i as u64, rsubset: sub, message }));
+                let f = RecoveryFailure { rfence: i as u64, rsubset: sub.clone(), message };
+                return (n, Some(f));
             }
         }
     }

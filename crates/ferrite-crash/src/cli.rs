@@ -266,17 +266,20 @@ pub fn explain(v: &explore::Variant) -> String {
             "harmless: a later flush wrote the words back before the next fence".into()
         }
         (Fault::SkipFlush(_), Some(t)) => format!(
-            "{} word(s) left dirty across {} fence(s) without changing any recovered state",
+            "{} word(s) of {} left dirty across {} fence(s) without changing any recovered state",
             t.words.len(),
+            v.regions.join(", "),
             t.exposed_fences
         ),
         (Fault::SkipFence(_), Some(t)) if !t.fired => "the fence was never reached".into(),
         (Fault::SkipFence(_), Some(t)) if t.words.is_empty() => {
             "no-op: nothing was waiting for the skipped fence".into()
         }
-        (Fault::SkipFence(_), Some(t)) => {
-            format!("{} word(s) became durable one fence late without visible effect", t.words.len())
-        }
+        (Fault::SkipFence(_), Some(t)) => format!(
+            "{} word(s) of {} became durable one fence late without visible effect",
+            t.words.len(),
+            v.regions.join(", ")
+        ),
         _ => "no crash state violated the oracle".into(),
     }
 }

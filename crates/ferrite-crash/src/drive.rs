@@ -180,6 +180,45 @@ pub struct Driven {
     pub trace: Option<ferrite_core::sim::FaultTrace>,
     /// Number of the pseudo fence point after the last operation.
     pub end_fence: u64,
+    /// Geometry of the pool.
+    pub geo: Option<ferrite_core::layout::Geometry>,
+}
+
+/// What a pool byte offset holds, for explaining fault traces.
+pub fn region(geo: &ferrite_core::layout::Geometry, off: u64) -> String {
+    use ferrite_core::layout::{BLOCK, INODE_SLOT, JOURNAL_SIZE, MOUNT_STATE_OFF, SB_SIZE};
+    let blk = off / BLOCK;
+    if off < SB_SIZE as u64 || (BLOCK..BLOCK + SB_SIZE as u64).contains(&off) {
+        return format!("superblock copy {blk}");
+    }
+    if (MOUNT_STATE_OFF..MOUNT_STATE_OFF + 8).contains(&off) {
+        return "mount-state word".into();
+    }
+    for s in 0..geo.nshards {
+        let j = geo.journal_off(s);
+        if (j..j + JOURNAL_SIZE).contains(&off) {
+            return if off - j < 64 {
+                format!("journal {s} header")
+            } else {
+                format!("journal {s} records")
+            };
+        }
+    }
+    if (1..=geo.ninodes).any(|i| (geo.slot_off(i)..geo.slot_off(i) + INODE_SLOT).contains(&off)) {
+        let i = (1..=geo.ninodes).find(|&i| (geo.slot_off(i)..geo.slot_off(i) + INODE_SLOT).contains(&off));
+        let i = i.expect("slot");
+        let field = match off - geo.slot_off(i) {
+            0 => "state",
+            8 => "head",
+            16 => "tail",
+            _ => "type",
+        };
+        return format!("inode {i} slot {field}");
+    }
+    if geo.is_data_block(blk) {
+        return format!("data/log block {blk} (+{:#x})", off % BLOCK);
+    }
+    format!("metadata block {blk}")
 }
 
 /// A failure of the running file system itself (not of a crash state).
@@ -353,6 +392,7 @@ pub fn drive(
     fs.medium().set_fence_hook(None);
     let mut d = finish(st, states, setup_flushes, total_flushes, setup_fences, total_fences, trace);
     d.end_fence = end_fence;
+    d.geo = Some(*fs.geometry());
     Ok(d)
 }
 
@@ -375,5 +415,6 @@ fn finish(
         total_fences,
         trace,
         end_fence: 0,
+        geo: None,
     }
 }

@@ -40,6 +40,8 @@ pub struct Config {
     pub recovery_share: f64,
     /// Most crash states per explored recovery.
     pub recovery_max: usize,
+    /// Most recoveries crashed per fence point.
+    pub recoveries_per_point: usize,
     /// Probe (use, unmount, remount) every n-th recovered image (0: never).
     pub probe_every: u64,
     /// Stop at the first failure.
@@ -56,8 +58,9 @@ impl Default for Config {
             threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
             enum_max: 10,
             randoms: 8,
-            recovery_share: 0.15,
-            recovery_max: 12,
+            recovery_share: 0.3,
+            recovery_max: 24,
+            recoveries_per_point: 4,
             probe_every: 16,
             stop_on_failure: false,
             keep_failures: 20,
@@ -237,7 +240,7 @@ fn process(job: &Job, cfg: &Config, stop: &AtomicBool) {
     let ctx = &job.ctx;
     let rec = &job.rec;
     let mut rng = Rng::derive(ctx.seed, rec.fence ^ 0x5eed);
-    let mut explored = false;
+    let mut explored = 0; // recoveries crashed for this fence point
     let fail = |sub: &Subset, recovery: Option<(u64, Subset)>, message: String| Failure {
         workload: ctx.name.clone(),
         seed: ctx.seed,
@@ -260,11 +263,15 @@ fn process(job: &Job, cfg: &Config, stop: &AtomicBool) {
             Err(msg) => record(ctx, cfg, stop, fail(sub, None, msg)),
             Ok(Checked::NoFs) => lock(&ctx.tally).nofs += 1,
             Ok(Checked::Fs { fs, canon, repaired }) => {
-                if repaired {
+                if repaired != 0 {
                     lock(&ctx.tally).repaired += 1;
                 }
-                if repaired && !explored && ctx.rec_budget.load(Ordering::Acquire) > 0 {
-                    explored = true;
+                // Crash the recoveries that repaired something (a few per point).
+                if repaired != 0
+                    && explored < cfg.recoveries_per_point
+                    && ctx.rec_budget.load(Ordering::Acquire) > 0
+                {
+                    explored += 1;
                     let img = crash_image(&rec.durable, sub.select(&rec.in_flight));
                     let target = Arc::new(canon.clone());
                     let (n, f) = check::recovery_crashes(&img, &target, cfg.recovery_max, &mut rng);
@@ -502,6 +509,8 @@ pub struct Variant {
     pub states: u64,
     /// What a simulated fault did.
     pub trace: Option<ferrite_core::sim::FaultTrace>,
+    /// What the words the fault left behind hold.
+    pub regions: Vec<String>,
 }
 
 /// Report of a fault-injection scan.
@@ -571,6 +580,7 @@ pub fn inject(kind: &str, workloads: &[Workload], variants: usize, cfg: &Config)
                         functional: Some(func),
                         states: 0,
                         trace: None,
+                        regions: Vec::new(),
                     });
                     continue;
                 }
@@ -582,6 +592,14 @@ pub fn inject(kind: &str, workloads: &[Workload], variants: usize, cfg: &Config)
                 detected: r.tally.failures.first().cloned(),
                 functional: r.functional.clone(),
                 states: r.tally.states,
+                regions: match (&sv.trace, &sv.geo) {
+                    (Some(t), Some(g)) => {
+                        let mut v: Vec<String> = t.words.iter().map(|&o| crate::drive::region(g, o)).collect();
+                        v.dedup();
+                        v
+                    }
+                    _ => Vec::new(),
+                },
                 trace: sv.trace,
             });
         }
@@ -705,11 +723,11 @@ fn report_check(out: &mut dyn std::io::Write, img: Vec<u8>, exp: &Expect) -> Res
             let _ = writeln!(out, "PASS: mount refused a half-made pool (crash during mkfs)");
             Ok(true)
         }
-        Ok(Checked::Fs { fs, canon, repaired }) => {
+        Ok(Checked::Fs { fs, canon, .. }) => {
             let r = fs.mount_report();
             let _ = writeln!(
                 out,
-                "recovery: journals rolled back {}, torn logs {}, orphans freed {} (repaired: {repaired})",
+                "recovery: journals rolled back {}, torn logs {}, orphans freed {}",
                 r.journals_rolled_back, r.torn_logs, r.orphans_freed
             );
             let which = exp.states.iter().position(|s| **s == canon).unwrap_or(0);

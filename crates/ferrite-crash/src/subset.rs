@@ -133,37 +133,38 @@ fn mask_subset(inf: &[InFlight], mask: u64) -> Subset {
     )
 }
 
-/// Up to `quota` distinct subsets for one fence point (see [`natural_count`]).
+/// Up to `quota` distinct subsets for one fence point (see [`natural_count`]):
+/// all-out, all-in, then each line in and each line out, then every remaining subset
+/// (when at most `enum_max` words are in flight and the quota allows) or random ones.
 pub fn plan(inf: &[InFlight], quota: usize, enum_max: u32, rng: &mut Rng) -> Vec<Subset> {
     if inf.is_empty() {
         return vec![Subset::None];
     }
     let quota = quota.max(1);
     let w = inf.len();
+    let small = w <= enum_max as usize;
+    if small && quota as u64 >= 1u64 << w {
+        return (0..1u64 << w)
+            .map(|m| match m {
+                0 => Subset::None,
+                m if m == (1u64 << w) - 1 => Subset::All,
+                m => mask_subset(inf, m),
+            })
+            .collect();
+    }
     let mut out = vec![Subset::None];
     if quota >= 2 {
         out.push(Subset::All);
     }
-    if w <= enum_max as usize {
-        let total = 1u64 << w;
-        if quota as u64 >= total {
-            out.extend((1..total - 1).map(|m| mask_subset(inf, m)));
-            return out;
-        }
-        let mut seen: HashSet<u64> = HashSet::from([0, total - 1]);
-        while out.len() < quota {
-            let m = rng.below(total);
-            if seen.insert(m) {
-                out.push(mask_subset(inf, m));
-            }
-        }
-        return out;
-    }
+    // Structured subsets, as word sets so duplicates are recognised.
+    let key = |s: &Subset| -> Vec<u64> { s.select(inf).iter().map(|f| f.off).collect() };
+    let mut seen: HashSet<Vec<u64>> = out.iter().map(key).collect();
     let ls = lines(inf);
     let mut structured: Vec<Subset> = ls.iter().map(|&l| Subset::LineIn(l)).collect();
     if ls.len() > 1 {
         structured.extend(ls.iter().map(|&l| Subset::LineOut(l)));
     }
+    structured.retain(|s| seen.insert(key(s)));
     if out.len() + structured.len() > quota {
         // Seeded sample of the structured subsets.
         while out.len() < quota && !structured.is_empty() {
@@ -173,15 +174,18 @@ pub fn plan(inf: &[InFlight], quota: usize, enum_max: u32, rng: &mut Rng) -> Vec
         return out;
     }
     out.extend(structured);
-    let mut seen: HashSet<Vec<u64>> = HashSet::new();
     let mut tries = 0;
-    while out.len() < quota && tries < quota * 4 {
+    while out.len() < quota && tries < quota * 8 {
         tries += 1;
-        let words: Vec<u64> = inf.iter().filter(|_| rng.chance(1, 2)).map(|f| f.off).collect();
-        if words.is_empty() || words.len() == w || !seen.insert(words.clone()) {
-            continue;
+        let words: Vec<u64> = if small {
+            let m = rng.below(1u64 << w);
+            inf.iter().enumerate().filter(|(i, _)| m >> i & 1 == 1).map(|(_, f)| f.off).collect()
+        } else {
+            inf.iter().filter(|_| rng.chance(1, 2)).map(|f| f.off).collect()
+        };
+        if seen.insert(words.clone()) {
+            out.push(Subset::Words(words));
         }
-        out.push(Subset::Words(words));
     }
     out
 }
@@ -224,6 +228,14 @@ mod tests {
         let p = plan(&small, 5, 10, &mut r);
         assert_eq!(p.len(), 5);
         assert_eq!(&p[..2], &[Subset::None, Subset::All]);
+        // Three lines: each line in and each line out, none a duplicate.
+        let three = inf(&[0, 64, 72, 128]);
+        let p = plan(&three, 10, 10, &mut r);
+        assert_eq!(p.len(), 10);
+        assert!(p.contains(&Subset::LineIn(64)) && p.contains(&Subset::LineOut(64)));
+        let uniq: HashSet<Vec<u64>> =
+            p.iter().map(|s| s.select(&three).iter().map(|f| f.off).collect()).collect();
+        assert_eq!(uniq.len(), p.len());
         let big: Vec<u64> = (0..40).map(|i| i * 8).collect();
         let big = inf(&big);
         let p = plan(&big, 30, 10, &mut r);

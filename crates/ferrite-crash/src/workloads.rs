@@ -323,6 +323,21 @@ pub fn suite(seed: u64) -> Vec<Workload> {
             }
             o
         }),
+        w("gc-reuse", "fast GC frees a log page that the very next operation reuses as a data block", MB, {
+            // 70 whole-page overwrites fill the first log page with WRITE entries that
+            // each kill the previous one; the chmod kills the create's SETATTR from the
+            // second page, so the first page is dead and fast GC unlinks and frees it.
+            // It is the lowest free block, so the next one-block write takes it.
+            let mut o = vec![create("/g")];
+            for i in 0..70u64 {
+                o.push(write("/g", 0, 4096, i as u8));
+            }
+            o.push(chmod("/g", 0o600));
+            o.push(write("/g", 0, 4096, 200));
+            o.push(write("/g", 4096, 4096, 201));
+            o.push(create("/h"));
+            o
+        }),
         w("remount", "clean unmount and mount, crash and recover, work continuing after both", MB, vec![
             create("/a"),
             write("/a", 0, 6000, 1),
