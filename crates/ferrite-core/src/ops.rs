@@ -701,7 +701,9 @@ impl<M: Medium> Fs<M> {
             let last = dir || cst.attr.nlink <= 1;
             let open = locked.inode(cino).open.load(Ordering::Acquire) > 0;
             let mut free = vec![];
-            if last && (dir || !open) {
+            // An open inode (a directory too) outlives its last name: it is freed at
+            // its last release, or by recovery.
+            if last && !open {
                 free.push(cino);
             } else {
                 let (e, _) = Self::setattr_entry(cst, |a| {
@@ -880,11 +882,11 @@ impl<M: Medium> Fs<M> {
                     dp_nlink -= 1;
                 }
                 let open = locked.inode(d).open.load(Ordering::Acquire) > 0;
-                if dd || (dst.attr.nlink <= 1 && !open) {
+                if (dd || dst.attr.nlink <= 1) && !open {
                     free.push(d);
                 } else {
                     let (e, _) = Self::setattr_entry(dst, |a| {
-                        a.nlink -= 1;
+                        a.nlink = if dd { 0 } else { a.nlink - 1 };
                         a.ctime = now;
                     });
                     d_entries.push(e);

@@ -7,15 +7,15 @@
 //! - Durability is the core's: a reply is sent only after the core operation returned,
 //!   and every core operation is durable when it returns. `flush` and `fsync` have
 //!   nothing left to write (fsync still fences, for DAX mappings).
-//! - Lookup counts follow [`crate::nodes`]: one core `open` pin per counted lookup of a
-//!   non-directory, one per open file handle; `forget` and `release` drop them, so an
-//!   unlinked file stays readable while the kernel or a process still holds it and is
-//!   freed by the core at the last drop.
+//! - Lookup counts follow [`crate::nodes`]: one core `open` pin per counted lookup and
+//!   one per open file or directory handle; `forget`, `release` and `releasedir` drop
+//!   them, so an unlinked file or removed directory stays usable while the kernel or a
+//!   process still holds it, and is freed by the core at the last drop.
 //! - A panic inside a handler is caught: the request gets EIO, the daemon keeps serving,
 //!   and the final unmount skips the clean checkpoint (the next mount recovers from the
 //!   logs instead of trusting DRAM state that a panic may have left half-updated).
 
-use crate::nodes::{Node, NodeTable, ROOT_NODE};
+use crate::nodes::{Node, NodeTable};
 use ferrite_core::{
     Attr, DirEntry, Error, FallocMode, FileType, Fs, MmapMedium, RenameFlags, SetAttr, SetTime, Ts,
     XattrSet,
@@ -170,38 +170,25 @@ impl FerriteFuse {
         errno(&e)
     }
 
-    /// The core inode a node id names. Directories may have been removed (and their
-    /// number reused) while the kernel still knew them: their generation is checked.
+    /// The core inode a node id names (pinned, so it still exists).
     fn node(&self, nodeid: INodeNo) -> R<Node> {
-        let n = self.nodes.get(nodeid.0).ok_or(Errno::ENOENT)?;
-        if n.dir && nodeid.0 != ROOT_NODE {
-            match self.fs.getattr(n.ino) {
-                Ok(a) if a.generation == n.generation => {}
-                Ok(_) | Err(Error::NotFound) => return Err(Errno::ENOENT),
-                Err(e) => return Err(self.err("getattr", e)),
-            }
-        }
-        Ok(n)
+        self.nodes.get(nodeid.0).ok_or(Errno::ENOENT)
     }
 
     fn ino(&self, nodeid: INodeNo) -> R<u64> {
         self.node(nodeid).map(|n| n.ino)
     }
 
-    /// Count a lookup of `a` for the kernel (pinning a non-directory); returns the
-    /// reply attributes. `a` must describe an inode that exists now.
+    /// Count a lookup of `a` for the kernel (pinning the inode); returns the reply
+    /// attributes. `a` must describe an inode that existed a moment ago.
     fn remember(&self, a: Attr) -> R<FileAttr> {
-        if a.ftype == FileType::Directory {
-            let id = self.nodes.add(a.ino, a.generation, true);
-            return Ok(file_attr(id, &a));
-        }
         let pinned = self.fs.open(a.ino).map_err(|e| self.err("open", e))?;
         if pinned.generation != a.generation {
             // Freed and reused between the operation and the pin.
             let _ = self.fs.release(a.ino);
             return Err(Errno::ENOENT);
         }
-        let id = self.nodes.add(a.ino, a.generation, false);
+        let id = self.nodes.add(a.ino, a.generation);
         Ok(file_attr(id, &pinned))
     }
 
@@ -209,26 +196,17 @@ impl FerriteFuse {
     fn lookup_entry(&self, dir: u64, name: &[u8]) -> R<FileAttr> {
         for _ in 0..16 {
             let ino = self.fs.lookup_ino(dir, name).map_err(|e| self.err("lookup", e))?;
-            let a = match self.fs.getattr(ino) {
-                Ok(a) => a,
-                Err(Error::NotFound) => continue,
-                Err(e) => return Err(self.err("getattr", e)),
-            };
-            if a.ftype == FileType::Directory {
-                return self.remember(a);
-            }
             let pinned = match self.fs.open(ino) {
                 Ok(p) => p,
                 Err(Error::NotFound) => continue,
                 Err(e) => return Err(self.err("open", e)),
             };
             // Pinned now: if the name still leads here, the pair is a valid answer.
-            let still = self.fs.lookup_ino(dir, name).ok() == Some(ino);
-            if pinned.generation != a.generation || !still {
+            if self.fs.lookup_ino(dir, name).ok() != Some(ino) {
                 let _ = self.fs.release(ino);
                 continue;
             }
-            let id = self.nodes.add(ino, pinned.generation, false);
+            let id = self.nodes.add(ino, pinned.generation);
             return Ok(file_attr(id, &pinned));
         }
         Err(Errno::EAGAIN)
@@ -289,16 +267,8 @@ impl FerriteFuse {
                 // Created by someone else since the kernel's lookup: open it instead.
                 let fa = self.lookup_entry(dir, name.as_bytes())?;
                 let node = self.nodes.get(fa.ino.0).ok_or(Errno::ENOENT)?;
-                let forget = |this: &Self| {
-                    if let Some((n, k)) = this.nodes.forget(fa.ino.0, 1) {
-                        if !n.dir {
-                            for _ in 0..k {
-                                let _ = this.fs.release(n.ino);
-                            }
-                        }
-                    }
-                };
-                if node.dir {
+                let forget = |this: &Self| this.drop_lookups(fa.ino.0, 1);
+                if fa.kind == fuser::FileType::Directory {
                     forget(self);
                     return Err(Errno::EISDIR);
                 }
@@ -414,10 +384,8 @@ impl FerriteFuse {
 
     fn drop_lookups(&self, nodeid: u64, n: u64) {
         if let Some((node, k)) = self.nodes.forget(nodeid, n) {
-            if !node.dir {
-                for _ in 0..k {
-                    let _ = self.fs.release(node.ino);
-                }
+            for _ in 0..k {
+                let _ = self.fs.release(node.ino);
             }
         }
     }
@@ -660,10 +628,6 @@ impl Filesystem for FerriteFuse {
         self.guard("open", || {
             let r = self.node(ino).and_then(|n| {
                 let a = self.fs.open(n.ino).map_err(|e| self.err("open", e))?;
-                if a.generation != n.generation {
-                    let _ = self.fs.release(n.ino);
-                    return Err(Errno::ENOENT);
-                }
                 if a.ftype == FileType::Directory {
                     let _ = self.fs.release(n.ino);
                     return Err(Errno::EISDIR);
@@ -770,15 +734,36 @@ impl Filesystem for FerriteFuse {
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.guard("opendir", || {
             let r = self.node(ino).and_then(|n| {
-                let a = self.fs.getattr(n.ino).map_err(|e| self.err("getattr", e))?;
+                let a = self.fs.open(n.ino).map_err(|e| self.err("open", e))?;
                 if a.ftype != FileType::Directory {
+                    let _ = self.fs.release(n.ino);
                     return Err(Errno::ENOTDIR);
                 }
-                Ok(())
+                Ok(self.add_handle(n.ino))
             });
             match r {
-                Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
                 Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.guard("releasedir", || {
+            let ino = self.handles.lock().remove(&fh.0);
+            match ino {
+                Some(i) => match self.fs.release(i) {
+                    Ok(()) => reply.ok(),
+                    Err(e) => reply.error(self.err("releasedir", e)),
+                },
+                None => reply.error(Errno::EBADF),
             }
         })
     }

@@ -8,15 +8,15 @@
 //! Invariants:
 //! - A node is the pair (core inode number, slot generation). Its node id is the core
 //!   inode number (so `st_ino` is stable across remounts), unless that number is still
-//!   held by the kernel for an older generation (a directory removed while the kernel
-//!   still knew it, whose inode number the core then reused); then a fresh id from
-//!   [`ALT_BASE`] upwards is used. Node ids are therefore never shared by two objects.
-//! - For a non-directory node, every lookup counted here holds one core `open` pin
-//!   (taken by the caller before [`NodeTable::add`], released by the caller for the
-//!   count returned by [`NodeTable::forget`]), so the core never frees or reuses it
-//!   while the kernel can still name it. Directories are not pinned (the core frees a
-//!   removed directory at once); operations on a directory node check its generation.
-//! - The root (node id 1) is never removed.
+//!   held by the kernel for an older generation; then a fresh id from [`ALT_BASE`]
+//!   upwards is used. Node ids are therefore never shared by two objects.
+//! - Every lookup counted here holds one core `open` pin (taken by the caller before
+//!   [`NodeTable::add`], released by the caller for the count returned by
+//!   [`NodeTable::forget`]), so the core never frees or reuses an inode while the kernel
+//!   can still name it: an unlinked file or removed directory lives until its last
+//!   forget or release. (With pins an older generation cannot linger, so alternate ids
+//!   are a safety net, not a normal path.)
+//! - The root (node id 1) is never removed and never pinned.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -33,8 +33,6 @@ pub struct Node {
     pub ino: u64,
     /// Slot generation of that inode when the node was made.
     pub generation: u64,
-    /// Is it a directory (not pinned; check the generation before use)?
-    pub dir: bool,
 }
 
 struct Entry {
@@ -58,7 +56,7 @@ impl NodeTable {
     /// A table holding only the root, with its generation.
     pub fn new(root_generation: u64) -> NodeTable {
         let mut inner = Inner { next_alt: ALT_BASE, ..Default::default() };
-        let node = Node { ino: ROOT_NODE, generation: root_generation, dir: true };
+        let node = Node { ino: ROOT_NODE, generation: root_generation };
         inner.nodes.insert(ROOT_NODE, Entry { node, nlookup: 1 });
         inner.by_key.insert((ROOT_NODE, root_generation), ROOT_NODE);
         NodeTable { inner: Mutex::new(inner) }
@@ -75,7 +73,7 @@ impl NodeTable {
     }
 
     /// Count one lookup of (ino, generation); returns its node id.
-    pub fn add(&self, ino: u64, generation: u64, dir: bool) -> u64 {
+    pub fn add(&self, ino: u64, generation: u64) -> u64 {
         let mut g = self.inner.lock();
         if let Some(&id) = g.by_key.get(&(ino, generation)) {
             if let Some(e) = g.nodes.get_mut(&id) {
@@ -90,13 +88,13 @@ impl NodeTable {
         } else {
             ino
         };
-        g.nodes.insert(id, Entry { node: Node { ino, generation, dir }, nlookup: 1 });
+        g.nodes.insert(id, Entry { node: Node { ino, generation }, nlookup: 1 });
         g.by_key.insert((ino, generation), id);
         id
     }
 
     /// Take `n` lookups away from a node id. Returns the node and how many lookups
-    /// were actually dropped (the caller releases that many pins of a non-directory).
+    /// were actually dropped (the caller releases that many pins).
     /// The node is removed when its count reaches zero; the root never is.
     pub fn forget(&self, nodeid: u64, n: u64) -> Option<(Node, u64)> {
         if nodeid == ROOT_NODE {
@@ -139,11 +137,11 @@ mod tests {
     #[test]
     fn node_id_is_the_inode_number_and_counts_lookups() {
         let t = NodeTable::new(1);
-        assert_eq!(t.add(7, 3, false), 7);
-        assert_eq!(t.add(7, 3, false), 7);
+        assert_eq!(t.add(7, 3), 7);
+        assert_eq!(t.add(7, 3), 7);
         assert_eq!(t.lookups(7), 2);
         assert_eq!(t.forget(7, 1).map(|(_, d)| d), Some(1));
-        assert_eq!(t.get(7), Some(Node { ino: 7, generation: 3, dir: false }));
+        assert_eq!(t.get(7), Some(Node { ino: 7, generation: 3 }));
         assert_eq!(t.forget(7, 5).map(|(_, d)| d), Some(1), "only what was counted is dropped");
         assert_eq!(t.get(7), None);
         assert_eq!(t.nodeid_of(7, 3), None);
@@ -153,26 +151,26 @@ mod tests {
     #[test]
     fn reused_inode_number_gets_a_fresh_node_id() {
         let t = NodeTable::new(1);
-        // A directory the kernel still knows was removed; the core reused its number.
-        assert_eq!(t.add(9, 1, true), 9);
-        let alt = t.add(9, 3, false);
+        // An object the kernel still knows is gone and the core reused its number.
+        assert_eq!(t.add(9, 1), 9);
+        let alt = t.add(9, 3);
         assert!(alt >= ALT_BASE);
         assert_eq!(t.get(9).map(|n| n.generation), Some(1));
         assert_eq!(t.get(alt).map(|n| n.generation), Some(3));
-        assert_eq!(t.add(9, 3, false), alt, "same object, same node id");
+        assert_eq!(t.add(9, 3), alt, "same object, same node id");
         t.forget(9, 1);
-        assert_eq!(t.add(9, 3, false), alt, "still known under its alternate id");
+        assert_eq!(t.add(9, 3), alt, "still known under its alternate id");
         t.forget(alt, 3);
         assert_eq!(t.get(alt), None);
-        assert_eq!(t.add(9, 3, false), 9, "number free again: the id is the number");
+        assert_eq!(t.add(9, 3), 9, "number free again: the id is the number");
     }
 
     #[test]
     fn root_is_never_forgotten() {
         let t = NodeTable::new(5);
         assert!(t.forget(ROOT_NODE, 10).is_none());
-        assert_eq!(t.get(ROOT_NODE), Some(Node { ino: 1, generation: 5, dir: true }));
-        assert_eq!(t.add(1, 5, true), ROOT_NODE);
+        assert_eq!(t.get(ROOT_NODE), Some(Node { ino: 1, generation: 5 }));
+        assert_eq!(t.add(1, 5), ROOT_NODE);
         assert!(t.is_empty());
     }
 }

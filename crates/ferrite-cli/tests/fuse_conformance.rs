@@ -1,0 +1,787 @@
+//! Differential conformance: the same seeded random sequences of system calls run
+//! against a tmpfs directory (the reference for POSIX behaviour) and against a
+//! FerriteFS mount, comparing every return value, errno and stat field.
+//!
+//! Compared exactly: results and errnos of every call, bytes read, file offsets, st_mode,
+//! st_nlink, st_uid, st_gid, st_size (not for directories), st_rdev, st_blksize,
+//! readlink targets, directory listings with d_type, extended attributes, and times set
+//! explicitly with utimensat. Compared for ordering only: inode numbers (the same paths
+//! must share an inode on both sides: hard links) and mtime/ctime (when tmpfs shows a
+//! time move forward or back, the mount must show the same direction).
+//!
+//! Documented exceptions (docs/FUSE.md): directory st_size and st_blocks differ by
+//! design (tmpfs counts 20 bytes per entry and whole pages); atime is not updated by
+//! reads (the core is noatime); lseek on directory descriptors is the file system
+//! type's own (tmpfs refuses SEEK_END, FUSE accepts any offset); device nodes, FIFOs and sockets do not exist in the
+//! format (not generated); extended attribute values are limited to 3,777 bytes (values
+//! stay below that here); permission errors are not exercised because the test runs
+//! as root, and the kernel does the checks for both (`default_permissions`).
+//!
+//! Set FERRITE_CONFORMANCE_SEEDS=a..b and FERRITE_CONFORMANCE_OPS=n for longer runs,
+//! FERRITE_CONFORMANCE_TRACE=1 to stat every object after every call (pinpoints time
+//! differences), FERRITE_CONFORMANCE_KEEP_GOING=1 to report every failing seed.
+
+mod fuse_util;
+
+use fuse_util::{Mount, Rng};
+use rustix::fs::{
+    self as rfs, AtFlags, FallocateFlags, Mode, OFlags, RenameFlags, SeekFrom, Timespec,
+    Timestamps, XattrFlags, CWD,
+};
+use rustix::io::Errno;
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+const SLOTS: usize = 6;
+const TOP: &[&str] = &["f0", "f1", "d0", "d1", "l0"];
+const XNAMES: &[&str] = &["user.a", "user.bb", "user.a-much-longer-attribute-name", "trusted.t", "security.s", "bogus.ns", "user."];
+
+/// Bytes shown by length in failure reports.
+#[derive(Clone)]
+struct Bytes(Vec<u8>);
+
+impl std::fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<{} bytes>", self.0.len())
+    }
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Open { slot: usize, path: String, flags: u32, mode: u32 },
+    Close { slot: usize },
+    Pwrite { slot: usize, off: u64, data: Bytes },
+    Write { slot: usize, data: Bytes },
+    Pread { slot: usize, off: u64, len: usize },
+    Read { slot: usize, len: usize },
+    Seek { slot: usize, whence: u8, off: i64 },
+    Ftruncate { slot: usize, len: u64 },
+    Fstat { slot: usize },
+    Fsync { slot: usize },
+    Fallocate { slot: usize, mode: u32, off: u64, len: u64 },
+    CopyRange { src: usize, dst: usize, off_in: u64, off_out: u64, len: usize },
+    Stat { path: String, follow: bool },
+    Rename { a: String, b: String, flags: u32 },
+    Link { a: String, b: String },
+    Unlink { path: String },
+    Rmdir { path: String },
+    Mkdir { path: String, mode: u32 },
+    Symlink { target: String, path: String },
+    Readlink { path: String },
+    Chmod { path: String, mode: u32 },
+    Chown { path: String, uid: Option<u32>, gid: Option<u32>, follow: bool },
+    Utimens { path: String, atime: Option<(i64, i64)>, mtime: Option<(i64, i64)>, follow: bool },
+    SetX { path: String, name: String, value: Bytes, flags: u32, follow: bool },
+    GetX { path: String, name: String, size: usize },
+    ListX { path: String },
+    RemoveX { path: String, name: String },
+    Readdir { path: String },
+}
+
+fn gen_path(r: &mut Rng) -> String {
+    if r.pct(3) {
+        return r.pick(&["", ".", "d0/.", "d0/..", "d0/d1/..", "f0/x", "l0/f0", "d1/l0/f1"]).to_string();
+    }
+    let depth = r.below(100);
+    let depth = if depth < 55 { 0 } else if depth < 90 { 1 } else { 2 };
+    let mut v: Vec<&str> = Vec::new();
+    for _ in 0..depth {
+        v.push(*r.pick(&["d0", "d0", "d1", "d1", "l0", "f0"]));
+    }
+    v.push(*r.pick(TOP));
+    v.join("/")
+}
+
+fn gen_op(r: &mut Rng) -> Op {
+    let slot = r.below(SLOTS as u64) as usize;
+    let k = r.below(1000);
+    match k {
+        0..=119 => {
+            let acc = *r.pick(&[0u32, 1, 2]);
+            let mut flags = acc;
+            for (p, f) in [
+                (55, OFlags::CREATE.bits()),
+                (15, OFlags::EXCL.bits()),
+                (15, OFlags::TRUNC.bits()),
+                (15, OFlags::APPEND.bits()),
+                (5, OFlags::DIRECTORY.bits()),
+                (5, OFlags::NOFOLLOW.bits()),
+            ] {
+                if r.pct(p) {
+                    flags |= f;
+                }
+            }
+            let mode = *r.pick(&[0o644u32, 0o600, 0o755, 0o4755, 0o2644, 0o000, 0o7777]);
+            Op::Open { slot, path: gen_path(r), flags, mode }
+        }
+        120..=159 => Op::Close { slot },
+        160..=279 => {
+            let off = if r.pct(50) { r.below(70_000) } else { r.below(9000) };
+            let len = *r.pick(&[1usize, 7, 100, 2047, 2048, 2049, 4095, 4096, 4097, 8191, 12_289, 40_000]);
+            Op::Pwrite { slot, off, data: Bytes(r.bytes(len)) }
+        }
+        280..=329 => {
+            let len = *r.pick(&[1usize, 33, 1000, 4096, 5000]);
+            Op::Write { slot, data: Bytes(r.bytes(len)) }
+        }
+        330..=429 => Op::Pread { slot, off: r.below(80_000), len: *r.pick(&[1usize, 100, 4096, 10_000, 100_000]) },
+        430..=459 => Op::Read { slot, len: *r.pick(&[0usize, 10, 4096, 65_536]) },
+        460..=484 => Op::Seek { slot, whence: r.below(3) as u8, off: r.below(20_000) as i64 - 5000 },
+        485..=534 => Op::Ftruncate { slot, len: *r.pick(&[0u64, 1, 4095, 4096, 4097, 10_000, 65_537, 200_000]) },
+        535..=559 => Op::Fstat { slot },
+        560..=569 => Op::Fsync { slot },
+        570..=594 => {
+            let mode = *r.pick(&[
+                0u32,
+                FallocateFlags::KEEP_SIZE.bits(),
+                FallocateFlags::PUNCH_HOLE.bits() | FallocateFlags::KEEP_SIZE.bits(),
+                FallocateFlags::PUNCH_HOLE.bits(),
+                FallocateFlags::ZERO_RANGE.bits(),
+            ]);
+            Op::Fallocate { slot, mode, off: r.below(50_000), len: *r.pick(&[0u64, 1, 4096, 9000, 30_000]) }
+        }
+        595..=614 => Op::CopyRange {
+            src: slot,
+            dst: r.below(SLOTS as u64) as usize,
+            off_in: r.below(30_000),
+            off_out: r.below(30_000),
+            len: *r.pick(&[0usize, 1, 4096, 10_000, 100_000]),
+        },
+        615..=689 => Op::Stat { path: gen_path(r), follow: r.pct(50) },
+        690..=739 => Op::Rename {
+            a: gen_path(r),
+            b: gen_path(r),
+            flags: *r.pick(&[0u32, 0, 0, RenameFlags::NOREPLACE.bits(), RenameFlags::EXCHANGE.bits(), 3]),
+        },
+        740..=764 => Op::Link { a: gen_path(r), b: gen_path(r) },
+        765..=804 => Op::Unlink { path: gen_path(r) },
+        805..=824 => Op::Rmdir { path: gen_path(r) },
+        825..=864 => Op::Mkdir { path: gen_path(r), mode: *r.pick(&[0o755u32, 0o700, 0o2775, 0o1777]) },
+        865..=884 => Op::Symlink {
+            target: r.pick(&["f0", "f1", "d0", "d0/f1", "nothere", "l0", "../f0", "a/very/long/target/that/does/not/exist"]).to_string(),
+            path: gen_path(r),
+        },
+        885..=894 => Op::Readlink { path: gen_path(r) },
+        895..=914 => Op::Chmod { path: gen_path(r), mode: r.below(0o10000) as u32 },
+        915..=929 => Op::Chown {
+            path: gen_path(r),
+            uid: if r.pct(70) { Some(*r.pick(&[0u32, 1000, 65534])) } else { None },
+            gid: if r.pct(70) { Some(*r.pick(&[0u32, 100, 1000])) } else { None },
+            follow: r.pct(70),
+        },
+        930..=944 => {
+            let mut t = |r: &mut Rng| -> Option<(i64, i64)> {
+                match r.below(4) {
+                    0 => None,
+                    1 => Some((0, rfs::UTIME_NOW as i64)),
+                    _ => Some((r.below(2_000_000_000) as i64, r.below(1_000_000_000) as i64)),
+                }
+            };
+            Op::Utimens { path: gen_path(r), atime: t(r), mtime: t(r), follow: r.pct(80) }
+        }
+        945..=964 => {
+            let len = *r.pick(&[0usize, 1, 10, 200, 1500]);
+            Op::SetX {
+                path: gen_path(r),
+                name: r.pick(XNAMES).to_string(),
+                value: Bytes(r.bytes(len)),
+                flags: *r.pick(&[0u32, 0, XattrFlags::CREATE.bits(), XattrFlags::REPLACE.bits()]),
+                follow: r.pct(85),
+            }
+        }
+        965..=979 => Op::GetX { path: gen_path(r), name: r.pick(XNAMES).to_string(), size: *r.pick(&[0usize, 1, 5, 64_000]) },
+        980..=984 => Op::ListX { path: gen_path(r) },
+        985..=992 => Op::RemoveX { path: gen_path(r), name: r.pick(XNAMES).to_string() },
+        _ => Op::Readdir { path: gen_path(r) },
+    }
+}
+
+struct Side {
+    root: PathBuf,
+    fds: Vec<Option<OwnedFd>>,
+}
+
+/// What an operation returned on one side.
+struct Outcome {
+    text: String,
+    stat: Option<rfs::Stat>,
+}
+
+fn e(err: Errno) -> String {
+    format!("E{}", err.raw_os_error())
+}
+
+fn hash(b: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &x in b {
+        h = (h ^ x as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+fn ts(t: Option<(i64, i64)>) -> Timespec {
+    match t {
+        None => Timespec { tv_sec: 0, tv_nsec: rfs::UTIME_OMIT },
+        Some((s, n)) => Timespec { tv_sec: s, tv_nsec: n as _ },
+    }
+}
+
+impl Side {
+    fn p(&self, rel: &str) -> PathBuf {
+        if rel.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(rel)
+        }
+    }
+
+    fn run(&mut self, op: &Op) -> Outcome {
+        let mut stat = None;
+        let text = match op {
+            Op::Open { slot, path, flags, mode } => {
+                self.fds[*slot] = None;
+                match rfs::openat(CWD, self.p(path), OFlags::from_bits_retain(*flags) | OFlags::CLOEXEC, Mode::from_bits_retain(*mode)) {
+                    Ok(fd) => {
+                        stat = rfs::fstat(&fd).ok();
+                        self.fds[*slot] = Some(fd);
+                        "ok".into()
+                    }
+                    Err(x) => e(x),
+                }
+            }
+            Op::Close { slot } => {
+                self.fds[*slot] = None;
+                "ok".into()
+            }
+            Op::Fstat { slot } => match &self.fds[*slot] {
+                None => "closed".into(),
+                Some(fd) => match rfs::fstat(fd) {
+                    Ok(s) => {
+                        stat = Some(s);
+                        "ok".into()
+                    }
+                    Err(x) => e(x),
+                },
+            },
+            Op::Pwrite { slot, off, data } => self.with_fd(*slot, |fd| rustix::io::pwrite(fd, data, *off).map(|n| n.to_string())),
+            Op::Write { slot, data } => self.with_fd(*slot, |fd| rustix::io::write(fd, data).map(|n| n.to_string())),
+            Op::Pread { slot, off, len } => self.with_fd(*slot, |fd| {
+                let mut b = vec![0u8; *len];
+                rustix::io::pread(fd, &mut b[..], *off).map(|n| format!("{n}:{:x}", hash(&b[..n])))
+            }),
+            Op::Read { slot, len } => self.with_fd(*slot, |fd| {
+                let mut b = vec![0u8; *len];
+                rustix::io::read(fd, &mut b[..]).map(|n| format!("{n}:{:x}", hash(&b[..n])))
+            }),
+            Op::Seek { slot, whence, off } => self.with_fd(*slot, |fd| {
+                // lseek on a directory is the file system type's own business (tmpfs
+                // refuses SEEK_END, FUSE directories take any offset): not compared.
+                if rfs::fstat(fd).is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR) {
+                    return Ok("dir".into());
+                }
+                let w = match whence {
+                    0 => SeekFrom::Start(*off as u64),
+                    1 => SeekFrom::Current(*off),
+                    _ => SeekFrom::End(*off),
+                };
+                rfs::seek(fd, w).map(|p| p.to_string())
+            }),
+            Op::Ftruncate { slot, len } => self.with_fd(*slot, |fd| rfs::ftruncate(fd, *len).map(|()| "ok".into())),
+            Op::Fsync { slot } => self.with_fd(*slot, |fd| rfs::fsync(fd).map(|()| "ok".into())),
+            Op::Fallocate { slot, mode, off, len } => self.with_fd(*slot, |fd| {
+                rfs::fallocate(fd, FallocateFlags::from_bits_retain(*mode), *off, *len).map(|()| "ok".into())
+            }),
+            Op::CopyRange { src, dst, off_in, off_out, len } => match (&self.fds[*src], &self.fds[*dst]) {
+                (Some(a), Some(b)) => {
+                    let (mut i, mut o) = (*off_in, *off_out);
+                    match rfs::copy_file_range(a, Some(&mut i), b, Some(&mut o), *len) {
+                        Ok(n) => format!("{n} {i} {o}"),
+                        Err(x) => e(x),
+                    }
+                }
+                _ => "closed".into(),
+            },
+            Op::Stat { path, follow } => {
+                let fl = if *follow { AtFlags::empty() } else { AtFlags::SYMLINK_NOFOLLOW };
+                match rfs::statat(CWD, self.p(path), fl) {
+                    Ok(s) => {
+                        stat = Some(s);
+                        "ok".into()
+                    }
+                    Err(x) => e(x),
+                }
+            }
+            Op::Rename { a, b, flags } => {
+                res(rfs::renameat_with(CWD, self.p(a), CWD, self.p(b), RenameFlags::from_bits_retain(*flags)))
+            }
+            Op::Link { a, b } => res(rfs::linkat(CWD, self.p(a), CWD, self.p(b), AtFlags::empty())),
+            Op::Unlink { path } => res(rfs::unlinkat(CWD, self.p(path), AtFlags::empty())),
+            Op::Rmdir { path } => res(rfs::unlinkat(CWD, self.p(path), AtFlags::REMOVEDIR)),
+            Op::Mkdir { path, mode } => res(rfs::mkdirat(CWD, self.p(path), Mode::from_bits_retain(*mode))),
+            Op::Symlink { target, path } => res(rfs::symlinkat(target.as_str(), CWD, self.p(path))),
+            Op::Readlink { path } => match rfs::readlinkat(CWD, self.p(path), Vec::new()) {
+                Ok(t) => format!("-> {:?}", t),
+                Err(x) => e(x),
+            },
+            Op::Chmod { path, mode } => res(rfs::chmodat(CWD, self.p(path), Mode::from_bits_retain(*mode), AtFlags::empty())),
+            Op::Chown { path, uid, gid, follow } => {
+                let fl = if *follow { AtFlags::empty() } else { AtFlags::SYMLINK_NOFOLLOW };
+                let u = uid.map(|u| rustix::fs::Uid::from_raw(u));
+                let g = gid.map(|g| rustix::fs::Gid::from_raw(g));
+                match rfs::chownat(CWD, self.p(path), u, g, fl) {
+                    Ok(()) => {
+                        stat = rfs::statat(CWD, self.p(path), fl).ok();
+                        "ok".into()
+                    }
+                    Err(x) => e(x),
+                }
+            }
+            Op::Utimens { path, atime, mtime, follow } => {
+                let fl = if *follow { AtFlags::empty() } else { AtFlags::SYMLINK_NOFOLLOW };
+                let t = Timestamps { last_access: ts(*atime), last_modification: ts(*mtime) };
+                match rfs::utimensat(CWD, self.p(path), &t, fl) {
+                    Ok(()) => {
+                        // Explicitly set times must read back exactly.
+                        match rfs::statat(CWD, self.p(path), fl) {
+                            Ok(s) => {
+                                let mut out = String::from("ok");
+                                if let Some((sec, ns)) = atime.filter(|t| t.1 != rfs::UTIME_NOW as i64) {
+                                    out += &format!(" a={}.{}/{}.{}", sec, ns, s.st_atime, s.st_atime_nsec);
+                                    let same = s.st_atime == sec && s.st_atime_nsec as i64 == ns;
+                                    out += if same { " a-same" } else { " a-DIFF" };
+                                }
+                                if let Some((sec, ns)) = mtime.filter(|t| t.1 != rfs::UTIME_NOW as i64) {
+                                    let same = s.st_mtime == sec && s.st_mtime_nsec as i64 == ns;
+                                    out += if same { " m-same" } else { " m-DIFF" };
+                                }
+                                stat = Some(s);
+                                out.split(' ').filter(|w| !w.starts_with("a=")).collect::<Vec<_>>().join(" ")
+                            }
+                            Err(x) => e(x),
+                        }
+                    }
+                    Err(x) => e(x),
+                }
+            }
+            Op::SetX { path, name, value, flags, follow } => {
+                let f = XattrFlags::from_bits_retain(*flags);
+                if *follow {
+                    res(rfs::setxattr(self.p(path), name.as_str(), value, f))
+                } else {
+                    res(rfs::lsetxattr(self.p(path), name.as_str(), value, f))
+                }
+            }
+            Op::GetX { path, name, size } => {
+                let mut b = vec![0u8; *size];
+                match rfs::getxattr(self.p(path), name.as_str(), &mut b[..]) {
+                    Ok(n) => format!("{n}:{:x}", hash(&b[..n.min(b.len())])),
+                    Err(x) => e(x),
+                }
+            }
+            Op::ListX { path } => {
+                let mut b = vec![0u8; 4096];
+                match rfs::listxattr(self.p(path), &mut b[..]) {
+                    Ok(n) => {
+                        let mut names: Vec<&[u8]> = b[..n].split(|&c| c == 0).filter(|s| !s.is_empty()).collect();
+                        names.sort();
+                        format!("{:?}", names.iter().map(|s| String::from_utf8_lossy(s)).collect::<Vec<_>>())
+                    }
+                    Err(x) => e(x),
+                }
+            }
+            Op::RemoveX { path, name } => res(rfs::removexattr(self.p(path), name.as_str())),
+            Op::Readdir { path } => match std::fs::read_dir(self.p(path)) {
+                Ok(it) => {
+                    let mut v: Vec<String> = it
+                        .map(|d| {
+                            let d = d.expect("dirent");
+                            let t = d.file_type().map(|t| if t.is_dir() { 'd' } else if t.is_symlink() { 'l' } else { 'f' }).unwrap_or('?');
+                            format!("{}:{t}", d.file_name().to_string_lossy())
+                        })
+                        .collect();
+                    v.sort();
+                    v.join(",")
+                }
+                Err(x) => format!("E{}", x.raw_os_error().unwrap_or(0)),
+            },
+        };
+        Outcome { text, stat }
+    }
+
+    fn with_fd(&self, slot: usize, f: impl FnOnce(&OwnedFd) -> rustix::io::Result<String>) -> String {
+        match &self.fds[slot] {
+            None => "closed".into(),
+            Some(fd) => match f(fd) {
+                Ok(s) => s,
+                Err(x) => e(x),
+            },
+        }
+    }
+}
+
+fn res(r: rustix::io::Result<()>) -> String {
+    match r {
+        Ok(()) => "ok".into(),
+        Err(x) => e(x),
+    }
+}
+
+fn stat_text(s: &rfs::Stat) -> String {
+    let dir = s.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    let size = if dir { "-".to_string() } else { s.st_size.to_string() };
+    format!(
+        "mode={:o} nlink={} uid={} gid={} size={size} rdev={} blksize={}",
+        s.st_mode, s.st_nlink, s.st_uid, s.st_gid, s.st_rdev, s.st_blksize
+    )
+}
+
+fn sign(new: (i64, u64), old: (i64, u64)) -> i32 {
+    match new.cmp(&old) {
+        std::cmp::Ordering::Less => -1,
+        std::cmp::Ordering::Equal => 0,
+        std::cmp::Ordering::Greater => 1,
+    }
+}
+
+/// Inode correspondence and time history, for ordering-only comparisons.
+#[derive(Default)]
+struct History {
+    /// reference inode → mount inode
+    fwd: HashMap<u64, u64>,
+    /// reference inode → last (mtime, ctime) seen on (reference, mount)
+    times: HashMap<u64, [((i64, u64), (i64, u64)); 2]>,
+}
+
+impl History {
+    fn compare(&mut self, r: &rfs::Stat, m: &rfs::Stat) -> Result<(), String> {
+        let (ri, mi) = (r.st_ino as u64, m.st_ino as u64);
+        match self.fwd.get(&ri) {
+            Some(&prev) if prev != mi => {
+                return Err(format!("reference inode {ri} was mount inode {prev}, now {mi}"));
+            }
+            _ => {
+                self.fwd.insert(ri, mi);
+            }
+        }
+        let now = [
+            ((r.st_mtime as i64, r.st_mtime_nsec as u64), (r.st_ctime as i64, r.st_ctime_nsec as u64)),
+            ((m.st_mtime as i64, m.st_mtime_nsec as u64), (m.st_ctime as i64, m.st_ctime_nsec as u64)),
+        ];
+        if let Some(old) = self.times.insert(ri, now) {
+            for (k, name) in [(0usize, "mtime"), (1, "ctime")] {
+                let pick = |x: &((i64, u64), (i64, u64))| if k == 0 { x.0 } else { x.1 };
+                let rs = sign(pick(&now[0]), pick(&old[0]));
+                let ms = sign(pick(&now[1]), pick(&old[1]));
+                if rs != 0 && rs != ms {
+                    return Err(format!("{name} moved {rs:+} on tmpfs but {ms:+} on the mount"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whole-tree description: structure, attributes, contents, xattrs, link groups.
+fn tree(root: &Path) -> (BTreeMap<String, String>, Vec<Vec<String>>) {
+    let mut out = BTreeMap::new();
+    let mut groups: HashMap<u64, Vec<String>> = HashMap::new();
+    let mut stack = vec![String::new()];
+    while let Some(rel) = stack.pop() {
+        let p = if rel.is_empty() { root.to_path_buf() } else { root.join(&rel) };
+        let s = rfs::statat(CWD, &p, AtFlags::SYMLINK_NOFOLLOW).expect("lstat");
+        let mut d = stat_text(&s);
+        let fmt = s.st_mode & libc::S_IFMT;
+        if fmt == libc::S_IFREG {
+            d += &format!(" data={:x}", hash(&std::fs::read(&p).expect("read")));
+        } else if fmt == libc::S_IFLNK {
+            d += &format!(" -> {:?}", std::fs::read_link(&p).expect("readlink"));
+        } else if fmt == libc::S_IFDIR {
+            let mut names: Vec<String> = std::fs::read_dir(&p)
+                .expect("readdir")
+                .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            for n in names {
+                stack.push(if rel.is_empty() { n } else { format!("{rel}/{n}") });
+            }
+        }
+        let mut b = vec![0u8; 65536];
+        if let Ok(n) = rfs::llistxattr(&p, &mut b[..]) {
+            let mut names: Vec<Vec<u8>> = b[..n].split(|&c| c == 0).filter(|x| !x.is_empty()).map(|x| x.to_vec()).collect();
+            names.sort();
+            for name in names {
+                let mut v = vec![0u8; 65536];
+                let k = rfs::lgetxattr(&p, name.as_slice(), &mut v[..]).expect("lgetxattr");
+                d += &format!(" x[{}]={:x}", String::from_utf8_lossy(&name), hash(&v[..k]));
+            }
+        }
+        if fmt != libc::S_IFDIR {
+            groups.entry(s.st_ino as u64).or_default().push(rel.clone());
+        }
+        out.insert(rel, d);
+    }
+    let mut g: Vec<Vec<String>> = groups.into_values().filter(|v| v.len() > 1).map(|mut v| {
+        v.sort();
+        v
+    }).collect();
+    g.sort();
+    (out, g)
+}
+
+fn compare_trees(a: &Path, b: &Path) -> Result<(), String> {
+    let (ta, ga) = tree(a);
+    let (tb, gb) = tree(b);
+    for (k, v) in &ta {
+        match tb.get(k) {
+            None => return Err(format!("/{k} exists only on tmpfs: {v}")),
+            Some(w) if w != v => return Err(format!("/{k} differs:\n  tmpfs: {v}\n  mount: {w}")),
+            _ => {}
+        }
+    }
+    if let Some(k) = tb.keys().find(|k| !ta.contains_key(*k)) {
+        return Err(format!("/{k} exists only on the mount: {}", tb[k]));
+    }
+    if ga != gb {
+        return Err(format!("hard-link groups differ:\n  tmpfs: {ga:?}\n  mount: {gb:?}"));
+    }
+    Ok(())
+}
+
+fn run_seed(seed: u64, ops: usize, ref_root: &Path, mnt_root: &Path) -> Result<(), String> {
+    let name = format!("seed{seed}");
+    let mut a = Side { root: ref_root.join(&name), fds: (0..SLOTS).map(|_| None).collect() };
+    let mut b = Side { root: mnt_root.join(&name), fds: (0..SLOTS).map(|_| None).collect() };
+    for s in [&a, &b] {
+        std::fs::create_dir(&s.root).map_err(|e| e.to_string())?;
+        rfs::chmodat(CWD, &s.root, Mode::from_bits_retain(0o755), AtFlags::empty()).map_err(|e| e.to_string())?;
+    }
+    let mut rng = Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5eed);
+    let mut hist = History::default();
+    let mut recent: Vec<String> = Vec::new();
+    let trace = std::env::var_os("FERRITE_CONFORMANCE_TRACE").is_some();
+    for i in 0..ops {
+        let op = gen_op(&mut rng);
+        let ra = a.run(&op);
+        let rb = b.run(&op);
+        let mut line = format!("#{i} {op:?}");
+        line.truncate(220);
+        recent.push(format!("{line} -> {}", ra.text));
+        if recent.len() > 40 {
+            recent.remove(0);
+        }
+        let fail = |msg: String| {
+            Err(format!("seed {seed}, op {i}: {msg}\nlast operations (tmpfs result):\n  {}", recent.join("\n  ")))
+        };
+        if ra.text != rb.text {
+            return fail(format!("tmpfs returned {:?}, the mount {:?}", ra.text, rb.text));
+        }
+        match (&ra.stat, &rb.stat) {
+            (Some(x), Some(y)) => {
+                let (sx, sy) = (stat_text(x), stat_text(y));
+                if sx != sy {
+                    return fail(format!("stat differs:\n  tmpfs: {sx}\n  mount: {sy}"));
+                }
+                if let Err(m) = hist.compare(x, y) {
+                    return fail(m);
+                }
+            }
+            (None, None) => {}
+            _ => return fail("stat on one side only".into()),
+        }
+        if trace {
+            // Localise time differences: observe every object after every operation.
+            for d in ["", "d0/", "d1/", "d0/d0/", "d0/d1/", "d1/d0/", "d1/d1/"] {
+                for n in TOP {
+                    let p = format!("{d}{n}");
+                    let x = rfs::statat(CWD, a.p(&p), AtFlags::SYMLINK_NOFOLLOW);
+                    let y = rfs::statat(CWD, b.p(&p), AtFlags::SYMLINK_NOFOLLOW);
+                    if let (Ok(x), Ok(y)) = (x, y) {
+                        if let Err(m) = hist.compare(&x, &y) {
+                            return fail(format!("{p}: {m}"));
+                        }
+                    }
+                }
+            }
+        }
+        if i % 250 == 249 {
+            if let Err(m) = compare_trees(&a.root, &b.root) {
+                return fail(m);
+            }
+        }
+    }
+    drop(a.fds);
+    drop(b.fds);
+    compare_trees(&a.root, &b.root).map_err(|m| format!("seed {seed}, final tree: {m}"))
+}
+
+fn env_range(name: &str, default: std::ops::Range<u64>) -> std::ops::Range<u64> {
+    match std::env::var(name) {
+        Ok(v) => {
+            let (a, b) = v.split_once("..").expect("a..b");
+            a.parse().expect("start")..b.parse().expect("end")
+        }
+        Err(_) => default,
+    }
+}
+
+#[test]
+fn random_syscall_sequences_match_tmpfs() {
+    let seeds = env_range("FERRITE_CONFORMANCE_SEEDS", 1..13);
+    let ops: usize = std::env::var("FERRITE_CONFORMANCE_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(2500);
+    let mut m = Mount::new("conformance", "512M", "");
+    let tmp = tempfile::Builder::new().prefix("ferrite-ref").tempdir_in("/dev/shm").expect("tmpfs dir");
+    let fstype = rfs::statfs(tmp.path()).expect("statfs").f_type;
+    assert_eq!(fstype as u64, 0x0102_1994, "/dev/shm must be tmpfs (the reference)");
+    let mut failures = Vec::new();
+    for seed in seeds {
+        if let Err(msg) = run_seed(seed, ops, tmp.path(), &m.mnt) {
+            failures.push(msg);
+            if std::env::var_os("FERRITE_CONFORMANCE_KEEP_GOING").is_none() {
+                break;
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} differences from tmpfs:\n\n{}", failures.len(), failures.join("\n\n"));
+    m.umount();
+    let (_, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "fsck after the sequences: {:?}", fsck.errors);
+}
+
+#[test]
+fn names_and_paths_at_the_limits() {
+    let m = Mount::new("limits", "64M", "");
+    let tmp = tempfile::Builder::new().prefix("ferrite-ref").tempdir_in("/dev/shm").expect("tmpfs dir");
+    let check = |f: &dyn Fn(&Path) -> String| {
+        let a = f(tmp.path());
+        let b = f(&m.mnt);
+        assert_eq!(a, b, "tmpfs vs mount");
+    };
+    let n255 = "n".repeat(255);
+    let n256 = "n".repeat(256);
+    check(&|r| res(rfs::mkdirat(CWD, r.join(&n255), Mode::from_bits_retain(0o755))));
+    check(&|r| res(rfs::mkdirat(CWD, r.join(&n256), Mode::from_bits_retain(0o755))));
+    check(&|r| match rfs::openat(CWD, r.join(&n256), OFlags::CREATE | OFlags::WRONLY, Mode::from_bits_retain(0o644)) {
+        Ok(_) => "ok".into(),
+        Err(x) => e(x),
+    });
+    let t4095 = "t".repeat(4095);
+    let t4096 = "t".repeat(4096);
+    check(&|r| res(rfs::symlinkat(t4095.as_str(), CWD, r.join("s1"))));
+    check(&|r| res(rfs::symlinkat(t4096.as_str(), CWD, r.join("s2"))));
+    check(&|r| format!("{:?}", rfs::readlinkat(CWD, r.join("s1"), Vec::new()).map(|v| v.as_bytes().len())));
+    check(&|r| res(rfs::setxattr(r.join(&n255), "user.", b"v", XattrFlags::empty())));
+    check(&|r| res(rfs::setxattr(r.join(&n255), format!("user.{}", "x".repeat(250)).as_str(), b"v", XattrFlags::empty())));
+    check(&|r| res(rfs::setxattr(r.join(&n255), format!("user.{}", "x".repeat(251)).as_str(), b"v", XattrFlags::empty())));
+    check(&|r| res(rfs::setxattr(r.join(&n255), "", b"v", XattrFlags::empty())));
+    check(&|r| {
+        let big = vec![7u8; 3000];
+        res(rfs::setxattr(r.join(&n255), "user.big", &big, XattrFlags::empty()))
+    });
+    // Deep trees, walked with directory descriptors (no path length limit applies).
+    check(&|r| {
+        let mut dir = rfs::openat(CWD, r, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).expect("root");
+        let mut out = String::new();
+        for i in 0..60 {
+            let name = format!("{i:02}{}", "d".repeat(58));
+            out += &res(rfs::mkdirat(&dir, name.as_str(), Mode::from_bits_retain(0o755)));
+            dir = rfs::openat(&dir, name.as_str(), OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).expect("subdir");
+        }
+        out += &format!(" {:?}", rfs::fstat(&dir).map(|s| s.st_nlink));
+        out
+    });
+    compare_trees(tmp.path(), &m.mnt).unwrap();
+    drop(m);
+}
+
+#[test]
+fn odd_names_round_trip() {
+    let m = Mount::new("oddnames", "64M", "");
+    for name in ["with space", "tab\there", "new\nline", "üñïçødé", "-dash", "#hash", "a\\b", "...", " ", "\u{1}x"] {
+        std::fs::write(m.mnt.join(name), name.as_bytes()).unwrap();
+        assert_eq!(std::fs::read(m.mnt.join(name)).unwrap(), name.as_bytes());
+    }
+    let mut names: Vec<Vec<u8>> = std::fs::read_dir(&m.mnt).unwrap().map(|d| d.unwrap().file_name().as_bytes().to_vec()).collect();
+    names.sort();
+    assert_eq!(names.len(), 10);
+    let bad = std::ffi::OsStr::from_bytes(b"\xff\xfe raw bytes");
+    std::fs::write(m.mnt.join(bad), b"x").unwrap();
+    assert!(m.mnt.join(bad).exists());
+}
+
+/// Regression (core bug found by the differential test): `Fs::fallocate` returned
+/// without committing anything when there was nothing to allocate (all pages present,
+/// size unchanged) or nothing to punch (hole beyond EOF), so mtime and ctime stayed put;
+/// tmpfs (and ext4) mark the file modified on every successful fallocate.
+#[test]
+fn fallocate_always_marks_the_file_modified() {
+    let m = Mount::new("falloc-times", "64M", "");
+    let tmp = tempfile::Builder::new().prefix("ferrite-ref").tempdir_in("/dev/shm").expect("tmpfs dir");
+    for root in [tmp.path(), m.mnt.as_path()] {
+        let f = rfs::openat(CWD, root.join("f"), OFlags::CREATE | OFlags::RDWR, Mode::from_bits_retain(0o644)).unwrap();
+        rustix::io::pwrite(&f, &[1u8; 8192], 0).unwrap();
+        let old = Timestamps {
+            last_access: Timespec { tv_sec: 1000, tv_nsec: 0 },
+            last_modification: Timespec { tv_sec: 1000, tv_nsec: 0 },
+        };
+        for (mode, off, len) in [
+            (FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE, 100_000, 10),
+            (FallocateFlags::KEEP_SIZE, 0, 8192),
+            (FallocateFlags::empty(), 0, 4096),
+        ] {
+            rfs::futimens(&f, &old).unwrap();
+            let before = rfs::fstat(&f).unwrap();
+            rfs::fallocate(&f, mode, off, len).unwrap();
+            let after = rfs::fstat(&f).unwrap();
+            assert!(after.st_mtime > 1000, "{mode:?} on {}: mtime not updated", root.display());
+            assert!(
+                (after.st_ctime, after.st_ctime_nsec) > (before.st_ctime, before.st_ctime_nsec),
+                "{mode:?} on {}: ctime not updated",
+                root.display()
+            );
+        }
+    }
+}
+
+/// Regression (core bug found by the differential test): `rmdir` and a rename over a
+/// directory freed the directory at once even while it was open, so `fstat`/`fsync` on
+/// its descriptor failed with ENOENT (and its inode number could be reused under the
+/// kernel). Like files, an open directory now outlives its last name until released.
+#[test]
+fn removed_open_directory_stays_valid_until_closed() {
+    let m = Mount::new("rmdir-open", "64M", "");
+    let tmp = tempfile::Builder::new().prefix("ferrite-ref").tempdir_in("/dev/shm").expect("tmpfs dir");
+    let mut results = Vec::new();
+    for root in [tmp.path(), m.mnt.as_path()] {
+        let mut out = Vec::new();
+        for how in ["rmdir", "rename-over"] {
+            let d = root.join(format!("victim-{how}"));
+            rfs::mkdirat(CWD, &d, Mode::from_bits_retain(0o755)).unwrap();
+            let fd = rfs::openat(CWD, &d, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).unwrap();
+            if how == "rmdir" {
+                rfs::unlinkat(CWD, &d, AtFlags::REMOVEDIR).unwrap();
+            } else {
+                let other = root.join("other");
+                rfs::mkdirat(CWD, &other, Mode::from_bits_retain(0o700)).unwrap();
+                rfs::renameat(CWD, &other, CWD, &d).unwrap();
+            }
+            let st = rfs::fstat(&fd).map(|s| (s.st_mode, s.st_nlink));
+            out.push(format!("{how}: fstat {st:?} fsync {:?}", rfs::fsync(&fd)));
+            let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 512];
+            let mut it = rfs::RawDir::new(&fd, &mut buf);
+            out.push(format!("{how}: getdents {:?}", it.next().map(|r| r.map(|e| e.file_name().to_owned()))));
+        }
+        results.push(out);
+    }
+    assert_eq!(results[0], results[1], "tmpfs vs mount");
+    assert!(results[1][0].contains("Ok((16877, 0))"), "{:?}", results[1]);
+    drop(m);
+}
