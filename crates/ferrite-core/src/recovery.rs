@@ -197,7 +197,12 @@ impl<M: Medium> Fs<M> {
             unmounted: AtomicBool::new(false),
             gc_stats: GcStats::default(),
         };
-        let root = fs.inode(ROOT_INO)?;
+        let root = match fs.inode(ROOT_INO) {
+            Ok(r) => r,
+            // A checkpoint can say the root is in use while its slot says free.
+            Err(Error::NotFound) => return Err(Error::corrupt("root inode slot is not in use")),
+            Err(e) => return Err(e),
+        };
         if root.st.read().ftype != FileType::Directory {
             return Err(Error::corrupt("root inode is not a directory"));
         }

@@ -20,3 +20,19 @@ fn fsck_with_three_files_at_the_size_limit() {
     assert!(r.is_clean(), "{:?}", r.errors);
     assert_eq!(r.data_bytes, u64::MAX);
 }
+
+/// Bug: on a cleanly unmounted pool whose root inode slot was damaged to read as
+/// free, mount returned `Error::NotFound` (ENOENT, as if a path were missing)
+/// instead of a corruption error (found by `damage_pools`). Fixed in
+/// `recovery.rs` (`Fs::mount`).
+#[test]
+fn damaged_root_slot_is_a_corruption_error() {
+    let fs = fresh_sim(4 << 20, 2);
+    let slot = fs.geometry().slot_off(fs.root());
+    let mut img = fs.unmount().unwrap().current_image();
+    img[slot as usize] ^= 1; // state word: odd (in use) becomes even (free)
+    match Fs::mount(SimMedium::from_image(img), &MountOptions::default()) {
+        Err(Error::Corrupt(m)) => assert!(m.contains("root"), "{m}"),
+        r => panic!("{:?}", r.map(|_| ())),
+    }
+}

@@ -219,14 +219,22 @@ fn xattr_errors() {
     expect("set user. on a symlink", fs.setxattr(sl, b"user.", b"v", XattrSet::Any), EPERM);
     expect("get user. on a symlink", fs.getxattr(sl, b"user."), ENODATA);
     expect("remove user. on a symlink", fs.removexattr(sl, b"user."), EPERM);
-    expect("set foo.bar on a symlink", fs.setxattr(sl, b"foo.bar", b"v", XattrSet::Any), EOPNOTSUPP);
+    expect(
+        "set foo.bar on a symlink",
+        fs.setxattr(sl, b"foo.bar", b"v", XattrSet::Any),
+        EOPNOTSUPP,
+    );
     expect("set trusted. on a symlink", fs.setxattr(sl, b"trusted.", b"v", XattrSet::Any), EINVAL);
     expect("remove user.x on a symlink", fs.removexattr(sl, b"user.x"), EPERM);
     expect("remove trusted.x on a symlink", fs.removexattr(sl, b"trusted.x"), ENODATA);
     let big = vec![0u8; 65537];
     expect("set '' on a missing inode", fs.setxattr(9999, b"", b"v", XattrSet::Any), ERANGE);
     expect("set big on a missing inode", fs.setxattr(9999, b"user.a", &big, XattrSet::Any), E2BIG);
-    expect("set foo.bar on a missing inode", fs.setxattr(9999, b"foo.bar", b"v", XattrSet::Any), ENOENT);
+    expect(
+        "set foo.bar on a missing inode",
+        fs.setxattr(9999, b"foo.bar", b"v", XattrSet::Any),
+        ENOENT,
+    );
     expect("get '' on a missing inode", fs.getxattr(9999, b""), ERANGE);
     expect("set foo.bar big", fs.setxattr(f, b"foo.bar", &big, XattrSet::Any), E2BIG);
     expect("get missing", fs.getxattr(f, b"user.zz"), ENODATA);

@@ -689,7 +689,8 @@ impl Harness {
     /// As `existing_name`, preferring entries whose inode satisfies `pred`.
     fn existing_name_where(&self, dir: u64, sel: u8, pred: impl Fn(&Node) -> bool) -> Vec<u8> {
         if let Some(Some(d)) = self.m.nodes.get(&dir).map(|n| n.dir()) {
-            let mut c: Vec<&Vec<u8>> = d.iter().filter(|(_, i)| pred(&self.m.nodes[i])).map(|(n, _)| n).collect();
+            let mut c: Vec<&Vec<u8>> =
+                d.iter().filter(|(_, i)| pred(&self.m.nodes[i])).map(|(n, _)| n).collect();
             if c.is_empty() {
                 c = d.keys().collect();
             }
@@ -1531,7 +1532,8 @@ impl Harness {
         let sp = self.pick(sdir, Class::Parent);
         let dp = self.pick(ddir, Class::Dir);
         let sname = self.existing_name(sp, sname);
-        let dname = if dname % 2 == 0 { self.existing_name(dp, dname / 2) } else { name_of(dname / 2) };
+        let dname =
+            if dname % 2 == 0 { self.existing_name(dp, dname / 2) } else { name_of(dname / 2) };
         let flags = match flags % 8 {
             0..=4 => RenameFlags::default(),
             5 => RenameFlags { noreplace: true, exchange: false },
