@@ -391,11 +391,11 @@ impl Model {
                 let s = self.lookup(from)?;
                 let (dp, name) = split_path(to);
                 let d = self.dir(dp)?;
-                if self.node(s).is_dir() {
-                    return Err(EPERM);
-                }
                 if self.child(d, name).is_some() {
                     return Err(EEXIST);
+                }
+                if self.node(s).is_dir() {
+                    return Err(EPERM);
                 }
                 self.entries_mut(d).insert(name.as_bytes().to_vec(), s);
                 self.node_mut(s).links += 1;
@@ -522,6 +522,7 @@ impl Model {
         }
     }
 
+    /// rename(2) with Linux's order of checks (do_renameat2, then vfs_rename).
     fn rename(&mut self, from: &str, to: &str, kind: RenameKind) -> R<()> {
         let (sp_path, sname) = split_path(from);
         let (dp_path, dname) = split_path(to);
@@ -529,30 +530,32 @@ impl Model {
         let dp = self.dir(dp_path)?;
         let s = self.child(sp, sname).ok_or(ENOENT)?;
         let d = self.child(dp, dname);
+        if kind == RenameKind::NoReplace && d.is_some() {
+            return Err(EEXIST);
+        }
         if kind == RenameKind::Exchange && d.is_none() {
             return Err(ENOENT);
         }
-        if kind == RenameKind::NoReplace && d.is_some() {
-            return Err(EEXIST);
+        let s_dir = self.node(s).is_dir();
+        let d_dir = d.map(|d| self.node(d).is_dir());
+        if sp != dp {
+            if s_dir && self.is_ancestor_or_self(s, dp) {
+                return Err(EINVAL);
+            }
+            if let (Some(d), Some(true)) = (d, d_dir) {
+                if self.is_ancestor_or_self(d, sp) {
+                    return Err(if kind == RenameKind::Exchange { EINVAL } else { ENOTEMPTY });
+                }
+            }
         }
         if d == Some(s) {
             return Ok(());
         }
-        let s_dir = self.node(s).is_dir();
-        let d_dir = d.map(|d| self.node(d).is_dir());
         if kind != RenameKind::Exchange {
             match d_dir {
                 Some(true) if !s_dir => return Err(EISDIR),
                 Some(false) if s_dir => return Err(ENOTDIR),
                 _ => {}
-            }
-        }
-        if s_dir && sp != dp && self.is_ancestor_or_self(s, dp) {
-            return Err(EINVAL);
-        }
-        if kind == RenameKind::Exchange && d_dir == Some(true) && sp != dp {
-            if self.is_ancestor_or_self(d.expect("target"), sp) {
-                return Err(EINVAL);
             }
         }
         if let (Some(d), Some(true)) = (d, d_dir) {

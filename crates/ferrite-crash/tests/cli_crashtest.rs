@@ -1,0 +1,59 @@
+//! The `ferrite-crashtest` program (same arguments as `ferrite crashtest`): listings,
+//! a small run, replay, and clear errors for bad input.
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_ferrite-crashtest")).args(args).output().unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn list_faults_names_one_per_line() {
+    let (code, out, _) = run(&["--list-faults"]);
+    assert_eq!(code, 0);
+    let v: Vec<&str> = out.lines().collect();
+    assert_eq!(v, ferrite_crash::explore::FAULT_KINDS.to_vec());
+}
+
+#[test]
+fn list_workloads_and_small_run() {
+    let (code, out, _) = run(&["--list-workloads"]);
+    assert_eq!(code, 0);
+    assert!(out.lines().any(|l| l.starts_with("rename")));
+    assert!(out.lines().count() >= 15);
+    let (code, out, err) = run(&["--workload", "mkfs,attrs", "--states", "150", "--threads", "1"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let last = out.lines().last().unwrap_or_default();
+    assert!(last.starts_with("checked ") && last.contains("0 failure(s)"), "{out}");
+}
+
+#[test]
+fn replay_of_a_passing_state() {
+    let (code, out, err) = run(&["--replay", "workload=write-pages,seed=1,fence=3,subset=all"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("PASS"), "{out}");
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let (code, _, err) = run(&["--inject", "no-such-fault"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown fault"), "{err}");
+    let (code, _, err) = run(&["--workload", "nope"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown workload"), "{err}");
+    let (code, _, err) = run(&["--replay", "workload=mkfs,fence=x"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("replay spec"), "{err}");
+    let (code, _, err) = run(&["--replay", "workload=mkfs,seed=1,fence=1,subset=words:0x3"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("aligned"), "{err}");
+    let (code, _, err) = run(&["--replay", "workload=mkfs,seed=1,fence=999999,subset=all"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no fence point"), "{err}");
+}
