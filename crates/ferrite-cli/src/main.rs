@@ -61,6 +61,9 @@ enum Cmd {
     /// Benchmark FerriteFS against tmpfs, ext4, its FUSE mount and the hardware limit;
     /// see docs/BENCHMARKS.md.
     Bench(ferrite_bench::BenchArgs),
+    /// Crash-consistency simulator: crash states at every fence, recovered and checked
+    /// against a model; fault injection; real process kills. See docs/CRASH-SIMULATOR.md.
+    Crashtest(ferrite_crash::CrashArgs),
 }
 
 fn main() -> ExitCode {
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
         Cmd::Mount(a) => ferrite_fuse::run_mount(&a),
         Cmd::Umount(a) => ferrite_fuse::run_umount(&a),
         Cmd::Bench(a) => ferrite_bench::run(&a),
+        Cmd::Crashtest(a) => ferrite_crash::run(&a),
     };
     ExitCode::from(code as u8)
 }

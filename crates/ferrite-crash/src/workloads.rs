@@ -397,7 +397,35 @@ pub fn suite(seed: u64) -> Vec<Workload> {
     v
 }
 
-/// The workloads named by `sel` ("all" or a comma-separated list).
+/// A generated workload named `random:SEED:OPS[:POOL_KIB]`.
+fn parametric(name: &str) -> Result<Option<Workload>, String> {
+    let Some(rest) = name.strip_prefix("random:") else { return Ok(None) };
+    let parts: Vec<&str> = rest.split(':').collect();
+    let num = |t: &str| t.parse::<u64>().map_err(|_| format!("bad number '{t}' in workload '{name}'"));
+    if !(2..=3).contains(&parts.len()) {
+        return Err(format!("workload '{name}': expected random:SEED:OPS[:POOL_KIB]"));
+    }
+    let (seed, ops) = (num(parts[0])?, num(parts[1])?);
+    let pool_kib = parts.get(2).map(|p| num(p)).transpose()?.unwrap_or(1024);
+    if ops == 0 || ops > 100_000 {
+        return Err(format!("workload '{name}': 1 to 100000 operations"));
+    }
+    if !(256..=1 << 20).contains(&pool_kib) || pool_kib % 4 != 0 {
+        return Err(format!("workload '{name}': pool of 256 KiB to 1 GiB, a multiple of 4 KiB"));
+    }
+    let mut x = w(
+        name,
+        &format!("{ops} operations from the model-based generator (seed {seed})"),
+        pool_kib * KB,
+        generate(seed, ops as usize, GenConfig::default()),
+    );
+    // Small pools fill up: ENOSPC is then an expected outcome.
+    x.nospc = pool_kib < 1024;
+    Ok(Some(x))
+}
+
+/// The workloads named by `sel`: "all", or a comma-separated list of suite names
+/// and generated workloads `random:SEED:OPS[:POOL_KIB]`.
 pub fn select(sel: &str, seed: u64) -> Result<Vec<Workload>, String> {
     let all = suite(seed);
     if sel == "all" {
@@ -405,6 +433,10 @@ pub fn select(sel: &str, seed: u64) -> Result<Vec<Workload>, String> {
     }
     let mut out = Vec::new();
     for name in sel.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        if let Some(w) = parametric(name)? {
+            out.push(w);
+            continue;
+        }
         match all.iter().find(|w| w.name == name) {
             Some(w) => out.push(w.clone()),
             None => {
