@@ -127,13 +127,15 @@ pub fn recovery_crashes(
             return (0, Some(f));
         }
     };
-    let exp = Expect { nofs_ok: false, states: vec![target.clone()], op: 0, op_desc: String::new() };
+    let exp =
+        Expect { nofs_ok: false, states: vec![target.clone()], op: 0, op_desc: String::new() };
     // Every point's own plan, taken round-robin so each point gets its all-out,
     // all-in and single-line subsets before any point gets random ones.
     let plans: Vec<Vec<Subset>> = pts
         .iter()
         .map(|p| {
-            let nat = subset::natural_count(p.in_flight.len(), subset::lines(&p.in_flight).len(), 6, 4);
+            let nat =
+                subset::natural_count(p.in_flight.len(), subset::lines(&p.in_flight).len(), 6, 4);
             subset::plan(&p.in_flight, nat.min(max as u64) as usize, 6, rng)
         })
         .collect();
@@ -239,7 +241,10 @@ pub fn install_panic_hook() {
                 Some(s) => s.to_string(),
                 None => info.payload().downcast_ref::<String>().cloned().unwrap_or_default(),
             };
-            let loc = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+            let loc = info
+                .location()
+                .map(|l| format!(" at {}:{}", l.file(), l.line()))
+                .unwrap_or_default();
             {
                 let mut r = lock(&RECENT);
                 r.push(format!("{msg}{loc}"));

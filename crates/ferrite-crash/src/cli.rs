@@ -69,7 +69,12 @@ pub struct CrashArgs {
 pub const SCAN_WORKLOADS: &str = "write-pages,namespace,rename,truncate";
 
 fn config(a: &CrashArgs) -> Config {
-    let mut c = Config { seed: a.seed, states: a.states, stop_on_failure: a.stop_on_failure, ..Config::default() };
+    let mut c = Config {
+        seed: a.seed,
+        states: a.states,
+        stop_on_failure: a.stop_on_failure,
+        ..Config::default()
+    };
     if a.threads > 0 {
         c.threads = a.threads;
     }
@@ -178,13 +183,20 @@ fn print_summary(rep: &SuiteReport) {
                 f.op,
                 f.op_desc,
                 f.fence,
-                f.recovery.as_ref().map(|(rf, _)| format!(" recovery fence {rf}")).unwrap_or_default(),
+                f.recovery
+                    .as_ref()
+                    .map(|(rf, _)| format!(" recovery fence {rf}"))
+                    .unwrap_or_default(),
                 f.message
             );
             println!("  replay: ferrite crashtest --replay '{}'", f.replay_spec());
         }
         if w.tally.failure_count > w.tally.failures.len() as u64 {
-            println!("  ({} more failures in {})", w.tally.failure_count - w.tally.failures.len() as u64, w.name);
+            println!(
+                "  ({} more failures in {})",
+                w.tally.failure_count - w.tally.failures.len() as u64,
+                w.name
+            );
         }
     }
 }
@@ -296,7 +308,8 @@ fn run_process(a: &CrashArgs, runs: u64) -> i32 {
     let prefix: Vec<String> =
         std::env::args().nth(1).filter(|s| s == "crashtest").into_iter().collect();
     let t0 = Instant::now();
-    let res = process::run_process_crashes(&exe, &prefix, runs, a.seed, a.process_ops, &a.process_dir);
+    let res =
+        process::run_process_crashes(&exe, &prefix, runs, a.seed, a.process_ops, &a.process_dir);
     let mut fails = 0;
     for r in &res {
         if let Some(f) = &r.failure {

@@ -205,7 +205,8 @@ pub fn region(geo: &ferrite_core::layout::Geometry, off: u64) -> String {
         }
     }
     if (1..=geo.ninodes).any(|i| (geo.slot_off(i)..geo.slot_off(i) + INODE_SLOT).contains(&off)) {
-        let i = (1..=geo.ninodes).find(|&i| (geo.slot_off(i)..geo.slot_off(i) + INODE_SLOT).contains(&off));
+        let i = (1..=geo.ninodes)
+            .find(|&i| (geo.slot_off(i)..geo.slot_off(i) + INODE_SLOT).contains(&off));
         let i = i.expect("slot");
         let field = match off - geo.slot_off(i) {
             0 => "state",
@@ -248,7 +249,8 @@ pub fn drive(
         survey: Vec::new(),
     }));
     let mkfs = MkfsOptions { shards: 1, inodes: w.inodes, uuid: Some(UUID), ..Default::default() };
-    let opts = MountOptions { fault: fault.and_then(Fault::core), workers: 1, ..Default::default() };
+    let opts =
+        MountOptions { fault: fault.and_then(Fault::core), workers: 1, ..Default::default() };
     let m = SimMedium::new(w.pool);
     if w.mkfs_points {
         m.set_fence_hook(Some(make_hook(st.clone())));
@@ -307,7 +309,8 @@ pub fn drive(
                 let m2 = SimMedium::from_image(m.durable_image());
                 m.set_fence_hook(None);
                 m2.set_fence_hook(Some(make_hook(st.clone())));
-                fs = Fs::mount(m2, &opts).map_err(|e| fail(k, format!("recovery after crash: {e}")))?;
+                fs = Fs::mount(m2, &opts)
+                    .map_err(|e| fail(k, format!("recovery after crash: {e}")))?;
                 Ok(())
             }
             _ => exec(&fs, op, &mut handles),
@@ -382,7 +385,12 @@ pub fn drive(
     };
     let recs = std::mem::take(&mut lock(&st).recs);
     let last = states[n].clone();
-    let exp = Arc::new(Expect { nofs_ok: false, states: vec![last], op: n + 1, op_desc: "after the last operation".into() });
+    let exp = Arc::new(Expect {
+        nofs_ok: false,
+        states: vec![last],
+        op: n + 1,
+        op_desc: "after the last operation".into(),
+    });
     sink(recs, exp);
     if first_medium {
         total_flushes = fs.medium().flush_count();

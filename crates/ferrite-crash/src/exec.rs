@@ -7,8 +7,13 @@
 //! - [`live_canon`] never panics on a damaged tree: a directory reachable twice, an
 //!   unreadable inode or a runaway walk is an `Err` with a description.
 
-use crate::model::{hash_bytes, hash_xattrs, pattern, split_path, CNode, Canon, MKind, Model, Op, RenameKind, XattrHow};
-use ferrite_core::{Error, FallocMode, FileType, Fs, Medium, RenameFlags, SetAttr, SetTime, XattrSet};
+use crate::model::{
+    hash_bytes, hash_xattrs, pattern, split_path, CNode, Canon, MKind, Model, Op, RenameKind,
+    XattrHow,
+};
+use ferrite_core::{
+    Error, FallocMode, FileType, Fs, Medium, RenameFlags, SetAttr, SetTime, XattrSet,
+};
 use std::collections::{HashMap, HashSet};
 
 /// Open handles of a running workload: handle number to inode.

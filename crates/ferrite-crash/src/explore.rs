@@ -299,7 +299,12 @@ fn process(job: &Job, cfg: &Config, stop: &AtomicBool) {
 }
 
 /// Plan quotas (subsets per fence point) for a budget.
-pub fn plan_quotas(survey: &[SurveyPoint], budget: u64, cfg: &Config, rng: &mut Rng) -> HashMap<u64, usize> {
+pub fn plan_quotas(
+    survey: &[SurveyPoint],
+    budget: u64,
+    cfg: &Config,
+    rng: &mut Rng,
+) -> HashMap<u64, usize> {
     let nat: Vec<u64> = survey
         .iter()
         .map(|p| subset::natural_count(p.words, p.lines, cfg.enum_max, cfg.randoms))
@@ -350,10 +355,7 @@ pub fn plan_quotas(survey: &[SurveyPoint], budget: u64, cfg: &Config, rng: &mut 
 }
 
 fn natural(survey: &[SurveyPoint], cfg: &Config) -> u64 {
-    survey
-        .iter()
-        .map(|p| subset::natural_count(p.words, p.lines, cfg.enum_max, cfg.randoms))
-        .sum()
+    survey.iter().map(|p| subset::natural_count(p.words, p.lines, cfg.enum_max, cfg.randoms)).sum()
 }
 
 /// Survey a workload (no capture).
@@ -434,10 +436,7 @@ impl SuiteReport {
     }
     /// Failing crash states plus functional failures.
     pub fn failures(&self) -> u64 {
-        self.workloads
-            .iter()
-            .map(|w| w.tally.failure_count + w.functional.is_some() as u64)
-            .sum()
+        self.workloads.iter().map(|w| w.tally.failure_count + w.functional.is_some() as u64).sum()
     }
 }
 
@@ -535,7 +534,12 @@ impl InjectReport {
 /// `variants` flush / fence numbers per workload spread over the operations; for a
 /// core fault, one run per workload. Each variant explores with `cfg.states` (per
 /// variant) and stops at its first failure.
-pub fn inject(kind: &str, workloads: &[Workload], variants: usize, cfg: &Config) -> Result<InjectReport, String> {
+pub fn inject(
+    kind: &str,
+    workloads: &[Workload],
+    variants: usize,
+    cfg: &Config,
+) -> Result<InjectReport, String> {
     check::install_panic_hook();
     let t0 = Instant::now();
     let mut cfg = cfg.clone();
@@ -560,7 +564,13 @@ pub fn inject(kind: &str, workloads: &[Workload], variants: usize, cfg: &Config)
                     (0..variants as u64).map(|i| a + i * n / variants as u64).collect()
                 };
                 pick.into_iter()
-                    .map(|x| if kind == "skip-flush" { Fault::SkipFlush(x) } else { Fault::SkipFence(x) })
+                    .map(|x| {
+                        if kind == "skip-flush" {
+                            Fault::SkipFlush(x)
+                        } else {
+                            Fault::SkipFence(x)
+                        }
+                    })
                     .collect()
             }
             "tail-before-data" => vec![Fault::Core(CoreFault::TailBeforeData)],
@@ -594,7 +604,8 @@ pub fn inject(kind: &str, workloads: &[Workload], variants: usize, cfg: &Config)
                 states: r.tally.states,
                 regions: match (&sv.trace, &sv.geo) {
                     (Some(t), Some(g)) => {
-                        let mut v: Vec<String> = t.words.iter().map(|&o| crate::drive::region(g, o)).collect();
+                        let mut v: Vec<String> =
+                            t.words.iter().map(|&o| crate::drive::region(g, o)).collect();
                         v.dedup();
                         v
                     }
@@ -670,22 +681,27 @@ pub fn replay(spec: &ReplaySpec, out: &mut dyn std::io::Write) -> Result<bool, S
     let w = &ws[0];
     let mut got: Option<(FenceRec, Arc<Expect>)> = None;
     let target = spec.fence;
-    let res = drive(w, spec.fault, Capture::Some(Arc::new(HashSet::from([target]))), &mut |recs, exp| {
-        if let Some(r) = recs.into_iter().next() {
-            got = Some((r, exp));
-            return false;
-        }
-        true
-    });
+    let res =
+        drive(w, spec.fault, Capture::Some(Arc::new(HashSet::from([target]))), &mut |recs, exp| {
+            if let Some(r) = recs.into_iter().next() {
+                got = Some((r, exp));
+                return false;
+            }
+            true
+        });
     if let Err(f) = res {
         let _ = writeln!(out, "the workload itself fails at op {}: {}", f.op, f.message);
         return Ok(false);
     }
-    let (rec, exp) = got.ok_or_else(|| format!("workload {} has no fence point {target}", w.name))?;
+    let (rec, exp) =
+        got.ok_or_else(|| format!("workload {} has no fence point {target}", w.name))?;
     let w_ = |out: &mut dyn std::io::Write, s: String| {
         let _ = writeln!(out, "{s}");
     };
-    w_(out, format!("workload {}: fence {} during op {} ({})", w.name, rec.fence, exp.op, exp.op_desc));
+    w_(
+        out,
+        format!("workload {}: fence {} during op {} ({})", w.name, rec.fence, exp.op, exp.op_desc),
+    );
     let lines = subset::lines(&rec.in_flight);
     w_(out, format!("in flight: {} words in {} cache lines", rec.in_flight.len(), lines.len()));
     let chosen = spec.subset.select(&rec.in_flight);
@@ -703,10 +719,17 @@ pub fn replay(spec: &ReplaySpec, out: &mut dyn std::io::Write) -> Result<bool, S
         w_(out, format!("crashing the recovery at its fence {rf} with subset {}", rs.spec()));
         img = check::recovery_crash_image(&img, *rf, rs)?;
         // The recovery crash must come back to what an uninterrupted recovery gives.
-        let first = guarded(|| check::check_image(crash_image(&rec.durable, spec.subset.select(&rec.in_flight)), &exp));
+        let first = guarded(|| {
+            check::check_image(crash_image(&rec.durable, spec.subset.select(&rec.in_flight)), &exp)
+        });
         match first {
             Ok(Checked::Fs { canon, .. }) => {
-                let exp2 = Expect { nofs_ok: false, states: vec![Arc::new(canon)], op: exp.op, op_desc: exp.op_desc.clone() };
+                let exp2 = Expect {
+                    nofs_ok: false,
+                    states: vec![Arc::new(canon)],
+                    op: exp.op,
+                    op_desc: exp.op_desc.clone(),
+                };
                 return report_check(out, img, &exp2);
             }
             Ok(Checked::NoFs) => w_(out, "the uninterrupted recovery finds no file system".into()),
@@ -734,7 +757,13 @@ fn report_check(out: &mut dyn std::io::Write, img: Vec<u8>, exp: &Expect) -> Res
             let _ = writeln!(
                 out,
                 "PASS: fsck clean, tree equals the model {} the operation",
-                if exp.states.len() == 1 { "at" } else if which == 0 { "before" } else { "after" }
+                if exp.states.len() == 1 {
+                    "at"
+                } else if which == 0 {
+                    "before"
+                } else {
+                    "after"
+                }
             );
             Ok(true)
         }

@@ -63,6 +63,10 @@ impl Gen {
         Gen { rng: Rng::new(seed), cfg, next_handle: 1 }
     }
 
+    fn name(&mut self) -> &'static str {
+        NAMES[self.rng.below(NAMES.len() as u64) as usize]
+    }
+
     fn offset(&mut self, size: u64) -> u64 {
         let max = self.cfg.max_file;
         let o = match self.rng.below(5) {
@@ -78,7 +82,7 @@ impl Gen {
     fn new_path(&mut self, m: &Model) -> String {
         let dirs = m.dirs();
         let d = self.rng.pick(&dirs).clone();
-        join(&d, *self.rng.pick(&NAMES))
+        join(&d, self.name())
     }
 
     fn any_path(&mut self, m: &Model) -> Option<String> {
@@ -189,11 +193,7 @@ impl Gen {
             66..=69 => Op::Rmdir { path: self.any_path(m)? },
             70..=79 => {
                 let from = self.any_path(m)?;
-                let to = if self.rng.chance(1, 2) {
-                    self.any_path(m)?
-                } else {
-                    self.new_path(m)
-                };
+                let to = if self.rng.chance(1, 2) { self.any_path(m)? } else { self.new_path(m) };
                 let kind = match self.rng.below(5) {
                     0 => RenameKind::NoReplace,
                     1 => RenameKind::Exchange,
@@ -218,8 +218,17 @@ impl Gen {
                 Op::Utimens { path: self.any_path(m)?, atime, mtime }
             }
             85..=87 => {
-                let how = *self.rng.pick(&[XattrHow::Any, XattrHow::Any, XattrHow::Create, XattrHow::Replace]);
-                let len = if self.rng.chance(1, 5) { self.rng.range(1000, 3000) } else { self.rng.range(0, 100) };
+                let how = *self.rng.pick(&[
+                    XattrHow::Any,
+                    XattrHow::Any,
+                    XattrHow::Create,
+                    XattrHow::Replace,
+                ]);
+                let len = if self.rng.chance(1, 5) {
+                    self.rng.range(1000, 3000)
+                } else {
+                    self.rng.range(0, 100)
+                };
                 Op::SetXattr {
                     path: self.any_path(m)?,
                     name: format!("user.{}", self.rng.pick(&NAMES)),
@@ -242,7 +251,12 @@ impl Gen {
                         return None;
                     }
                     let off = self.rng.below(self.cfg.max_file / 2);
-                    return Some(Op::WriteHandle { handle: h, off, len: size_choice(&mut self.rng), pat });
+                    return Some(Op::WriteHandle {
+                        handle: h,
+                        off,
+                        len: size_choice(&mut self.rng),
+                        pat,
+                    });
                 }
                 let path = self.file(m)?;
                 let handle = self.next_handle;
@@ -271,7 +285,7 @@ impl Gen {
                 }
                 let from = self.rng.pick(&dirs[1..]).clone();
                 let d: String = self.rng.pick(&dirs).clone();
-                let to = join(&d, *self.rng.pick(&NAMES));
+                let to = join(&d, self.name());
                 Op::Rename { from, to, kind: RenameKind::Plain }
             }
         })
@@ -302,8 +316,7 @@ mod tests {
         let b = generate(5, 300, GenConfig::default());
         assert_eq!(a, b);
         assert_ne!(a, generate(6, 300, GenConfig::default()));
-        let kinds: std::collections::HashSet<_> =
-            a.iter().map(|o| std::mem::discriminant(o)).collect();
+        let kinds: std::collections::HashSet<_> = a.iter().map(std::mem::discriminant).collect();
         assert!(kinds.len() >= 18, "only {} kinds of operation", kinds.len());
         let mut m = Model::new();
         let ok = a.iter().filter(|o| m.apply(o).is_ok()).count();

@@ -111,22 +111,34 @@ impl fmt::Display for Op {
             Op::Link { from, to } => write!(f, "link {from} {to}"),
             Op::Unlink { path } => write!(f, "unlink {path}"),
             Op::Rmdir { path } => write!(f, "rmdir {path}"),
-            Op::Rename { from, to, kind } => write!(f, "rename{} {from} {to}", match kind {
-                RenameKind::Plain => "",
-                RenameKind::NoReplace => "(noreplace)",
-                RenameKind::Exchange => "(exchange)",
-            }),
-            Op::Write { path, off, len, pat } => write!(f, "write {path} off={off} len={len} pat={pat}"),
+            Op::Rename { from, to, kind } => write!(
+                f,
+                "rename{} {from} {to}",
+                match kind {
+                    RenameKind::Plain => "",
+                    RenameKind::NoReplace => "(noreplace)",
+                    RenameKind::Exchange => "(exchange)",
+                }
+            ),
+            Op::Write { path, off, len, pat } => {
+                write!(f, "write {path} off={off} len={len} pat={pat}")
+            }
             Op::Append { path, len, pat } => write!(f, "append {path} len={len} pat={pat}"),
             Op::Truncate { path, size } => write!(f, "truncate {path} {size}"),
             Op::Fallocate { path, off, len, keep_size } => {
-                write!(f, "fallocate {path} off={off} len={len}{}", if *keep_size { " keep_size" } else { "" })
+                write!(
+                    f,
+                    "fallocate {path} off={off} len={len}{}",
+                    if *keep_size { " keep_size" } else { "" }
+                )
             }
             Op::Punch { path, off, len } => write!(f, "punch {path} off={off} len={len}"),
             Op::Chmod { path, perm } => write!(f, "chmod {path} {perm:o}"),
             Op::Chown { path, uid, gid } => write!(f, "chown {path} {uid}:{gid}"),
             Op::Utimens { path, atime, mtime } => {
-                let t = |x: &Option<Ts>| x.map_or("now".to_string(), |t| format!("{}.{:09}", t.sec, t.nsec));
+                let t = |x: &Option<Ts>| {
+                    x.map_or("now".to_string(), |t| format!("{}.{:09}", t.sec, t.nsec))
+                };
                 write!(f, "utimens {path} atime={} mtime={}", t(atime), t(mtime))
             }
             Op::SetXattr { path, name, len, pat, how } => {
@@ -408,10 +420,8 @@ impl Model {
                 match (rmdir, self.node(c).is_dir()) {
                     (true, false) => return Err(ENOTDIR),
                     (false, true) => return Err(EISDIR),
-                    (true, true) => {
-                        if !self.node(c).entries().expect("dir").is_empty() {
-                            return Err(ENOTEMPTY);
-                        }
+                    (true, true) if !self.node(c).entries().expect("dir").is_empty() => {
+                        return Err(ENOTEMPTY)
                     }
                     _ => {}
                 }
@@ -497,7 +507,10 @@ impl Model {
             }
             Op::Open { path, handle } => {
                 let id = self.lookup(path)?;
-                assert!(!self.handles.contains_key(handle), "workload reuses open handle #{handle}");
+                assert!(
+                    !self.handles.contains_key(handle),
+                    "workload reuses open handle #{handle}"
+                );
                 self.handles.insert(*handle, id);
             }
             Op::Release { handle } => {
@@ -745,9 +758,7 @@ pub struct Canon {
 impl Canon {
     /// The same tree without times.
     pub fn without_times(&self) -> Canon {
-        Canon {
-            nodes: self.nodes.iter().map(|n| CNode { times: None, ..n.clone() }).collect(),
-        }
+        Canon { nodes: self.nodes.iter().map(|n| CNode { times: None, ..n.clone() }).collect() }
     }
 
     /// A description of the first difference from `other`, or None when equal.
@@ -803,8 +814,12 @@ impl Canon {
                         format!("{} present only on the right", show(&b.path))
                     });
                 }
-                (Some(a), None) => return Some(format!("{} present only on the left", show(&a.path))),
-                (None, Some(b)) => return Some(format!("{} present only on the right", show(&b.path))),
+                (Some(a), None) => {
+                    return Some(format!("{} present only on the left", show(&a.path)))
+                }
+                (None, Some(b)) => {
+                    return Some(format!("{} present only on the right", show(&b.path)))
+                }
                 (None, None) => unreachable!(),
             }
         }
@@ -837,7 +852,10 @@ mod tests {
         assert_eq!((g.nlink, g.link_of.as_deref()), (2, Some(&b"/a/f"[..])));
         let root = &c.nodes[0];
         assert_eq!(root.nlink, 3);
-        assert_eq!(m.apply(&Op::Rename { from: p("/a"), to: p("/a/b/c"), kind: RenameKind::Plain }), Err(EINVAL));
+        assert_eq!(
+            m.apply(&Op::Rename { from: p("/a"), to: p("/a/b/c"), kind: RenameKind::Plain }),
+            Err(EINVAL)
+        );
         m.apply(&Op::Rename { from: p("/a/b"), to: p("/b2"), kind: RenameKind::Plain }).unwrap();
         assert_eq!(m.canon(false).nodes[0].nlink, 4);
         m.apply(&Op::Rename { from: p("/g"), to: p("/a/f"), kind: RenameKind::Plain }).unwrap();

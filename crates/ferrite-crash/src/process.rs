@@ -221,7 +221,8 @@ fn one_run(
         match rx.recv_timeout(Duration::from_millis(50)) {
             Ok(l) => {
                 let hit = l == "ready" && target == 0
-                    || l.strip_prefix("done ").and_then(|n| n.parse::<usize>().ok()) == Some(target);
+                    || l.strip_prefix("done ").and_then(|n| n.parse::<usize>().ok())
+                        == Some(target);
                 ready |= l == "ready";
                 lines.push(l);
                 if hit {
@@ -290,7 +291,8 @@ fn one_run(
         }
     };
     if !r.is_clean() {
-        run.failure = Some(format!("fsck after kill (acked {}): {}", run.acked, r.errors.join("; ")));
+        run.failure =
+            Some(format!("fsck after kill (acked {}): {}", run.acked, r.errors.join("; ")));
         return run;
     }
     let got = match live_canon(&fs, false) {

@@ -401,7 +401,8 @@ pub fn suite(seed: u64) -> Vec<Workload> {
 fn parametric(name: &str) -> Result<Option<Workload>, String> {
     let Some(rest) = name.strip_prefix("random:") else { return Ok(None) };
     let parts: Vec<&str> = rest.split(':').collect();
-    let num = |t: &str| t.parse::<u64>().map_err(|_| format!("bad number '{t}' in workload '{name}'"));
+    let num =
+        |t: &str| t.parse::<u64>().map_err(|_| format!("bad number '{t}' in workload '{name}'"));
     if !(2..=3).contains(&parts.len()) {
         return Err(format!("workload '{name}': expected random:SEED:OPS[:POOL_KIB]"));
     }

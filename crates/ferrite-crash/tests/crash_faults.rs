@@ -26,7 +26,11 @@ fn every_fault_kind_is_detected() {
         let cfg = Config { states, ..Config::default() };
         let rep = explore::inject(kind, &ws, variants, &cfg).unwrap();
         let n = rep.detected();
-        eprintln!("{kind}: detected by {n} of {} variant(s) in {:.1}s", rep.variants.len(), rep.secs);
+        eprintln!(
+            "{kind}: detected by {n} of {} variant(s) in {:.1}s",
+            rep.variants.len(),
+            rep.secs
+        );
         for v in &rep.variants {
             eprintln!(
                 "  {} {}: {}",
@@ -48,7 +52,12 @@ fn every_fault_kind_is_detected() {
             let spec = explore::ReplaySpec::parse(&f.replay_spec()).unwrap();
             let mut out = Vec::new();
             let pass = explore::replay(&spec, &mut out).unwrap();
-            assert!(!pass, "{kind}: replay of {} passed:\n{}", f.replay_spec(), String::from_utf8_lossy(&out));
+            assert!(
+                !pass,
+                "{kind}: replay of {} passed:\n{}",
+                f.replay_spec(),
+                String::from_utf8_lossy(&out)
+            );
         }
     }
     assert!(undetected.is_empty(), "faults not detected: {undetected:?}");

@@ -9,10 +9,13 @@ use std::path::Path;
 #[test]
 fn sigkill_at_random_moments_loses_nothing_acknowledged() {
     let exe = Path::new(env!("CARGO_BIN_EXE_ferrite-crashtest"));
-    let dir = if Path::new("/dev/shm").is_dir() { Path::new("/dev/shm") } else { Path::new("/tmp") };
+    let dir =
+        if Path::new("/dev/shm").is_dir() { Path::new("/dev/shm") } else { Path::new("/tmp") };
     let runs = run_process_crashes(exe, &[], 16, 11, 1500, dir);
-    let fails: Vec<String> =
-        runs.iter().filter_map(|r| r.failure.as_ref().map(|f| format!("seed {}: {f}", r.seed))).collect();
+    let fails: Vec<String> = runs
+        .iter()
+        .filter_map(|r| r.failure.as_ref().map(|f| format!("seed {}: {f}", r.seed)))
+        .collect();
     for r in &runs {
         eprintln!(
             "seed {} acked {}/{} finished {} next-op-landed {}",

@@ -12,9 +12,11 @@ use ferrite_core::sim::{crash_image, FencePoint, InFlight};
 use ferrite_core::{Fs, MkfsOptions, MountOptions, SimMedium};
 use std::sync::{Arc, Mutex};
 
+type Points = Arc<Mutex<Vec<(Vec<u8>, Vec<InFlight>)>>>;
+
 #[test]
 fn torn_superblock_pair_is_repaired_at_mount() {
-    let pts: Arc<Mutex<Vec<(Vec<u8>, Vec<InFlight>)>>> = Arc::default();
+    let pts: Points = Arc::default();
     let m = SimMedium::new(512 * 1024);
     let p2 = pts.clone();
     m.set_fence_hook(Some(Box::new(move |p: &FencePoint<'_>| {
@@ -26,7 +28,10 @@ fn torn_superblock_pair_is_repaired_at_mount() {
     // The fence point at which both superblock copies are in flight.
     let (durable, inf) = pts
         .iter()
-        .find(|(_, inf)| inf.iter().any(|f| f.off < 256) && inf.iter().any(|f| (4096..4096 + 256).contains(&f.off)))
+        .find(|(_, inf)| {
+            inf.iter().any(|f| f.off < 256)
+                && inf.iter().any(|f| (4096..4096 + 256).contains(&f.off))
+        })
         .expect("a fence point with both superblock copies in flight");
     let mut tried = 0;
     for copy in 0..2u64 {
@@ -52,7 +57,8 @@ fn torn_superblock_pair_is_repaired_at_mount() {
             assert!(r.is_clean(), "copy {copy} torn ({keep_words} words): {:?}", r.errors);
             // The repair is durable: a crash right after mount still has both copies.
             let m = fs.crash();
-            let fs = Fs::mount(SimMedium::from_image(m.durable_image()), &MountOptions::default()).unwrap();
+            let fs = Fs::mount(SimMedium::from_image(m.durable_image()), &MountOptions::default())
+                .unwrap();
             assert!(fs.fsck().unwrap().is_clean());
             tried += 1;
         }
