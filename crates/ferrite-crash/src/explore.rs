@@ -710,9 +710,24 @@ pub fn replay(spec: &ReplaySpec, out: &mut dyn std::io::Write) -> Result<bool, S
         w_(out, format!("warning: subset names words not in flight in this run: {missing:x?}"));
     }
     w_(out, format!("subset {}: {} words reach media", spec.subset.spec(), chosen.len()));
-    for f in rec.in_flight.iter() {
-        let inn = chosen.iter().any(|c| c.off == f.off);
-        w_(out, format!("  {} {:#010x} = {:#018x}", if inn { "in " } else { "out" }, f.off, f.val));
+    // Where the words are (from the superblock of the durable image, if any).
+    let geo = ferrite_core::recovery::read_superblock(&ferrite_core::SimMedium::from_image(
+        rec.durable.to_vec(),
+    ))
+    .ok()
+    .map(|(sb, _)| sb.geometry());
+    let inn = |off: u64| chosen.iter().any(|c| c.off == off);
+    for l in &lines {
+        let ws: Vec<_> = rec.in_flight.iter().filter(|f| f.off / 64 * 64 == *l).collect();
+        let n_in = ws.iter().filter(|f| inn(f.off)).count();
+        let what = |o: u64| geo.as_ref().map(|g| crate::drive::region(g, o)).unwrap_or_default();
+        w_(out, format!("  line {l:#010x} ({}): {} word(s), {n_in} in", what(ws[0].off), ws.len()));
+        if rec.in_flight.len() <= 64 {
+            for f in ws {
+                let tag = if inn(f.off) { "in " } else { "out" };
+                w_(out, format!("    {tag} {:#010x} = {:#018x}  {}", f.off, f.val, what(f.off)));
+            }
+        }
     }
     let mut img = crash_image(&rec.durable, chosen);
     if let Some((rf, rs)) = &spec.recovery {
