@@ -36,7 +36,15 @@ use std::path::{Path, PathBuf};
 
 const SLOTS: usize = 6;
 const TOP: &[&str] = &["f0", "f1", "d0", "d1", "l0"];
-const XNAMES: &[&str] = &["user.a", "user.bb", "user.a-much-longer-attribute-name", "trusted.t", "security.s", "bogus.ns", "user."];
+const XNAMES: &[&str] = &[
+    "user.a",
+    "user.bb",
+    "user.a-much-longer-attribute-name",
+    "trusted.t",
+    "security.s",
+    "bogus.ns",
+    "user.",
+];
 
 /// Bytes shown by length in failure reports.
 #[derive(Clone)]
@@ -89,10 +97,18 @@ enum Op {
 
 fn gen_path(r: &mut Rng) -> String {
     if r.pct(3) {
-        return r.pick(&["", ".", "d0/.", "d0/..", "d0/d1/..", "f0/x", "l0/f0", "d1/l0/f1"]).to_string();
+        return r
+            .pick(&["", ".", "d0/.", "d0/..", "d0/d1/..", "f0/x", "l0/f0", "d1/l0/f1"])
+            .to_string();
     }
     let depth = r.below(100);
-    let depth = if depth < 55 { 0 } else if depth < 90 { 1 } else { 2 };
+    let depth = if depth < 55 {
+        0
+    } else if depth < 90 {
+        1
+    } else {
+        2
+    };
     let mut v: Vec<&str> = Vec::new();
     for _ in 0..depth {
         v.push(*r.pick(&["d0", "d0", "d1", "d1", "l0", "f0"]));
@@ -126,17 +142,27 @@ fn gen_op(r: &mut Rng) -> Op {
         120..=159 => Op::Close { slot },
         160..=279 => {
             let off = if r.pct(50) { r.below(70_000) } else { r.below(9000) };
-            let len = *r.pick(&[1usize, 7, 100, 2047, 2048, 2049, 4095, 4096, 4097, 8191, 12_289, 40_000]);
+            let len = *r
+                .pick(&[1usize, 7, 100, 2047, 2048, 2049, 4095, 4096, 4097, 8191, 12_289, 40_000]);
             Op::Pwrite { slot, off, data: Bytes(r.bytes(len)) }
         }
         280..=329 => {
             let len = *r.pick(&[1usize, 33, 1000, 4096, 5000]);
             Op::Write { slot, data: Bytes(r.bytes(len)) }
         }
-        330..=429 => Op::Pread { slot, off: r.below(80_000), len: *r.pick(&[1usize, 100, 4096, 10_000, 100_000]) },
+        330..=429 => Op::Pread {
+            slot,
+            off: r.below(80_000),
+            len: *r.pick(&[1usize, 100, 4096, 10_000, 100_000]),
+        },
         430..=459 => Op::Read { slot, len: *r.pick(&[0usize, 10, 4096, 65_536]) },
-        460..=484 => Op::Seek { slot, whence: r.below(3) as u8, off: r.below(20_000) as i64 - 5000 },
-        485..=534 => Op::Ftruncate { slot, len: *r.pick(&[0u64, 1, 4095, 4096, 4097, 10_000, 65_537, 200_000]) },
+        460..=484 => {
+            Op::Seek { slot, whence: r.below(3) as u8, off: r.below(20_000) as i64 - 5000 }
+        }
+        485..=534 => Op::Ftruncate {
+            slot,
+            len: *r.pick(&[0u64, 1, 4095, 4096, 4097, 10_000, 65_537, 200_000]),
+        },
         535..=559 => Op::Fstat { slot },
         560..=569 => Op::Fsync { slot },
         570..=594 => {
@@ -147,7 +173,12 @@ fn gen_op(r: &mut Rng) -> Op {
                 FallocateFlags::PUNCH_HOLE.bits(),
                 FallocateFlags::ZERO_RANGE.bits(),
             ]);
-            Op::Fallocate { slot, mode, off: r.below(50_000), len: *r.pick(&[0u64, 1, 4096, 9000, 30_000]) }
+            Op::Fallocate {
+                slot,
+                mode,
+                off: r.below(50_000),
+                len: *r.pick(&[0u64, 1, 4096, 9000, 30_000]),
+            }
         }
         595..=614 => Op::CopyRange {
             src: slot,
@@ -160,14 +191,34 @@ fn gen_op(r: &mut Rng) -> Op {
         690..=739 => Op::Rename {
             a: gen_path(r),
             b: gen_path(r),
-            flags: *r.pick(&[0u32, 0, 0, RenameFlags::NOREPLACE.bits(), RenameFlags::EXCHANGE.bits(), 3]),
+            flags: *r.pick(&[
+                0u32,
+                0,
+                0,
+                RenameFlags::NOREPLACE.bits(),
+                RenameFlags::EXCHANGE.bits(),
+                3,
+            ]),
         },
         740..=764 => Op::Link { a: gen_path(r), b: gen_path(r) },
         765..=804 => Op::Unlink { path: gen_path(r) },
         805..=824 => Op::Rmdir { path: gen_path(r) },
-        825..=864 => Op::Mkdir { path: gen_path(r), mode: *r.pick(&[0o755u32, 0o700, 0o2775, 0o1777]) },
+        825..=864 => {
+            Op::Mkdir { path: gen_path(r), mode: *r.pick(&[0o755u32, 0o700, 0o2775, 0o1777]) }
+        }
         865..=884 => Op::Symlink {
-            target: r.pick(&["f0", "f1", "d0", "d0/f1", "nothere", "l0", "../f0", "a/very/long/target/that/does/not/exist"]).to_string(),
+            target: r
+                .pick(&[
+                    "f0",
+                    "f1",
+                    "d0",
+                    "d0/f1",
+                    "nothere",
+                    "l0",
+                    "../f0",
+                    "a/very/long/target/that/does/not/exist",
+                ])
+                .to_string(),
             path: gen_path(r),
         },
         885..=894 => Op::Readlink { path: gen_path(r) },
@@ -179,10 +230,10 @@ fn gen_op(r: &mut Rng) -> Op {
             follow: r.pct(70),
         },
         930..=944 => {
-            let mut t = |r: &mut Rng| -> Option<(i64, i64)> {
+            let t = |r: &mut Rng| -> Option<(i64, i64)> {
                 match r.below(4) {
                     0 => None,
-                    1 => Some((0, rfs::UTIME_NOW as i64)),
+                    1 => Some((0, rfs::UTIME_NOW)),
                     _ => Some((r.below(2_000_000_000) as i64, r.below(1_000_000_000) as i64)),
                 }
             };
@@ -198,7 +249,11 @@ fn gen_op(r: &mut Rng) -> Op {
                 follow: r.pct(85),
             }
         }
-        965..=979 => Op::GetX { path: gen_path(r), name: r.pick(XNAMES).to_string(), size: *r.pick(&[0usize, 1, 5, 64_000]) },
+        965..=979 => Op::GetX {
+            path: gen_path(r),
+            name: r.pick(XNAMES).to_string(),
+            size: *r.pick(&[0usize, 1, 5, 64_000]),
+        },
         980..=984 => Op::ListX { path: gen_path(r) },
         985..=992 => Op::RemoveX { path: gen_path(r), name: r.pick(XNAMES).to_string() },
         _ => Op::Readdir { path: gen_path(r) },
@@ -249,7 +304,12 @@ impl Side {
         let text = match op {
             Op::Open { slot, path, flags, mode } => {
                 self.fds[*slot] = None;
-                match rfs::openat(CWD, self.p(path), OFlags::from_bits_retain(*flags) | OFlags::CLOEXEC, Mode::from_bits_retain(*mode)) {
+                match rfs::openat(
+                    CWD,
+                    self.p(path),
+                    OFlags::from_bits_retain(*flags) | OFlags::CLOEXEC,
+                    Mode::from_bits_retain(*mode),
+                ) {
                     Ok(fd) => {
                         stat = rfs::fstat(&fd).ok();
                         self.fds[*slot] = Some(fd);
@@ -272,8 +332,12 @@ impl Side {
                     Err(x) => e(x),
                 },
             },
-            Op::Pwrite { slot, off, data } => self.with_fd(*slot, |fd| rustix::io::pwrite(fd, data, *off).map(|n| n.to_string())),
-            Op::Write { slot, data } => self.with_fd(*slot, |fd| rustix::io::write(fd, data).map(|n| n.to_string())),
+            Op::Pwrite { slot, off, data } => {
+                self.with_fd(*slot, |fd| rustix::io::pwrite(fd, data, *off).map(|n| n.to_string()))
+            }
+            Op::Write { slot, data } => {
+                self.with_fd(*slot, |fd| rustix::io::write(fd, data).map(|n| n.to_string()))
+            }
             Op::Pread { slot, off, len } => self.with_fd(*slot, |fd| {
                 let mut b = vec![0u8; *len];
                 rustix::io::pread(fd, &mut b[..], *off).map(|n| format!("{n}:{:x}", hash(&b[..n])))
@@ -295,21 +359,26 @@ impl Side {
                 };
                 rfs::seek(fd, w).map(|p| p.to_string())
             }),
-            Op::Ftruncate { slot, len } => self.with_fd(*slot, |fd| rfs::ftruncate(fd, *len).map(|()| "ok".into())),
+            Op::Ftruncate { slot, len } => {
+                self.with_fd(*slot, |fd| rfs::ftruncate(fd, *len).map(|()| "ok".into()))
+            }
             Op::Fsync { slot } => self.with_fd(*slot, |fd| rfs::fsync(fd).map(|()| "ok".into())),
             Op::Fallocate { slot, mode, off, len } => self.with_fd(*slot, |fd| {
-                rfs::fallocate(fd, FallocateFlags::from_bits_retain(*mode), *off, *len).map(|()| "ok".into())
+                rfs::fallocate(fd, FallocateFlags::from_bits_retain(*mode), *off, *len)
+                    .map(|()| "ok".into())
             }),
-            Op::CopyRange { src, dst, off_in, off_out, len } => match (&self.fds[*src], &self.fds[*dst]) {
-                (Some(a), Some(b)) => {
-                    let (mut i, mut o) = (*off_in, *off_out);
-                    match rfs::copy_file_range(a, Some(&mut i), b, Some(&mut o), *len) {
-                        Ok(n) => format!("{n} {i} {o}"),
-                        Err(x) => e(x),
+            Op::CopyRange { src, dst, off_in, off_out, len } => {
+                match (&self.fds[*src], &self.fds[*dst]) {
+                    (Some(a), Some(b)) => {
+                        let (mut i, mut o) = (*off_in, *off_out);
+                        match rfs::copy_file_range(a, Some(&mut i), b, Some(&mut o), *len) {
+                            Ok(n) => format!("{n} {i} {o}"),
+                            Err(x) => e(x),
+                        }
                     }
+                    _ => "closed".into(),
                 }
-                _ => "closed".into(),
-            },
+            }
             Op::Stat { path, follow } => {
                 let fl = if *follow { AtFlags::empty() } else { AtFlags::SYMLINK_NOFOLLOW };
                 match rfs::statat(CWD, self.p(path), fl) {
@@ -320,23 +389,34 @@ impl Side {
                     Err(x) => e(x),
                 }
             }
-            Op::Rename { a, b, flags } => {
-                res(rfs::renameat_with(CWD, self.p(a), CWD, self.p(b), RenameFlags::from_bits_retain(*flags)))
-            }
+            Op::Rename { a, b, flags } => res(rfs::renameat_with(
+                CWD,
+                self.p(a),
+                CWD,
+                self.p(b),
+                RenameFlags::from_bits_retain(*flags),
+            )),
             Op::Link { a, b } => res(rfs::linkat(CWD, self.p(a), CWD, self.p(b), AtFlags::empty())),
             Op::Unlink { path } => res(rfs::unlinkat(CWD, self.p(path), AtFlags::empty())),
             Op::Rmdir { path } => res(rfs::unlinkat(CWD, self.p(path), AtFlags::REMOVEDIR)),
-            Op::Mkdir { path, mode } => res(rfs::mkdirat(CWD, self.p(path), Mode::from_bits_retain(*mode))),
+            Op::Mkdir { path, mode } => {
+                res(rfs::mkdirat(CWD, self.p(path), Mode::from_bits_retain(*mode)))
+            }
             Op::Symlink { target, path } => res(rfs::symlinkat(target.as_str(), CWD, self.p(path))),
             Op::Readlink { path } => match rfs::readlinkat(CWD, self.p(path), Vec::new()) {
                 Ok(t) => format!("-> {:?}", t),
                 Err(x) => e(x),
             },
-            Op::Chmod { path, mode } => res(rfs::chmodat(CWD, self.p(path), Mode::from_bits_retain(*mode), AtFlags::empty())),
+            Op::Chmod { path, mode } => res(rfs::chmodat(
+                CWD,
+                self.p(path),
+                Mode::from_bits_retain(*mode),
+                AtFlags::empty(),
+            )),
             Op::Chown { path, uid, gid, follow } => {
                 let fl = if *follow { AtFlags::empty() } else { AtFlags::SYMLINK_NOFOLLOW };
-                let u = uid.map(|u| rustix::fs::Uid::from_raw(u));
-                let g = gid.map(|g| rustix::fs::Gid::from_raw(g));
+                let u = uid.map(rustix::fs::Uid::from_raw);
+                let g = gid.map(rustix::fs::Gid::from_raw);
                 match rfs::chownat(CWD, self.p(path), u, g, fl) {
                     Ok(()) => {
                         stat = rfs::statat(CWD, self.p(path), fl).ok();
@@ -354,17 +434,23 @@ impl Side {
                         match rfs::statat(CWD, self.p(path), fl) {
                             Ok(s) => {
                                 let mut out = String::from("ok");
-                                if let Some((sec, ns)) = atime.filter(|t| t.1 != rfs::UTIME_NOW as i64) {
-                                    out += &format!(" a={}.{}/{}.{}", sec, ns, s.st_atime, s.st_atime_nsec);
+                                if let Some((sec, ns)) = atime.filter(|t| t.1 != rfs::UTIME_NOW) {
+                                    out += &format!(
+                                        " a={}.{}/{}.{}",
+                                        sec, ns, s.st_atime, s.st_atime_nsec
+                                    );
                                     let same = s.st_atime == sec && s.st_atime_nsec as i64 == ns;
                                     out += if same { " a-same" } else { " a-DIFF" };
                                 }
-                                if let Some((sec, ns)) = mtime.filter(|t| t.1 != rfs::UTIME_NOW as i64) {
+                                if let Some((sec, ns)) = mtime.filter(|t| t.1 != rfs::UTIME_NOW) {
                                     let same = s.st_mtime == sec && s.st_mtime_nsec as i64 == ns;
                                     out += if same { " m-same" } else { " m-DIFF" };
                                 }
                                 stat = Some(s);
-                                out.split(' ').filter(|w| !w.starts_with("a=")).collect::<Vec<_>>().join(" ")
+                                out.split(' ')
+                                    .filter(|w| !w.starts_with("a="))
+                                    .collect::<Vec<_>>()
+                                    .join(" ")
                             }
                             Err(x) => e(x),
                         }
@@ -391,9 +477,13 @@ impl Side {
                 let mut b = vec![0u8; 4096];
                 match rfs::listxattr(self.p(path), &mut b[..]) {
                     Ok(n) => {
-                        let mut names: Vec<&[u8]> = b[..n].split(|&c| c == 0).filter(|s| !s.is_empty()).collect();
+                        let mut names: Vec<&[u8]> =
+                            b[..n].split(|&c| c == 0).filter(|s| !s.is_empty()).collect();
                         names.sort();
-                        format!("{:?}", names.iter().map(|s| String::from_utf8_lossy(s)).collect::<Vec<_>>())
+                        format!(
+                            "{:?}",
+                            names.iter().map(|s| String::from_utf8_lossy(s)).collect::<Vec<_>>()
+                        )
                     }
                     Err(x) => e(x),
                 }
@@ -404,7 +494,18 @@ impl Side {
                     let mut v: Vec<String> = it
                         .map(|d| {
                             let d = d.expect("dirent");
-                            let t = d.file_type().map(|t| if t.is_dir() { 'd' } else if t.is_symlink() { 'l' } else { 'f' }).unwrap_or('?');
+                            let t = d
+                                .file_type()
+                                .map(|t| {
+                                    if t.is_dir() {
+                                        'd'
+                                    } else if t.is_symlink() {
+                                        'l'
+                                    } else {
+                                        'f'
+                                    }
+                                })
+                                .unwrap_or('?');
                             format!("{}:{t}", d.file_name().to_string_lossy())
                         })
                         .collect();
@@ -417,7 +518,11 @@ impl Side {
         Outcome { text, stat }
     }
 
-    fn with_fd(&self, slot: usize, f: impl FnOnce(&OwnedFd) -> rustix::io::Result<String>) -> String {
+    fn with_fd(
+        &self,
+        slot: usize,
+        f: impl FnOnce(&OwnedFd) -> rustix::io::Result<String>,
+    ) -> String {
         match &self.fds[slot] {
             None => "closed".into(),
             Some(fd) => match f(fd) {
@@ -452,18 +557,21 @@ fn sign(new: (i64, u64), old: (i64, u64)) -> i32 {
     }
 }
 
+/// (mtime, ctime) as (seconds, nanoseconds) pairs.
+type Times = ((i64, u64), (i64, u64));
+
 /// Inode correspondence and time history, for ordering-only comparisons.
 #[derive(Default)]
 struct History {
     /// reference inode → mount inode
     fwd: HashMap<u64, u64>,
     /// reference inode → last (mtime, ctime) seen on (reference, mount)
-    times: HashMap<u64, [((i64, u64), (i64, u64)); 2]>,
+    times: HashMap<u64, [Times; 2]>,
 }
 
 impl History {
     fn compare(&mut self, r: &rfs::Stat, m: &rfs::Stat) -> Result<(), String> {
-        let (ri, mi) = (r.st_ino as u64, m.st_ino as u64);
+        let (ri, mi) = (r.st_ino, m.st_ino);
         match self.fwd.get(&ri) {
             Some(&prev) if prev != mi => {
                 return Err(format!("reference inode {ri} was mount inode {prev}, now {mi}"));
@@ -473,12 +581,12 @@ impl History {
             }
         }
         let now = [
-            ((r.st_mtime as i64, r.st_mtime_nsec as u64), (r.st_ctime as i64, r.st_ctime_nsec as u64)),
-            ((m.st_mtime as i64, m.st_mtime_nsec as u64), (m.st_ctime as i64, m.st_ctime_nsec as u64)),
+            ((r.st_mtime, r.st_mtime_nsec), (r.st_ctime, r.st_ctime_nsec)),
+            ((m.st_mtime, m.st_mtime_nsec), (m.st_ctime, m.st_ctime_nsec)),
         ];
         if let Some(old) = self.times.insert(ri, now) {
             for (k, name) in [(0usize, "mtime"), (1, "ctime")] {
-                let pick = |x: &((i64, u64), (i64, u64))| if k == 0 { x.0 } else { x.1 };
+                let pick = |x: &Times| if k == 0 { x.0 } else { x.1 };
                 let rs = sign(pick(&now[0]), pick(&old[0]));
                 let ms = sign(pick(&now[1]), pick(&old[1]));
                 if rs != 0 && rs != ms {
@@ -516,7 +624,8 @@ fn tree(root: &Path) -> (BTreeMap<String, String>, Vec<Vec<String>>) {
         }
         let mut b = vec![0u8; 65536];
         if let Ok(n) = rfs::llistxattr(&p, &mut b[..]) {
-            let mut names: Vec<Vec<u8>> = b[..n].split(|&c| c == 0).filter(|x| !x.is_empty()).map(|x| x.to_vec()).collect();
+            let mut names: Vec<Vec<u8>> =
+                b[..n].split(|&c| c == 0).filter(|x| !x.is_empty()).map(|x| x.to_vec()).collect();
             names.sort();
             for name in names {
                 let mut v = vec![0u8; 65536];
@@ -529,10 +638,14 @@ fn tree(root: &Path) -> (BTreeMap<String, String>, Vec<Vec<String>>) {
         }
         out.insert(rel, d);
     }
-    let mut g: Vec<Vec<String>> = groups.into_values().filter(|v| v.len() > 1).map(|mut v| {
-        v.sort();
-        v
-    }).collect();
+    let mut g: Vec<Vec<String>> = groups
+        .into_values()
+        .filter(|v| v.len() > 1)
+        .map(|mut v| {
+            v.sort();
+            v
+        })
+        .collect();
     g.sort();
     (out, g)
 }
@@ -562,7 +675,8 @@ fn run_seed(seed: u64, ops: usize, ref_root: &Path, mnt_root: &Path) -> Result<(
     let mut b = Side { root: mnt_root.join(&name), fds: (0..SLOTS).map(|_| None).collect() };
     for s in [&a, &b] {
         std::fs::create_dir(&s.root).map_err(|e| e.to_string())?;
-        rfs::chmodat(CWD, &s.root, Mode::from_bits_retain(0o755), AtFlags::empty()).map_err(|e| e.to_string())?;
+        rfs::chmodat(CWD, &s.root, Mode::from_bits_retain(0o755), AtFlags::empty())
+            .map_err(|e| e.to_string())?;
     }
     let mut rng = Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5eed);
     let mut hist = History::default();
@@ -579,7 +693,10 @@ fn run_seed(seed: u64, ops: usize, ref_root: &Path, mnt_root: &Path) -> Result<(
             recent.remove(0);
         }
         let fail = |msg: String| {
-            Err(format!("seed {seed}, op {i}: {msg}\nlast operations (tmpfs result):\n  {}", recent.join("\n  ")))
+            Err(format!(
+                "seed {seed}, op {i}: {msg}\nlast operations (tmpfs result):\n  {}",
+                recent.join("\n  ")
+            ))
         };
         if ra.text != rb.text {
             return fail(format!("tmpfs returned {:?}, the mount {:?}", ra.text, rb.text));
@@ -636,9 +753,11 @@ fn env_range(name: &str, default: std::ops::Range<u64>) -> std::ops::Range<u64> 
 #[test]
 fn random_syscall_sequences_match_tmpfs() {
     let seeds = env_range("FERRITE_CONFORMANCE_SEEDS", 1..13);
-    let ops: usize = std::env::var("FERRITE_CONFORMANCE_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(2500);
+    let ops: usize =
+        std::env::var("FERRITE_CONFORMANCE_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(2500);
     let mut m = Mount::new("conformance", "512M", "");
-    let tmp = tempfile::Builder::new().prefix("ferrite-ref").tempdir_in("/dev/shm").expect("tmpfs dir");
+    let tmp =
+        tempfile::Builder::new().prefix("ferrite-ref").tempdir_in("/dev/shm").expect("tmpfs dir");
     let fstype = rfs::statfs(tmp.path()).expect("statfs").f_type;
     assert_eq!(fstype as u64, 0x0102_1994, "/dev/shm must be tmpfs (the reference)");
     let mut failures = Vec::new();
@@ -650,7 +769,12 @@ fn random_syscall_sequences_match_tmpfs() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} differences from tmpfs:\n\n{}", failures.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} differences from tmpfs:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
     m.umount();
     let (_, fsck) = m.check_pool();
     assert!(fsck.is_clean(), "fsck after the sequences: {:?}", fsck.errors);
@@ -659,7 +783,8 @@ fn random_syscall_sequences_match_tmpfs() {
 #[test]
 fn names_and_paths_at_the_limits() {
     let m = Mount::new("limits", "64M", "");
-    let tmp = tempfile::Builder::new().prefix("ferrite-ref").tempdir_in("/dev/shm").expect("tmpfs dir");
+    let tmp =
+        tempfile::Builder::new().prefix("ferrite-ref").tempdir_in("/dev/shm").expect("tmpfs dir");
     let check = |f: &dyn Fn(&Path) -> String| {
         let a = f(tmp.path());
         let b = f(&m.mnt);
@@ -669,7 +794,12 @@ fn names_and_paths_at_the_limits() {
     let n256 = "n".repeat(256);
     check(&|r| res(rfs::mkdirat(CWD, r.join(&n255), Mode::from_bits_retain(0o755))));
     check(&|r| res(rfs::mkdirat(CWD, r.join(&n256), Mode::from_bits_retain(0o755))));
-    check(&|r| match rfs::openat(CWD, r.join(&n256), OFlags::CREATE | OFlags::WRONLY, Mode::from_bits_retain(0o644)) {
+    check(&|r| match rfs::openat(
+        CWD,
+        r.join(&n256),
+        OFlags::CREATE | OFlags::WRONLY,
+        Mode::from_bits_retain(0o644),
+    ) {
         Ok(_) => "ok".into(),
         Err(x) => e(x),
     });
@@ -677,10 +807,26 @@ fn names_and_paths_at_the_limits() {
     let t4096 = "t".repeat(4096);
     check(&|r| res(rfs::symlinkat(t4095.as_str(), CWD, r.join("s1"))));
     check(&|r| res(rfs::symlinkat(t4096.as_str(), CWD, r.join("s2"))));
-    check(&|r| format!("{:?}", rfs::readlinkat(CWD, r.join("s1"), Vec::new()).map(|v| v.as_bytes().len())));
+    check(&|r| {
+        format!("{:?}", rfs::readlinkat(CWD, r.join("s1"), Vec::new()).map(|v| v.as_bytes().len()))
+    });
     check(&|r| res(rfs::setxattr(r.join(&n255), "user.", b"v", XattrFlags::empty())));
-    check(&|r| res(rfs::setxattr(r.join(&n255), format!("user.{}", "x".repeat(250)).as_str(), b"v", XattrFlags::empty())));
-    check(&|r| res(rfs::setxattr(r.join(&n255), format!("user.{}", "x".repeat(251)).as_str(), b"v", XattrFlags::empty())));
+    check(&|r| {
+        res(rfs::setxattr(
+            r.join(&n255),
+            format!("user.{}", "x".repeat(250)).as_str(),
+            b"v",
+            XattrFlags::empty(),
+        ))
+    });
+    check(&|r| {
+        res(rfs::setxattr(
+            r.join(&n255),
+            format!("user.{}", "x".repeat(251)).as_str(),
+            b"v",
+            XattrFlags::empty(),
+        ))
+    });
     check(&|r| res(rfs::setxattr(r.join(&n255), "", b"v", XattrFlags::empty())));
     check(&|r| {
         let big = vec![7u8; 3000];
@@ -688,12 +834,15 @@ fn names_and_paths_at_the_limits() {
     });
     // Deep trees, walked with directory descriptors (no path length limit applies).
     check(&|r| {
-        let mut dir = rfs::openat(CWD, r, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).expect("root");
+        let mut dir =
+            rfs::openat(CWD, r, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).expect("root");
         let mut out = String::new();
         for i in 0..60 {
             let name = format!("{i:02}{}", "d".repeat(58));
             out += &res(rfs::mkdirat(&dir, name.as_str(), Mode::from_bits_retain(0o755)));
-            dir = rfs::openat(&dir, name.as_str(), OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).expect("subdir");
+            dir =
+                rfs::openat(&dir, name.as_str(), OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())
+                    .expect("subdir");
         }
         out += &format!(" {:?}", rfs::fstat(&dir).map(|s| s.st_nlink));
         out
@@ -705,11 +854,25 @@ fn names_and_paths_at_the_limits() {
 #[test]
 fn odd_names_round_trip() {
     let m = Mount::new("oddnames", "64M", "");
-    for name in ["with space", "tab\there", "new\nline", "üñïçødé", "-dash", "#hash", "a\\b", "...", " ", "\u{1}x"] {
+    for name in [
+        "with space",
+        "tab\there",
+        "new\nline",
+        "üñïçødé",
+        "-dash",
+        "#hash",
+        "a\\b",
+        "...",
+        " ",
+        "\u{1}x",
+    ] {
         std::fs::write(m.mnt.join(name), name.as_bytes()).unwrap();
         assert_eq!(std::fs::read(m.mnt.join(name)).unwrap(), name.as_bytes());
     }
-    let mut names: Vec<Vec<u8>> = std::fs::read_dir(&m.mnt).unwrap().map(|d| d.unwrap().file_name().as_bytes().to_vec()).collect();
+    let mut names: Vec<Vec<u8>> = std::fs::read_dir(&m.mnt)
+        .unwrap()
+        .map(|d| d.unwrap().file_name().as_bytes().to_vec())
+        .collect();
     names.sort();
     assert_eq!(names.len(), 10);
     let bad = std::ffi::OsStr::from_bytes(b"\xff\xfe raw bytes");
@@ -724,9 +887,16 @@ fn odd_names_round_trip() {
 #[test]
 fn fallocate_always_marks_the_file_modified() {
     let m = Mount::new("falloc-times", "64M", "");
-    let tmp = tempfile::Builder::new().prefix("ferrite-ref").tempdir_in("/dev/shm").expect("tmpfs dir");
+    let tmp =
+        tempfile::Builder::new().prefix("ferrite-ref").tempdir_in("/dev/shm").expect("tmpfs dir");
     for root in [tmp.path(), m.mnt.as_path()] {
-        let f = rfs::openat(CWD, root.join("f"), OFlags::CREATE | OFlags::RDWR, Mode::from_bits_retain(0o644)).unwrap();
+        let f = rfs::openat(
+            CWD,
+            root.join("f"),
+            OFlags::CREATE | OFlags::RDWR,
+            Mode::from_bits_retain(0o644),
+        )
+        .unwrap();
         rustix::io::pwrite(&f, &[1u8; 8192], 0).unwrap();
         let old = Timestamps {
             last_access: Timespec { tv_sec: 1000, tv_nsec: 0 },
@@ -758,14 +928,16 @@ fn fallocate_always_marks_the_file_modified() {
 #[test]
 fn removed_open_directory_stays_valid_until_closed() {
     let m = Mount::new("rmdir-open", "64M", "");
-    let tmp = tempfile::Builder::new().prefix("ferrite-ref").tempdir_in("/dev/shm").expect("tmpfs dir");
+    let tmp =
+        tempfile::Builder::new().prefix("ferrite-ref").tempdir_in("/dev/shm").expect("tmpfs dir");
     let mut results = Vec::new();
     for root in [tmp.path(), m.mnt.as_path()] {
         let mut out = Vec::new();
         for how in ["rmdir", "rename-over"] {
             let d = root.join(format!("victim-{how}"));
             rfs::mkdirat(CWD, &d, Mode::from_bits_retain(0o755)).unwrap();
-            let fd = rfs::openat(CWD, &d, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).unwrap();
+            let fd =
+                rfs::openat(CWD, &d, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).unwrap();
             if how == "rmdir" {
                 rfs::unlinkat(CWD, &d, AtFlags::REMOVEDIR).unwrap();
             } else {
@@ -777,7 +949,10 @@ fn removed_open_directory_stays_valid_until_closed() {
             out.push(format!("{how}: fstat {st:?} fsync {:?}", rfs::fsync(&fd)));
             let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 512];
             let mut it = rfs::RawDir::new(&fd, &mut buf);
-            out.push(format!("{how}: getdents {:?}", it.next().map(|r| r.map(|e| e.file_name().to_owned()))));
+            out.push(format!(
+                "{how}: getdents {:?}",
+                it.next().map(|r| r.map(|e| e.file_name().to_owned()))
+            ));
         }
         results.push(out);
     }

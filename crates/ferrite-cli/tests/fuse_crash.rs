@@ -75,7 +75,10 @@ fn writer(root: &Path, t: u64, cycle: u64, durable: &Mutex<Durable>, stop: &Atom
 
 /// Append 64 KiB records to one file, fsync after each.
 fn appender(root: &Path, durable: &Mutex<Durable>, stop: &AtomicBool) {
-    let Ok(f) = fs::OpenOptions::new().create(true).append(true).open(root.join("append.log")) else { return };
+    let Ok(f) = fs::OpenOptions::new().create(true).append(true).open(root.join("append.log"))
+    else {
+        return;
+    };
     let Ok(mut len) = f.metadata().map(|m| m.len()) else { return };
     while !stop.load(Ordering::Relaxed) {
         let rec = record(len);
@@ -102,19 +105,26 @@ fn check(root: &Path, d: &Durable) {
     }
     // The replaced file holds the last fsync'd version or a later complete one.
     for t in 0..2u64 {
-        let mine: Vec<u64> = d.files.iter().filter(|f| f.0 == t && f.1 == u64::MAX).map(|f| f.2).collect();
+        let mine: Vec<u64> =
+            d.files.iter().filter(|f| f.0 == t && f.1 == u64::MAX).map(|f| f.2).collect();
         if let Some(&last) = mine.last() {
             let got = fs::read(root.join(format!("w{t}/replaced"))).expect("replaced file");
             // The writer's next version is last + 3 (it replaces every third iteration).
             let ok = got == content(t, 7, last) || got == content(t, 7, last + 3);
-            assert!(ok, "w{t}/replaced is neither fsync'd version {last} nor the next complete one");
+            assert!(
+                ok,
+                "w{t}/replaced is neither fsync'd version {last} nor the next complete one"
+            );
         }
     }
     let log = fs::read(root.join("append.log")).unwrap_or_default();
     assert!(log.len() as u64 >= d.log_len, "append log shrank below its fsync'd length");
     let mut at = 0u64;
     while at < d.log_len {
-        assert!(log[at as usize..at as usize + 65_536] == record(at)[..], "append log record at {at} damaged");
+        assert!(
+            log[at as usize..at as usize + 65_536] == record(at)[..],
+            "append log record at {at} damaged"
+        );
         at += 65_536;
     }
 }

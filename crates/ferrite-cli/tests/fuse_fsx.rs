@@ -30,7 +30,14 @@ mod map {
         // its size (checked by the caller), used only in this function and unmapped
         // before returning; nothing else in this process maps the file.
         unsafe {
-            let p = mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, fd, start)?;
+            let p = mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
+                start,
+            )?;
             let s = std::slice::from_raw_parts_mut(p as *mut u8, len);
             s[(off - start) as usize..].copy_from_slice(data);
             let r = mm::msync(p, len, MsyncFlags::SYNC);
@@ -45,8 +52,10 @@ mod map {
         let mlen = (off - start) as usize + len;
         // SAFETY: as in `write`; the mapping is only read, then unmapped.
         unsafe {
-            let p = mm::mmap(std::ptr::null_mut(), mlen, ProtFlags::READ, MapFlags::SHARED, fd, start)?;
-            let v = std::slice::from_raw_parts(p as *const u8, mlen)[(off - start) as usize..].to_vec();
+            let p =
+                mm::mmap(std::ptr::null_mut(), mlen, ProtFlags::READ, MapFlags::SHARED, fd, start)?;
+            let v =
+                std::slice::from_raw_parts(p as *const u8, mlen)[(off - start) as usize..].to_vec();
             mm::munmap(p, mlen)?;
             Ok(v)
         }
@@ -54,7 +63,13 @@ mod map {
 }
 
 fn open(p: &Path) -> OwnedFd {
-    rfs::openat(CWD, p, OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC, Mode::from_bits_retain(0o644)).expect("open")
+    rfs::openat(
+        CWD,
+        p,
+        OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC,
+        Mode::from_bits_retain(0o644),
+    )
+    .expect("open")
 }
 
 fn read_all(fd: &OwnedFd, len: usize) -> Vec<u8> {
@@ -109,8 +124,13 @@ fn fsx(path: &Path, seed: u64, ops: usize) -> Result<Vec<u8>, String> {
                 let len = 1 + r.below(40_000) as usize;
                 desc = format!("read {off}+{len}");
                 let mut b = vec![0u8; len];
-                let n = rustix::io::pread(&fd, &mut b[..], off).map_err(|e| format!("{desc}: {e}"))?;
-                let want = if off >= size { &[][..] } else { &model[off as usize..(off as usize + len).min(model.len())] };
+                let n =
+                    rustix::io::pread(&fd, &mut b[..], off).map_err(|e| format!("{desc}: {e}"))?;
+                let want = if off >= size {
+                    &[][..]
+                } else {
+                    &model[off as usize..(off as usize + len).min(model.len())]
+                };
                 if &b[..n] != want {
                     return Err(format!("{desc}: {}", first_diff(&b[..n], want)));
                 }
@@ -212,12 +232,21 @@ fn fsx(path: &Path, seed: u64, ops: usize) -> Result<Vec<u8>, String> {
         }
         let st = rfs::fstat(&fd).map_err(|e| e.to_string())?;
         if st.st_size as usize != model.len() {
-            return Err(format!("after #{i} {desc}: size {} but model {}\n{}", st.st_size, model.len(), log.join("\n")));
+            return Err(format!(
+                "after #{i} {desc}: size {} but model {}\n{}",
+                st.st_size,
+                model.len(),
+                log.join("\n")
+            ));
         }
         if i % 400 == 399 {
             let all = read_all(&fd, model.len());
             if all != model {
-                return Err(format!("after #{i}: full read: {}\n{}", first_diff(&all, &model), log.join("\n")));
+                return Err(format!(
+                    "after #{i}: full read: {}\n{}",
+                    first_diff(&all, &model),
+                    log.join("\n")
+                ));
             }
         }
     }
@@ -226,8 +255,10 @@ fn fsx(path: &Path, seed: u64, ops: usize) -> Result<Vec<u8>, String> {
 
 #[test]
 fn fsx_random_io_with_mmap_matches_a_model() {
-    let ops: usize = std::env::var("FERRITE_FSX_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(4000);
-    let seed: u64 = std::env::var("FERRITE_FSX_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(20_240_601);
+    let ops: usize =
+        std::env::var("FERRITE_FSX_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(4000);
+    let seed: u64 =
+        std::env::var("FERRITE_FSX_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(20_240_601);
     let mut m = Mount::new("fsx", "256M", "");
     let paths: Vec<PathBuf> = (0..2).map(|k| m.path(&format!("fsx{k}.dat"))).collect();
     let results: Vec<Result<Vec<u8>, String>> = std::thread::scope(|s| {

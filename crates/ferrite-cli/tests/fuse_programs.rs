@@ -12,7 +12,12 @@ use std::path::Path;
 use std::process::Command;
 
 fn sh(dir: &Path, script: &str) -> String {
-    let out = run(Command::new("bash").arg("-euo").arg("pipefail").arg("-c").arg(script).current_dir(dir));
+    let out = run(Command::new("bash")
+        .arg("-euo")
+        .arg("pipefail")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -42,7 +47,18 @@ fn fio_verified_random_and_sequential_writes() {
     // Random 4 KiB writes, four jobs, then every block read back and checked.
     fio(&d, "rand4k", &["--rw=randwrite", "--bs=4k", "--size=24M", "--numjobs=4"]);
     // Random sizes at unaligned offsets, with periodic fsync.
-    fio(&d, "randmix", &["--rw=randwrite", "--bsrange=512-96k", "--bs_unaligned=1", "--size=16M", "--numjobs=3", "--fsync=8"]);
+    fio(
+        &d,
+        "randmix",
+        &[
+            "--rw=randwrite",
+            "--bsrange=512-96k",
+            "--bs_unaligned=1",
+            "--size=16M",
+            "--numjobs=3",
+            "--fsync=8",
+        ],
+    );
     // Sequential 1 MiB writes (the mount's max_write), two jobs.
     let seq = ["--rw=write", "--bs=1M", "--size=96M", "--numjobs=2"];
     fio(&d, "seq1m", &seq);
@@ -66,11 +82,20 @@ fn sqlite_inserts(m: &Mount, mode: &str) {
     sql += "CREATE TABLE t(id INTEGER PRIMARY KEY, k TEXT UNIQUE, v BLOB, n INTEGER);\n";
     for i in 0..10_000u32 {
         // One transaction per insert: each one journals and syncs.
-        writeln!(sql, "INSERT INTO t(k, v, n) VALUES('key-{i:05}', zeroblob({}), {i});", 50 + i % 700).unwrap();
+        writeln!(
+            sql,
+            "INSERT INTO t(k, v, n) VALUES('key-{i:05}', zeroblob({}), {i});",
+            50 + i % 700
+        )
+        .unwrap();
     }
     let script = m.scratch().join(format!("{mode}.sql"));
     fs::write(&script, sql).unwrap();
-    let out = run(Command::new("sqlite3").arg("-batch").arg("-bail").arg(&db).stdin(fs::File::open(&script).unwrap()));
+    let out = run(Command::new("sqlite3")
+        .arg("-batch")
+        .arg("-bail")
+        .arg(&db)
+        .stdin(fs::File::open(&script).unwrap()));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), mode.to_lowercase());
     assert_eq!(sqlite(&db, "PRAGMA integrity_check;"), "ok");
     assert_eq!(sqlite(&db, "SELECT count(*), sum(n), sum(length(v)) FROM t;"), {
@@ -93,7 +118,11 @@ fn sqlite3_wal_and_delete_journal_modes() {
         let db = m.path(&format!("{mode}.db"));
         assert_eq!(sqlite(&db, "PRAGMA integrity_check;"), "ok", "{mode} after remount");
         let left = 10_000 - 10_000 / 7;
-        assert_eq!(sqlite(&db, "SELECT count(*) FROM t;"), left.to_string(), "{mode} rows after remount");
+        assert_eq!(
+            sqlite(&db, "SELECT count(*) FROM t;"),
+            left.to_string(),
+            "{mode} rows after remount"
+        );
     }
     finish(m);
 }
@@ -115,7 +144,8 @@ fn make_tree(root: &Path, n: usize) {
             fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
         }
         if i % 97 == 0 {
-            std::os::unix::fs::symlink(format!("file{i:04}.txt"), dir.join(format!("link{i:04}"))).unwrap();
+            std::os::unix::fs::symlink(format!("file{i:04}.txt"), dir.join(format!("link{i:04}")))
+                .unwrap();
         }
     }
 }
@@ -173,16 +203,22 @@ fn tar_diff_cp_rm_of_a_source_tree() {
     // hard links, odd modes, an empty directory, a sparse file, long names.
     let extra = scratch.join("extra");
     fs::create_dir_all(extra.join("empty/dir")).unwrap();
-    sh(&extra, "printf 'x%.0s' $(seq 1 5000) > hard1 && ln hard1 hard2 && ln -s hard1 sym && \
+    sh(
+        &extra,
+        "printf 'x%.0s' $(seq 1 5000) > hard1 && ln hard1 hard2 && ln -s hard1 sym && \
                 ln -s /nonexistent/target dangling && chmod 4750 hard1 && \
                 touch -d 2001-02-03 hard2 && truncate -s 50M sparse && printf tail >> sparse && \
-                touch \"$(printf 'n%.0s' $(seq 1 200))\" && mkdir -m 1777 sticky");
+                touch \"$(printf 'n%.0s' $(seq 1 200))\" && mkdir -m 1777 sticky",
+    );
     let tarball = scratch.join("src.tar");
     let t = tarball.display();
-    sh(&ws, &format!(
-        "tar --exclude=./target --exclude=./.git -cf {t} . && tar -C {} -rf {t} --sparse extra",
-        scratch.display()
-    ));
+    sh(
+        &ws,
+        &format!(
+            "tar --exclude=./target --exclude=./.git -cf {t} . && tar -C {} -rf {t} --sparse extra",
+            scratch.display()
+        ),
+    );
     let reference = scratch.join("ref");
     fs::create_dir(&reference).unwrap();
     sh(&reference, &format!("tar -xpf {t}"));

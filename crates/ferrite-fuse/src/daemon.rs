@@ -75,7 +75,13 @@ fn plan(a: &MountArgs) -> Result<Plan, String> {
     if threads == 0 {
         return Err("--threads must be at least 1".into());
     }
-    Ok(Plan { pool: umount::absolute(&pool), mountpoint: umount::absolute(&mp), opts, create, threads })
+    Ok(Plan {
+        pool: umount::absolute(&pool),
+        mountpoint: umount::absolute(&mp),
+        opts,
+        create,
+        threads,
+    })
 }
 
 /// Where the daemon reports its start.
@@ -203,7 +209,11 @@ fn start_background(a: &MountArgs) -> i32 {
 }
 
 fn open_pool(p: &Plan) -> Result<Fs<MmapMedium>, String> {
-    let map = MapOptions { msync_each_commit: p.opts.msync, read_only: p.opts.read_only, require_dax: false };
+    let map = MapOptions {
+        msync_each_commit: p.opts.msync,
+        read_only: p.opts.read_only,
+        require_dax: false,
+    };
     if !p.pool.exists() {
         let Some(size) = p.create else {
             return Err(format!(
@@ -250,7 +260,8 @@ fn fuser_config(p: &Plan) -> Config {
     c.mount_options = mo;
     // auto_unmount goes through fusermount3, which fuser only allows with a wider ACL;
     // allow_root is the narrowest (and the same as the default when root mounts).
-    c.acl = if o.auto_unmount && o.acl == SessionACL::Owner { SessionACL::RootAndOwner } else { o.acl };
+    c.acl =
+        if o.auto_unmount && o.acl == SessionACL::Owner { SessionACL::RootAndOwner } else { o.acl };
     c.n_threads = Some(p.threads);
     c.clone_fd = p.threads > 1;
     c
@@ -334,7 +345,10 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
     }
     match std::fs::metadata(&p.mountpoint) {
         Ok(m) if m.is_dir() => {}
-        Ok(_) => return notify.fail(&format!("mount point {} is not a directory", p.mountpoint.display())),
+        Ok(_) => {
+            return notify
+                .fail(&format!("mount point {} is not a directory", p.mountpoint.display()))
+        }
         Err(e) => return notify.fail(&format!("mount point {}: {e}", p.mountpoint.display())),
     }
     let created = !p.pool.exists();

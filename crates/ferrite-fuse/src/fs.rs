@@ -286,26 +286,9 @@ impl FerriteFuse {
         }
     }
 
-    fn do_setattr(
-        &self,
-        nodeid: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-    ) -> R<FileAttr> {
+    fn do_setattr(&self, nodeid: INodeNo, ch: &SetAttr) -> R<FileAttr> {
         let n = self.node(nodeid)?;
-        let ch = SetAttr {
-            perm: mode.map(|m| m & 0o7777),
-            uid,
-            gid,
-            size,
-            atime: atime.map(set_time),
-            mtime: mtime.map(set_time),
-        };
-        let a = self.fs.setattr(n.ino, &ch).map_err(|e| self.err("setattr", e))?;
+        let a = self.fs.setattr(n.ino, ch).map_err(|e| self.err("setattr", e))?;
         Ok(file_attr(nodeid.0, &a))
     }
 
@@ -459,7 +442,15 @@ impl Filesystem for FerriteFuse {
         reply: ReplyAttr,
     ) {
         self.guard("setattr", || {
-            match self.do_setattr(ino, mode, uid, gid, size, atime, mtime) {
+            let ch = SetAttr {
+                perm: mode.map(|m| m & 0o7777),
+                uid,
+                gid,
+                size,
+                atime: atime.map(set_time),
+                mtime: mtime.map(set_time),
+            };
+            match self.do_setattr(ino, &ch) {
                 Ok(fa) => reply.attr(&TTL, &fa),
                 Err(e) => reply.error(e),
             }
@@ -468,7 +459,10 @@ impl Filesystem for FerriteFuse {
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         self.guard("readlink", || {
-            match self.ino(ino).and_then(|i| self.fs.readlink(i).map_err(|e| self.err("readlink", e))) {
+            match self
+                .ino(ino)
+                .and_then(|i| self.fs.readlink(i).map_err(|e| self.err("readlink", e)))
+            {
                 Ok(t) => reply.data(&t),
                 Err(e) => reply.error(e),
             }
@@ -559,7 +553,13 @@ impl Filesystem for FerriteFuse {
                 let (gid, _) = self.new_owner(dir, req, 0o777, false)?;
                 let a = self
                     .fs
-                    .symlink(dir, link_name.as_bytes(), target.as_os_str().as_bytes(), req.uid(), gid)
+                    .symlink(
+                        dir,
+                        link_name.as_bytes(),
+                        target.as_os_str().as_bytes(),
+                        req.uid(),
+                        gid,
+                    )
                     .map_err(|e| self.err("symlink", e))?;
                 Ok((self.remember(a)?, a))
             });
@@ -614,7 +614,8 @@ impl Filesystem for FerriteFuse {
         self.guard("link", || {
             let r = self.ino(ino).and_then(|i| {
                 let dir = self.ino(newparent)?;
-                let a = self.fs.link(i, dir, newname.as_bytes()).map_err(|e| self.err("link", e))?;
+                let a =
+                    self.fs.link(i, dir, newname.as_bytes()).map_err(|e| self.err("link", e))?;
                 Ok((self.remember(a)?, a))
             });
             match r {
@@ -722,9 +723,19 @@ impl Filesystem for FerriteFuse {
         })
     }
 
-    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         self.guard("fsync", || {
-            match self.ino(ino).and_then(|i| self.fs.fsync(i, datasync).map_err(|e| self.err("fsync", e))) {
+            match self
+                .ino(ino)
+                .and_then(|i| self.fs.fsync(i, datasync).map_err(|e| self.err("fsync", e)))
+            {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(e),
             }
@@ -827,7 +838,10 @@ impl Filesystem for FerriteFuse {
         reply: ReplyEmpty,
     ) {
         self.guard("fsyncdir", || {
-            match self.ino(ino).and_then(|i| self.fs.fsync(i, datasync).map_err(|e| self.err("fsync", e))) {
+            match self
+                .ino(ino)
+                .and_then(|i| self.fs.fsync(i, datasync).map_err(|e| self.err("fsync", e)))
+            {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(e),
             }
@@ -871,7 +885,9 @@ impl Filesystem for FerriteFuse {
                 _ => return reply.error(Errno::EINVAL),
             };
             let r = self.ino(ino).and_then(|i| {
-                self.fs.setxattr(i, name.as_bytes(), value, how).map_err(|e| self.err("setxattr", e))
+                self.fs
+                    .setxattr(i, name.as_bytes(), value, how)
+                    .map_err(|e| self.err("setxattr", e))
             });
             match r {
                 Ok(()) => reply.ok(),
@@ -882,9 +898,9 @@ impl Filesystem for FerriteFuse {
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         self.guard("getxattr", || {
-            let r = self
-                .ino(ino)
-                .and_then(|i| self.fs.getxattr(i, name.as_bytes()).map_err(|e| self.err("getxattr", e)));
+            let r = self.ino(ino).and_then(|i| {
+                self.fs.getxattr(i, name.as_bytes()).map_err(|e| self.err("getxattr", e))
+            });
             match r {
                 Ok(v) if size == 0 => reply.size(v.len() as u32),
                 Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
@@ -896,7 +912,9 @@ impl Filesystem for FerriteFuse {
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         self.guard("listxattr", || {
-            let r = self.ino(ino).and_then(|i| self.fs.listxattr(i).map_err(|e| self.err("listxattr", e)));
+            let r = self
+                .ino(ino)
+                .and_then(|i| self.fs.listxattr(i).map_err(|e| self.err("listxattr", e)));
             match r {
                 Ok(names) => {
                     let mut buf = Vec::new();
@@ -949,19 +967,24 @@ impl Filesystem for FerriteFuse {
         reply: ReplyCreate,
     ) {
         self.guard("create", || {
-            let r = self.create_file(req, parent, name, mode, flags).and_then(|(fa, a)| {
-                match self.fs.open(a.ino) {
-                    Ok(_) => Ok((fa, a, self.add_handle(a.ino))),
-                    Err(e) => {
-                        self.drop_lookups(fa.ino.0, 1);
-                        Err(self.err("open", e))
-                    }
+            let r = self.create_file(req, parent, name, mode, flags).and_then(|(fa, a)| match self
+                .fs
+                .open(a.ino)
+            {
+                Ok(_) => Ok((fa, a, self.add_handle(a.ino))),
+                Err(e) => {
+                    self.drop_lookups(fa.ino.0, 1);
+                    Err(self.err("open", e))
                 }
             });
             match r {
-                Ok((fa, a, fh)) => {
-                    reply.created(&TTL, &fa, Generation(a.generation), FileHandle(fh), self.open_flags())
-                }
+                Ok((fa, a, fh)) => reply.created(
+                    &TTL,
+                    &fa,
+                    Generation(a.generation),
+                    FileHandle(fh),
+                    self.open_flags(),
+                ),
                 Err(e) => reply.error(e),
             }
         })

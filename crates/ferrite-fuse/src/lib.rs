@@ -108,7 +108,10 @@ pub fn rewrite_mount_helper_args(
     if args.len() >= 3 {
         let first = args[1].to_string_lossy().into_owned();
         let second = args[2].to_string_lossy().into_owned();
-        if !first.starts_with('-') && !second.starts_with('-') && !is_command(&first) && first != "help"
+        if !first.starts_with('-')
+            && !second.starts_with('-')
+            && !is_command(&first)
+            && first != "help"
         {
             args.insert(1, OsString::from("mount"));
         }
@@ -148,7 +151,16 @@ mod tests {
         use clap::{Args, Command, FromArgMatches};
         let cmd = MountArgs::augment_args(Command::new("mount"));
         let m = cmd
-            .try_get_matches_from(["mount", "/p", "/m", "-f", "-o", "ro,allow_other", "--create", "1G"])
+            .try_get_matches_from([
+                "mount",
+                "/p",
+                "/m",
+                "-f",
+                "-o",
+                "ro,allow_other",
+                "--create",
+                "1G",
+            ])
             .unwrap();
         let a = MountArgs::from_arg_matches(&m).unwrap();
         assert_eq!(a.paths, vec![PathBuf::from("/p"), PathBuf::from("/m")]);

@@ -134,11 +134,16 @@ impl Mount {
         if !opts.is_empty() {
             c.arg("-o").arg(opts);
         }
-        let child = c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).spawn().expect("spawn");
+        let child =
+            c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).spawn().expect("spawn");
         self.child = Some(child);
         let mnt = self.mnt.clone();
         let up = wait_for(60, || is_mounted(&mnt) || self.child_exited());
-        assert!(up && is_mounted(&self.mnt), "foreground daemon did not mount:\n{}", self.log_text());
+        assert!(
+            up && is_mounted(&self.mnt),
+            "foreground daemon did not mount:\n{}",
+            self.log_text()
+        );
     }
 
     fn child_exited(&mut self) -> bool {
@@ -200,7 +205,10 @@ impl Mount {
             self.log_text()
         );
         assert!(!is_mounted(&self.mnt), "still mounted after ferrite umount");
-        assert!(!ferrite_fuse::umount::pool_in_use(&self.pool), "pool still held after ferrite umount");
+        assert!(
+            !ferrite_fuse::umount::pool_in_use(&self.pool),
+            "pool still held after ferrite umount"
+        );
         if self.child.is_some() {
             assert_eq!(self.wait_child(30), Some(0), "daemon exit code\n{}", self.log_text());
         }
@@ -225,7 +233,8 @@ pub fn check_pool(pool: &Path) -> (MountReport, FsckReport) {
 impl Drop for Mount {
     fn drop(&mut self) {
         if is_mounted(&self.mnt) {
-            let _ = Command::new("fusermount3").arg("-u").arg("-z").arg("-q").arg(&self.mnt).status();
+            let _ =
+                Command::new("fusermount3").arg("-u").arg("-z").arg("-q").arg(&self.mnt).status();
             if is_mounted(&self.mnt) {
                 let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
             }
