@@ -254,7 +254,7 @@ impl Config {
                 gc_pool: 128 * M,
                 mem_data: 128 * M,
                 mem_files: 20_000,
-                pool_size: 2 * G,
+                pool_size: G,
                 out: PathBuf::new(),
                 work_dir: PathBuf::new(),
                 ferrite_bin: None,

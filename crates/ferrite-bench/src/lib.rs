@@ -242,7 +242,15 @@ fn machine(cfg: &Config) -> std::collections::BTreeMap<String, String> {
         }
     }
     m.insert("preset".into(), cfg.preset.into());
+    m.insert("load average at start".into(), loadavg());
     m
+}
+
+/// /proc/loadavg's 1, 5 and 15 minute averages.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 fn method_notes(cfg: &Config) -> Vec<String> {
@@ -316,6 +324,13 @@ pub fn run(args: &BenchArgs) -> i32 {
     if cfg!(debug_assertions) {
         eprintln!("warning: debug build; numbers are not representative (use --release)");
     }
+    let busy =
+        loadavg().split_whitespace().next().and_then(|l| l.parse::<f64>().ok()).unwrap_or(0.0);
+    if busy > 0.5 {
+        eprintln!(
+            "warning: load average {busy:.1}: other work on this machine will disturb the numbers"
+        );
+    }
     let mut res = Results {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         started: report::utc_stamp(std::time::SystemTime::now()),
@@ -372,6 +387,7 @@ pub fn run(args: &BenchArgs) -> i32 {
         res.experiments.push(("wa".into(), None));
     }
     res.goals = goals::evaluate(&mut res);
+    res.machine.insert("load average at end".into(), loadavg());
     res.elapsed_secs = started.elapsed().as_secs_f64();
     let code = match write_outputs(&cfg, &mut res) {
         Ok(()) => {

@@ -303,7 +303,9 @@ impl BlockAlloc {
 /// Inode slot allocator: one bitmap and cursor per shard.
 pub struct InodeAlloc {
     geo: Geometry,
-    shards: Vec<Mutex<(Bitmap, u64)>>,
+    /// Per shard: used bitmap, next bit to try, free slots (a full shard is skipped
+    /// without scanning its bitmap).
+    shards: Vec<Mutex<(Bitmap, u64, u64)>>,
     free: AtomicU64,
 }
 
@@ -315,15 +317,17 @@ impl InodeAlloc {
         let shards = (0..geo.nshards)
             .map(|s| {
                 let mut bm = Bitmap::new(per);
+                let mut sfree = 0;
                 for local in 0..per {
                     let ino = local * geo.nshards as u64 + s as u64 + 1;
                     if used.get(ino - 1) {
                         bm.set(local);
                     } else {
-                        free += 1;
+                        sfree += 1;
                     }
                 }
-                Mutex::new((bm, 0))
+                free += sfree;
+                Mutex::new((bm, 0, sfree))
             })
             .collect();
         InodeAlloc { geo: *geo, shards, free: AtomicU64::new(free) }
@@ -340,10 +344,14 @@ impl InodeAlloc {
         for i in 0..ns {
             let s = (shard + i) % ns;
             let mut g = self.shards[s as usize].lock();
-            let (bm, cur) = &mut *g;
+            let (bm, cur, sfree) = &mut *g;
+            if *sfree == 0 {
+                continue;
+            }
             if let Some(local) = bm.first_clear_from(*cur) {
                 bm.set(local);
                 *cur = local + 1;
+                *sfree -= 1;
                 self.free.fetch_sub(1, Ordering::AcqRel);
                 return Ok(local * ns as u64 + s as u64 + 1);
             }
@@ -358,6 +366,7 @@ impl InodeAlloc {
         let mut g = self.shards[s as usize].lock();
         if !g.0.get(local) {
             g.0.set(local);
+            g.2 -= 1;
             self.free.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -369,6 +378,7 @@ impl InodeAlloc {
         let mut g = self.shards[s as usize].lock();
         assert!(g.0.get(local), "double free of inode {ino}");
         g.0.clear(local);
+        g.2 += 1;
         self.free.fetch_add(1, Ordering::AcqRel);
     }
 

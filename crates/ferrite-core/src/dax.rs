@@ -160,7 +160,9 @@ impl MmapMedium {
         &self.path
     }
 
-    /// Persistence counters of this mapping.
+    /// Persistence counters of this mapping. Flushed and non-temporal bytes of a
+    /// thread are added at its next fence on this mapping (every operation of the
+    /// file system ends with one) and when the thread exits.
     pub fn stats(&self) -> &Arc<PersistStats> {
         &self.stats
     }
@@ -288,6 +290,71 @@ impl Drop for MmapMedium {
     }
 }
 
+/// This thread's flushed and non-temporal byte counts not yet added to a medium's
+/// shared counters. A locked read-modify-write (`fetch_add`) issued right after clwb
+/// or non-temporal stores waits for them to complete, like a fence; counting every
+/// flush that way serialised each write-back. The store path therefore only adds to
+/// this thread-local tally, which is folded into the shared counters at the thread's
+/// next fence on the same medium, when it moves to another medium, and when the
+/// thread exits.
+struct Tally {
+    stats: Option<Arc<PersistStats>>,
+    flushed: u64,
+    nt: u64,
+}
+
+impl Tally {
+    fn fold(&mut self) {
+        if let Some(s) = &self.stats {
+            if self.flushed > 0 {
+                s.flushed_bytes.fetch_add(self.flushed, Ordering::Relaxed);
+            }
+            if self.nt > 0 {
+                s.nt_bytes.fetch_add(self.nt, Ordering::Relaxed);
+            }
+        }
+        self.flushed = 0;
+        self.nt = 0;
+    }
+}
+
+impl Drop for Tally {
+    fn drop(&mut self) {
+        self.fold();
+    }
+}
+
+thread_local! {
+    static TALLY: std::cell::RefCell<Tally> =
+        const { std::cell::RefCell::new(Tally { stats: None, flushed: 0, nt: 0 }) };
+}
+
+fn tally(stats: &Arc<PersistStats>, flushed: u64, nt: u64) {
+    let r = TALLY.try_with(|t| {
+        let mut t = t.borrow_mut();
+        if !t.stats.as_ref().is_some_and(|s| Arc::ptr_eq(s, stats)) {
+            t.fold();
+            t.stats = Some(stats.clone());
+        }
+        t.flushed += flushed;
+        t.nt += nt;
+    });
+    if r.is_err() {
+        // Thread-local storage is being torn down: count directly.
+        stats.flushed_bytes.fetch_add(flushed, Ordering::Relaxed);
+        stats.nt_bytes.fetch_add(nt, Ordering::Relaxed);
+    }
+}
+
+fn fold_tally(stats: &Arc<PersistStats>) {
+    let _ = TALLY.try_with(|t| {
+        let mut t = t.borrow_mut();
+        if t.stats.as_ref().is_some_and(|s| Arc::ptr_eq(s, stats)) {
+            t.fold();
+        }
+    });
+}
+
 impl Medium for MmapMedium {
     fn len(&self) -> u64 {
         self.len
@@ -333,7 +400,7 @@ impl Medium for MmapMedium {
                 pmem::flush_raw(d, src.len(), self.flush);
             }
         }
-        self.stats.nt_bytes.fetch_add(src.len() as u64, Ordering::Relaxed);
+        tally(&self.stats, 0, src.len() as u64);
         self.note_dirty(off, src.len() as u64);
     }
 
@@ -342,7 +409,7 @@ impl Medium for MmapMedium {
         self.check(off, len);
         // SAFETY: bounds checked.
         unsafe { pmem::zero_nt_raw(self.ptr.add(off as usize), len as usize, self.flush) };
-        self.stats.nt_bytes.fetch_add(len, Ordering::Relaxed);
+        tally(&self.stats, 0, len);
         self.note_dirty(off, len);
     }
 
@@ -360,13 +427,14 @@ impl Medium for MmapMedium {
         // SAFETY: bounds checked.
         unsafe { pmem::flush_raw(self.ptr.add(off as usize), len as usize, self.flush) };
         let (s, e) = pmem::line_span(off, len);
-        self.stats.flushed_bytes.fetch_add(e - s, Ordering::Relaxed);
+        tally(&self.stats, e - s, 0);
         self.note_dirty(off, len);
     }
 
     fn fence(&self) {
         pmem::sfence();
         self.stats.fences.fetch_add(1, Ordering::Relaxed);
+        fold_tally(&self.stats);
         if self.durability == Durability::MsyncEachCommit {
             let lo = self.dirty_lo.swap(u64::MAX, Ordering::AcqRel);
             let hi = self.dirty_hi.swap(0, Ordering::AcqRel);

@@ -1,0 +1,109 @@
+//! Profile one FerriteFS library operation in a loop, with `perf record` attached only
+//! while the loop runs (setup and pool pre-faulting excluded).
+//!
+//!     cargo run --release -p ferrite-bench --example profile_op -- OP [SECONDS] [PERF_OUT]
+//!
+//! OP: create | unlink | randwrite4k | append64 | append256 | seqwrite1m | randread4k.
+//! Prints operations per second; with PERF_OUT, writes a perf.data there
+//! (`perf report -i PERF_OUT --no-children`).
+#![forbid(unsafe_code)]
+
+use ferrite_core::{Fs, MapOptions, MkfsOptions, MmapMedium};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let op = args.get(1).cloned().unwrap_or_else(|| "create".into());
+    let secs: f64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(3.0);
+    let perf_out = args.get(3).cloned();
+    let pool = format!("/dev/shm/ferrite-profile-{}.pool", std::process::id());
+    let size = 2u64 << 30;
+    let m = MmapMedium::create(pool.as_ref(), size, &MapOptions::default()).expect("pool");
+    ferrite_bench::target::lib::prefault(&m);
+    let fs = Fs::mkfs(m, &MkfsOptions::default()).expect("mkfs");
+    let root = fs.root();
+    let dir = fs.mkdir(root, b"d", 0o755, 0, 0).expect("mkdir").ino;
+    let f = fs.create(root, b"f", 0o644, 0, 0).expect("create").ino;
+    let buf = vec![0x5au8; 1 << 20];
+    if op.contains("4k") || op == "seqwrite1m" {
+        for off in (0..(64u64 << 20)).step_by(1 << 20) {
+            fs.write(f, off, &buf).expect("prefill");
+        }
+    }
+    let n_unlink = 200_000u64;
+    if op == "unlink" {
+        for i in 0..n_unlink {
+            fs.create(dir, format!("u{i}").as_bytes(), 0o644, 0, 0).expect("create");
+        }
+    }
+    let perf: Option<Child> = perf_out.as_ref().map(|o| {
+        let c = Command::new("perf")
+            .args(["record", "-g", "-o", o, "-p", &std::process::id().to_string()])
+            .spawn()
+            .expect("perf");
+        std::thread::sleep(Duration::from_millis(500));
+        c
+    });
+    let t0 = Instant::now();
+    let cap = Duration::from_secs_f64(secs);
+    let mut n = 0u64;
+    let mut x = 0x9e37_79b9u64;
+    let mut rnd = |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % m
+    };
+    let mut rbuf = vec![0u8; 4096];
+    while t0.elapsed() < cap {
+        for _ in 0..64 {
+            match op.as_str() {
+                "create" => {
+                    fs.create(dir, format!("c{n}").as_bytes(), 0o644, 0, 0).expect("create");
+                }
+                "unlink" => {
+                    if n >= n_unlink {
+                        break;
+                    }
+                    fs.unlink(dir, format!("u{n}").as_bytes()).expect("unlink");
+                }
+                "randwrite4k" => {
+                    fs.write(f, rnd(16384) * 4096, &buf[..4096]).expect("write");
+                    fs.fsync(f, false).expect("fsync");
+                }
+                "randread4k" => {
+                    fs.read(f, rnd(16384) * 4096, &mut rbuf).expect("read");
+                }
+                "append64" | "append256" => {
+                    let k = if op == "append64" { 64 } else { 256 };
+                    fs.append(f, &buf[..k]).expect("append");
+                    fs.fsync(f, false).expect("fsync");
+                }
+                "seqwrite1m" => {
+                    fs.write(f, (n % 64) << 20, &buf).expect("write");
+                    fs.fsync(f, false).expect("fsync");
+                }
+                other => panic!("unknown op {other}"),
+            }
+            n += 1;
+        }
+        if op == "unlink" && n >= n_unlink {
+            break;
+        }
+    }
+    let el = t0.elapsed().as_secs_f64();
+    if let Some(mut p) = perf {
+        let _ = Command::new("kill").args(["-INT", &p.id().to_string()]).status();
+        let _ = p.wait();
+    }
+    let c = fs.medium().stats().snapshot();
+    println!(
+        "{op}: {n} ops in {el:.2} s = {:.0} ops/s ({:.2} us/op); fences so far {}",
+        n as f64 / el,
+        el / n as f64 * 1e6,
+        c.fences
+    );
+    drop(fs);
+    let _ = std::fs::remove_file(&pool);
+}
