@@ -95,9 +95,10 @@ impl Failure {
     /// The `--replay` argument that rebuilds this crash state.
     pub fn replay_spec(&self) -> String {
         let mut s = format!(
-            "workload={},seed={},fence={},subset={}",
+            "workload={},seed={},op={},fence={},subset={}",
             self.workload,
             self.seed,
+            self.op,
             self.fence,
             self.subset.spec()
         );
@@ -626,6 +627,8 @@ pub struct ReplaySpec {
     pub workload: String,
     /// Seed.
     pub seed: u64,
+    /// Operation in flight at the fence (checked when given).
+    pub op: Option<usize>,
     /// Fence number.
     pub fence: u64,
     /// Subset.
@@ -637,7 +640,7 @@ pub struct ReplaySpec {
 }
 
 impl ReplaySpec {
-    /// Parse `workload=..,seed=..,fence=..,subset=..[,rfence=..,rsubset=..][,inject=..]`.
+    /// Parse `workload=..,seed=..[,op=..],fence=..,subset=..[,rfence=..,rsubset=..][,inject=..]`.
     pub fn parse(s: &str) -> Result<ReplaySpec, String> {
         let mut kv: HashMap<&str, &str> = HashMap::new();
         for part in s.split(',').filter(|p| !p.is_empty()) {
@@ -653,7 +656,9 @@ impl ReplaySpec {
             get(k)?.parse().map_err(|_| format!("replay spec: '{k}' is not a number"))
         };
         for k in kv.keys() {
-            if !["workload", "seed", "fence", "subset", "rfence", "rsubset", "inject"].contains(k) {
+            if !["workload", "seed", "op", "fence", "subset", "rfence", "rsubset", "inject"]
+                .contains(k)
+            {
                 return Err(format!("replay spec: unknown key '{k}'"));
             }
         }
@@ -665,6 +670,7 @@ impl ReplaySpec {
         Ok(ReplaySpec {
             workload: get("workload")?.to_string(),
             seed: num("seed")?,
+            op: kv.get("op").map(|_| num("op").map(|n| n as usize)).transpose()?,
             fence: num("fence")?,
             subset: Subset::parse(get("subset")?)?,
             recovery,
@@ -695,6 +701,15 @@ pub fn replay(spec: &ReplaySpec, out: &mut dyn std::io::Write) -> Result<bool, S
     }
     let (rec, exp) =
         got.ok_or_else(|| format!("workload {} has no fence point {target}", w.name))?;
+    if let Some(op) = spec.op {
+        if op != exp.op {
+            return Err(format!(
+                "fence {target} falls in op {} ({}) in this run, not op {op}: this is not the \
+                 run that printed the reproducer (different version or seed)",
+                exp.op, exp.op_desc
+            ));
+        }
+    }
     let w_ = |out: &mut dyn std::io::Write, s: String| {
         let _ = writeln!(out, "{s}");
     };
@@ -785,6 +800,59 @@ fn report_check(out: &mut dyn std::io::Write, img: Vec<u8>, exp: &Expect) -> Res
         Err(e) => {
             let _ = writeln!(out, "FAIL: {e}");
             Ok(false)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_spec_roundtrip_and_errors() {
+        let f = Failure {
+            workload: "rename".into(),
+            seed: 3,
+            fault: Some(Fault::SkipFlush(41)),
+            op: 6,
+            op_desc: String::new(),
+            fence: 11,
+            subset: Subset::Words(vec![0x3050, 0x3090]),
+            recovery: Some((1, Subset::LineIn(0x2000))),
+            message: String::new(),
+        };
+        let s = ReplaySpec::parse(&f.replay_spec()).unwrap();
+        assert_eq!((s.workload.as_str(), s.seed, s.op, s.fence), ("rename", 3, Some(6), 11));
+        assert_eq!(s.subset, f.subset);
+        assert_eq!(s.recovery, f.recovery);
+        assert_eq!(s.fault, f.fault);
+        for bad in [
+            "workload=x,seed=1,fence=1",
+            "workload=x,seed=1,fence=1,subset=all,bogus=2",
+            "workload=x,seed=1,fence=1,subset=all,rfence=1",
+            "workload=x,seed=z,fence=1,subset=all",
+            "workload=x,seed=1,fence=1,subset=all,inject=nope",
+            "workload=x,workload=y,seed=1,fence=1,subset=all",
+        ] {
+            assert!(ReplaySpec::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn quotas_fit_the_budget() {
+        let sv: Vec<SurveyPoint> = (0..50)
+            .map(|i| SurveyPoint { fence: i, op: i as usize, words: (i % 30) as usize, lines: 3 })
+            .collect();
+        let cfg = Config::default();
+        let mut r = Rng::new(1);
+        for budget in [20u64, 60, 500, 5000, 50_000] {
+            let q = plan_quotas(&sv, budget, &cfg, &mut r);
+            let total: u64 = q.values().map(|&n| n as u64).sum();
+            assert!(total <= budget + sv.len() as u64, "budget {budget}: planned {total}");
+            if budget >= 100 {
+                assert_eq!(q.len(), sv.len(), "every fence point gets states");
+                assert!(total * 10 >= budget * 9, "budget {budget} mostly used: {total}");
+            }
         }
     }
 }

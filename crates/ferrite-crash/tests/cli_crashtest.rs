@@ -34,7 +34,8 @@ fn list_workloads_and_small_run() {
 
 #[test]
 fn replay_of_a_passing_state() {
-    let (code, out, err) = run(&["--replay", "workload=write-pages,seed=1,fence=3,subset=all"]);
+    let (code, out, err) =
+        run(&["--replay", "workload=write-pages,seed=1,op=2,fence=3,subset=all"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("PASS"), "{out}");
 }
@@ -53,6 +54,9 @@ fn bad_input_is_a_clear_error() {
     let (code, _, err) = run(&["--replay", "workload=mkfs,seed=1,fence=1,subset=words:0x3"]);
     assert_eq!(code, 2);
     assert!(err.contains("aligned"), "{err}");
+    let (code, _, err) = run(&["--replay", "workload=write-pages,seed=1,op=7,fence=3,subset=all"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not op 7"), "{err}");
     let (code, _, err) = run(&["--replay", "workload=mkfs,seed=1,fence=999999,subset=all"]);
     assert_eq!(code, 2);
     assert!(err.contains("no fence point"), "{err}");
