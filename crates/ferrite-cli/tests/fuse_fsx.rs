@@ -253,13 +253,8 @@ fn fsx(path: &Path, seed: u64, ops: usize) -> Result<Vec<u8>, String> {
     Ok(model)
 }
 
-#[test]
-fn fsx_random_io_with_mmap_matches_a_model() {
-    let ops: usize =
-        std::env::var("FERRITE_FSX_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(4000);
-    let seed: u64 =
-        std::env::var("FERRITE_FSX_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(20_240_601);
-    let mut m = Mount::new("fsx", "256M", "");
+fn fsx_on_a_mount(tag: &str, opts: &str, ops: usize, seed: u64) {
+    let mut m = Mount::new(tag, "256M", opts);
     let paths: Vec<PathBuf> = (0..2).map(|k| m.path(&format!("fsx{k}.dat"))).collect();
     let results: Vec<Result<Vec<u8>, String>> = std::thread::scope(|s| {
         let hs: Vec<_> = paths
@@ -275,7 +270,7 @@ fn fsx_random_io_with_mmap_matches_a_model() {
         .map(|(k, r)| r.unwrap_or_else(|e| panic!("fsx file {k} (seed {}): {e}", seed + k as u64)))
         .collect();
     m.umount();
-    m.mount("");
+    m.mount(opts);
     for (p, model) in paths.iter().zip(&models) {
         let got = std::fs::read(p).unwrap();
         assert!(got == *model, "{} after remount: {}", p.display(), first_diff(&got, model));
@@ -283,4 +278,22 @@ fn fsx_random_io_with_mmap_matches_a_model() {
     m.umount();
     let (_, fsck) = m.check_pool();
     assert!(fsck.is_clean(), "{:?}", fsck.errors);
+}
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+#[test]
+fn fsx_random_io_with_mmap_matches_a_model() {
+    let ops = env_or("FERRITE_FSX_OPS", 4000) as usize;
+    fsx_on_a_mount("fsx", "", ops, env_or("FERRITE_FSX_SEED", 20_240_601));
+}
+
+/// The same with the kernel's writeback cache (`-o writeback_cache`): the kernel
+/// buffers writes and sends them later, in page units, with guessed file handles.
+#[test]
+fn fsx_with_writeback_cache() {
+    let ops = env_or("FERRITE_FSX_OPS", 4000) as usize / 2;
+    fsx_on_a_mount("fsx-wb", "writeback_cache", ops, env_or("FERRITE_FSX_SEED", 20_240_601) + 100);
 }
