@@ -4,6 +4,7 @@
 
 use ferrite_crash::explore::{self, Config, FAULT_KINDS};
 use ferrite_crash::workloads;
+use std::io::Write;
 
 /// Workloads, variants and budget per variant for each fault kind.
 fn plan(kind: &str) -> (&'static str, usize, u64) {
@@ -26,8 +27,10 @@ fn every_fault_kind_is_detected() {
         let cfg = Config { states, ..Config::default() };
         let rep = explore::inject(kind, &ws, variants, &cfg).unwrap();
         let n = rep.detected();
-        eprintln!(
-            "{kind}: detected by {n} of {} variant(s) in {:.1}s",
+        // To the process's stderr, so CI logs show it even when the test passes.
+        let _ = writeln!(
+            std::io::stderr(),
+            "crash simulator: fault {kind} detected by {n} of {} variant(s) in {:.1}s",
             rep.variants.len(),
             rep.secs
         );
