@@ -39,7 +39,15 @@ fn main() {
     }
     let perf: Option<Child> = perf_out.as_ref().map(|o| {
         let c = Command::new("perf")
-            .args(["record", "--call-graph", "dwarf,16384", "-o", o, "-p", &std::process::id().to_string()])
+            .args([
+                "record",
+                "--call-graph",
+                "dwarf,16384",
+                "-o",
+                o,
+                "-p",
+                &std::process::id().to_string(),
+            ])
             .spawn()
             .expect("perf");
         std::thread::sleep(Duration::from_millis(500));

@@ -37,11 +37,55 @@ fn range(vals: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
 
 type DrawResult = Result<(), Box<dyn std::error::Error>>;
 
+/// Binary size label for 2^x bytes: 64, 4K, 1M.
+fn size_label(x: f64) -> String {
+    let r = x.round();
+    if (x - r).abs() > 1e-6 || !(0.0..=62.0).contains(&r) {
+        return String::new();
+    }
+    let b = 1u64 << r as u32;
+    if b >= 1 << 30 {
+        format!("{}G", b >> 30)
+    } else if b >= 1 << 20 {
+        format!("{}M", b >> 20)
+    } else if b >= 1 << 10 {
+        format!("{}K", b >> 10)
+    } else {
+        b.to_string()
+    }
+}
+
 fn draw_lines(p: &Plot, root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>) -> DrawResult {
-    let (x0, x1) = range(p.series.iter().flat_map(|s| s.points.iter().map(|q| q.0)), p.log_x);
-    let (y0, y1) = range(p.series.iter().flat_map(|s| s.points.iter().map(|q| q.1)), p.log_y);
+    // A logarithmic x axis is drawn as log2(x) on a linear axis with binary labels
+    // (I/O sizes read 64, 256, 1K, 4K ... as in the papers' figures).
+    let tx = |x: f64| if p.log_x { x.log2() } else { x };
+    let series: Vec<(String, Vec<(f64, f64)>)> = p
+        .series
+        .iter()
+        .map(|s| {
+            let pts = s
+                .points
+                .iter()
+                .copied()
+                .filter(|q| (!p.log_x || q.0 > 0.0) && (!p.log_y || q.1 > 0.0))
+                .map(|q| (tx(q.0), q.1))
+                .collect();
+            (s.name.clone(), pts)
+        })
+        .collect();
+    let (mut x0, mut x1) = range(series.iter().flat_map(|s| s.1.iter().map(|q| q.0)), false);
+    if p.log_x {
+        let xs: Vec<f64> = series.iter().flat_map(|s| s.1.iter().map(|q| q.0)).collect();
+        if !xs.is_empty() {
+            x0 = xs.iter().copied().fold(f64::INFINITY, f64::min).floor() - 0.5;
+            x1 = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max).ceil() + 0.5;
+        }
+    }
+    let (y0, y1) = range(series.iter().flat_map(|s| s.1.iter().map(|q| q.1)), p.log_y);
+    let nx = if p.log_x { ((x1 - x0).round() as usize + 1).max(2) } else { 10 };
     let mut cb = ChartBuilder::on(root);
     cb.caption(&p.title, ("sans-serif", 18)).margin(12).x_label_area_size(40).y_label_area_size(70);
+    let xfmt = |v: &f64| if p.log_x { size_label(*v) } else { short(*v) };
     macro_rules! body {
         ($chart:expr) => {{
             let mut chart = $chart;
@@ -49,26 +93,21 @@ fn draw_lines(p: &Plot, root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shif
                 .configure_mesh()
                 .x_desc(p.x_label.as_str())
                 .y_desc(p.y_label.as_str())
-                .x_label_formatter(&|v| short(*v))
+                .x_labels(nx)
+                .x_label_formatter(&xfmt)
                 .y_label_formatter(&|v| short(*v))
                 .draw()?;
-            for (k, s) in p.series.iter().enumerate() {
+            for (k, (name, pts)) in series.iter().enumerate() {
                 let c = COLORS[k % COLORS.len()];
-                let pts: Vec<(f64, f64)> = s
-                    .points
-                    .iter()
-                    .copied()
-                    .filter(|q| (!p.log_x || q.0 > 0.0) && (!p.log_y || q.1 > 0.0))
-                    .collect();
                 chart
                     .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))?
-                    .label(s.name.as_str())
+                    .label(name.as_str())
                     .legend(move |(x, y)| {
                         PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
                     });
                 chart.draw_series(pts.iter().map(|&q| Circle::new(q, 3, c.filled())))?;
             }
-            if !p.series.is_empty() {
+            if !series.is_empty() {
                 chart
                     .configure_series_labels()
                     .background_style(WHITE.mix(0.85))
@@ -78,11 +117,10 @@ fn draw_lines(p: &Plot, root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shif
             }
         }};
     }
-    match (p.log_x, p.log_y) {
-        (true, true) => body!(cb.build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())?),
-        (true, false) => body!(cb.build_cartesian_2d((x0..x1).log_scale(), y0..y1)?),
-        (false, true) => body!(cb.build_cartesian_2d(x0..x1, (y0..y1).log_scale())?),
-        (false, false) => body!(cb.build_cartesian_2d(x0..x1, y0..y1)?),
+    if p.log_y {
+        body!(cb.build_cartesian_2d(x0..x1, (y0..y1).log_scale())?)
+    } else {
+        body!(cb.build_cartesian_2d(x0..x1, y0..y1)?)
     }
     Ok(())
 }
@@ -148,19 +186,34 @@ fn draw_bars(p: &Plot, root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift
     Ok(())
 }
 
-/// Compact axis numbers: 1.5k, 20M, 0.25.
+/// Compact axis numbers with at most three significant digits: 1.5k, 20M, 0.25, 2.
 pub fn short(v: f64) -> String {
+    fn trim(x: f64) -> String {
+        let d = if x.abs() >= 100.0 {
+            0
+        } else if x.abs() >= 10.0 {
+            1
+        } else {
+            2
+        };
+        let s = format!("{x:.d$}");
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    }
     let a = v.abs();
     if a >= 1e9 {
-        format!("{:.3}G", v / 1e9).trim_end_matches('0').trim_end_matches('.').to_string()
+        format!("{}G", trim(v / 1e9))
     } else if a >= 1e6 {
-        format!("{:.3}M", v / 1e6).replace(".000M", "M")
+        format!("{}M", trim(v / 1e6))
     } else if a >= 1e3 {
-        format!("{:.3}k", v / 1e3).replace(".000k", "k")
-    } else if a >= 1.0 || a == 0.0 {
-        format!("{v:.0}")
+        format!("{}k", trim(v / 1e3))
+    } else if a >= 0.01 || a == 0.0 {
+        trim(v)
     } else {
-        format!("{v:.3}")
+        format!("{v:.1e}")
     }
 }
 
@@ -218,8 +271,17 @@ mod tests {
             assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
             assert!(s.contains("<text"));
         }
-        assert_eq!(short(1500.0), "1.500k");
+        assert_eq!(short(1500.0), "1.5k");
+        assert_eq!(short(1800.0), "1.8k");
         assert_eq!(short(2e6), "2M");
-        assert_eq!(short(0.25), "0.250");
+        assert_eq!(short(0.25), "0.25");
+        assert_eq!(short(0.5), "0.5");
+        assert_eq!(short(1.5), "1.5");
+        assert_eq!(short(64.0), "64");
+        assert_eq!(short(262144.0), "262k");
+        assert_eq!(size_label(6.0), "64");
+        assert_eq!(size_label(12.0), "4K");
+        assert_eq!(size_label(20.0), "1M");
+        assert_eq!(size_label(7.5), "");
     }
 }
