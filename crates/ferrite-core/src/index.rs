@@ -389,14 +389,21 @@ impl InodeState {
     /// Apply one committed entry at `loc`. Blocks no longer referenced go to `freed`.
     pub fn apply(&mut self, loc: u64, e: &Entry, freed: &mut Freed) {
         match e {
-            Entry::SetAttr(a) => {
+            Entry::SetAttr(a, shrink) => {
                 if let Some(old) = self.setattr_loc.replace(loc) {
                     self.dec(old, 1);
                 }
                 self.inc(loc, 1);
-                if a.size < self.attr.size && self.ftype != FileType::Directory {
+                // The cut and the pin follow the entry's flag, not only the size seen
+                // now: a replay may lack the pages (freed by fast GC) of the entries
+                // that had made the file longer, yet older entries still in the log
+                // (e.g. blocks fallocated past EOF) must be cut as DRAM cut them, and
+                // the entry pinned as DRAM pinned it.
+                if (*shrink || a.size < self.attr.size) && self.ftype != FileType::Directory {
                     self.truncate_to(a.size, freed);
-                    self.inc(loc, 1); // pinned
+                }
+                if *shrink {
+                    self.inc(loc, 1);
                 }
                 self.attr = *a;
             }
@@ -621,7 +628,7 @@ mod tests {
         assert_eq!(s.refs[&p1], 2);
         let a = AttrRec { size: 100, ..Default::default() };
         s.attr.size = 8192;
-        s.apply(p1 + 128, &Entry::SetAttr(a), &mut freed);
+        s.apply(p1 + 128, &Entry::SetAttr(a, true), &mut freed);
         assert_eq!(freed, vec![(8, 1), (9, 1)]);
         // page 0 run (1 ref) + setattr (1) + pinned shrink (1)
         assert_eq!(s.refs[&p1], 3);

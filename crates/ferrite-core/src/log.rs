@@ -94,8 +94,9 @@ pub struct AttrRec {
 /// A decoded log entry. Variable parts are referenced by offset into the entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Entry {
-    /// Attribute snapshot.
-    SetAttr(AttrRec),
+    /// Attribute snapshot, and whether it carries `FLAG_SHRINK` (it shrank the file
+    /// when committed, so it stays pinned until thorough GC).
+    SetAttr(AttrRec, bool),
     /// Pages `[pgoff, pgoff + npages)` now live in blocks `[block, block + npages)`.
     Write {
         /// First file page.
@@ -367,17 +368,20 @@ fn decode_body(t: u8, b: &[u8]) -> Result<Entry> {
             let (size, parent) = (r.u64(), r.u64());
             let (a, m, c) = (r.i64(), r.i64(), r.i64());
             let (an, mn, cn) = (r.u32(), r.u32(), r.u32());
-            Entry::SetAttr(AttrRec {
-                mode,
-                uid,
-                gid,
-                nlink,
-                size,
-                parent,
-                atime: Ts { sec: a, nsec: an },
-                mtime: Ts { sec: m, nsec: mn },
-                ctime: Ts { sec: c, nsec: cn },
-            })
+            Entry::SetAttr(
+                AttrRec {
+                    mode,
+                    uid,
+                    gid,
+                    nlink,
+                    size,
+                    parent,
+                    atime: Ts { sec: a, nsec: an },
+                    mtime: Ts { sec: m, nsec: mn },
+                    ctime: Ts { sec: c, nsec: cn },
+                },
+                b[5] & FLAG_SHRINK != 0,
+            )
         }
         etype::WRITE if len == WRITE_LEN => {
             let pgoff = r.u64();

@@ -324,8 +324,12 @@ impl Model {
         let mut parts: Vec<Vec<u8>> = Vec::new();
         let mut cur = dir;
         while cur != ROOT {
-            let parent = self.nodes.get(&cur)?.parent;
-            let name = self.nodes[&parent].dir()?.iter().find(|(_, &c)| c == cur)?.0.clone();
+            let n = self.nodes.get(&cur)?;
+            if !n.is_dir() {
+                return None; // only directories have a parent pointer
+            }
+            let parent = n.parent;
+            let name = self.nodes.get(&parent)?.dir()?.iter().find(|(_, &c)| c == cur)?.0.clone();
             parts.push(name);
             cur = parent;
         }
