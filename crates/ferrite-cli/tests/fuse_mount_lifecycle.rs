@@ -109,6 +109,23 @@ fn sigterm_with_a_busy_mount_detaches_lazily() {
     assert!(m.check_pool().0.clean);
 }
 
+/// A second signal does not wait for busy files: it aborts the connection (fusectl) or
+/// exits without a checkpoint; either way the pool is consistent afterwards.
+#[test]
+fn second_signal_ends_a_busy_mount() {
+    let mut m = Mount::foreground("twosignals", "64M", "");
+    let f = fs::File::create(m.path("held")).unwrap();
+    m.signal(rustix::process::Signal::TERM);
+    assert!(wait_for(10, || !is_mounted(&m.mnt)), "first signal: lazy detach");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    m.signal(rustix::process::Signal::TERM);
+    let code = m.wait_child(30);
+    assert!(matches!(code, Some(0) | Some(1) | Some(130)), "exit {code:?}\n{}", m.log_text());
+    drop(f);
+    let (_, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "{:?}", fsck.errors);
+}
+
 #[test]
 fn fusermount3_u_unmounts_cleanly() {
     let m = Mount::new("fusermount", "64M", "");

@@ -137,13 +137,11 @@ impl Mount {
         let child =
             c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).spawn().expect("spawn");
         self.child = Some(child);
+        // A dead mount left by a killed daemon is listed too, but does not answer.
         let mnt = self.mnt.clone();
-        let up = wait_for(60, || is_mounted(&mnt) || self.child_exited());
-        assert!(
-            up && is_mounted(&self.mnt),
-            "foreground daemon did not mount:\n{}",
-            self.log_text()
-        );
+        let live = |p: &Path| is_mounted(p) && std::fs::metadata(p).is_ok();
+        let up = wait_for(60, || live(&mnt) || self.child_exited());
+        assert!(up && live(&self.mnt), "foreground daemon did not mount:\n{}", self.log_text());
     }
 
     fn child_exited(&mut self) -> bool {
