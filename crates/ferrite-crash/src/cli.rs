@@ -14,7 +14,8 @@ use std::time::Instant;
 /// Arguments of `ferrite crashtest`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct CrashArgs {
-    /// Workload name, a comma-separated list, or "all".
+    /// Workload name, a comma-separated list, or "all"; `random:SEED:OPS[:POOL_KIB]`
+    /// names a generated workload (see --list-workloads).
     #[arg(long, default_value = "all")]
     pub workload: String,
     /// Seed of random workloads and of crash-state sampling.
@@ -76,7 +77,7 @@ fn config(a: &CrashArgs) -> Config {
         ..Config::default()
     };
     if a.threads > 0 {
-        c.threads = a.threads;
+        c.threads = a.threads.min(64);
     }
     c
 }
@@ -202,6 +203,10 @@ fn print_summary(rep: &SuiteReport) {
 }
 
 fn run_inject(a: &CrashArgs, kind: &str) -> i32 {
+    if a.variants == 0 {
+        eprintln!("crashtest: --variants must be at least 1");
+        return 2;
+    }
     if !FAULT_KINDS.contains(&kind) {
         eprintln!("crashtest: unknown fault '{kind}' (known: {})", FAULT_KINDS.join(", "));
         return 2;

@@ -339,6 +339,16 @@ pub fn drive(
             }
         }
         sync_from_live(&mut model, &fs).map_err(|e| fail(k, format!("op {k} ({op}): {e}")))?;
+        // Times are copied from the file system, except those the operation set
+        // explicitly: those the model knows.
+        if let (Op::Utimens { path, atime, mtime }, Ok(())) = (op, &live) {
+            let id =
+                model.lookup(path).map_err(|e| fail(k, format!("utimens target: errno {e}")))?;
+            let got = model.nodes[&id].times.expect("synced");
+            if atime.is_some_and(|t| t != got[0]) || mtime.is_some_and(|t| t != got[1]) {
+                return Err(fail(k, format!("op {k} ({op}): times are {got:?}")));
+            }
+        }
         let sk = Arc::new(model.canon(true));
         let live_c = live_canon(&fs, true).map_err(|e| fail(k, format!("op {k} ({op}): {e}")))?;
         if let Some(d) = sk.diff(&live_c) {

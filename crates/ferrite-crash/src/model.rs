@@ -290,20 +290,47 @@ impl Model {
         self.nodes.get_mut(&id).expect("model node")
     }
 
-    /// Resolve a path without following symlinks (the workloads never route a path
-    /// through a symlink).
-    pub fn lookup(&self, path: &str) -> R<u64> {
-        let mut cur = ROOT;
-        for c in path.split('/').filter(|c| !c.is_empty()) {
+    /// Resolve a path, following symlinks in the middle (and at the end when
+    /// `follow`), as `Fs::resolve` does: relative targets from the symlink's directory,
+    /// "." and "..", ELOOP after 40 symlinks.
+    pub fn resolve(&self, path: &str, follow: bool) -> R<u64> {
+        let mut budget = 40;
+        self.resolve_from(ROOT, path.as_bytes(), follow, &mut budget)
+    }
+
+    fn resolve_from(&self, start: u64, path: &[u8], follow: bool, budget: &mut usize) -> R<u64> {
+        let mut cur = if path.first() == Some(&b'/') { ROOT } else { start };
+        let comps: Vec<&[u8]> = path.split(|&c| c == b'/').filter(|c| !c.is_empty()).collect();
+        for (k, c) in comps.iter().enumerate() {
+            let last = k + 1 == comps.len();
             let e = self.node(cur).entries().ok_or(ENOTDIR)?;
-            cur = *e.get(c.as_bytes()).ok_or(ENOENT)?;
+            let next = match *c {
+                b"." => cur,
+                b".." => self.node(cur).parent,
+                name => *e.get(name).ok_or(ENOENT)?,
+            };
+            match &self.node(next).kind {
+                MKind::Symlink(t) if !last || follow => {
+                    if *budget == 0 {
+                        return Err(libc::ELOOP);
+                    }
+                    *budget -= 1;
+                    cur = self.resolve_from(cur, t, true, budget)?;
+                }
+                _ => cur = next,
+            }
         }
         Ok(cur)
     }
 
-    /// Resolve a directory path.
+    /// Resolve a path without following a final symlink.
+    pub fn lookup(&self, path: &str) -> R<u64> {
+        self.resolve(path, false)
+    }
+
+    /// Resolve a parent directory path (following symlinks): ENOTDIR if it is not one.
     fn dir(&self, path: &str) -> R<u64> {
-        let id = self.lookup(path)?;
+        let id = self.resolve(path, true)?;
         if self.node(id).is_dir() {
             Ok(id)
         } else {
@@ -539,8 +566,13 @@ impl Model {
     fn rename(&mut self, from: &str, to: &str, kind: RenameKind) -> R<()> {
         let (sp_path, sname) = split_path(from);
         let (dp_path, dname) = split_path(to);
-        let sp = self.dir(sp_path)?;
-        let dp = self.dir(dp_path)?;
+        // Both parents are resolved before either is checked (the executor resolves
+        // the paths, then rename checks the inodes).
+        let sp = self.resolve(sp_path, true)?;
+        let dp = self.resolve(dp_path, true)?;
+        if !self.node(sp).is_dir() || !self.node(dp).is_dir() {
+            return Err(ENOTDIR);
+        }
         let s = self.child(sp, sname).ok_or(ENOENT)?;
         let d = self.child(dp, dname);
         if kind == RenameKind::NoReplace && d.is_some() {
@@ -862,6 +894,23 @@ mod tests {
         let c = m.canon(false);
         assert_eq!(c.nodes.iter().find(|n| n.path == b"/a/f").unwrap().nlink, 2);
         assert!(c.nodes.iter().any(|n| n.path == b"/g"));
+    }
+
+    #[test]
+    fn paths_follow_symlinks_like_the_file_system() {
+        let mut m = Model::new();
+        m.apply(&Op::Mkdir { path: p("/d"), perm: 0o755 }).unwrap();
+        m.apply(&Op::Symlink { path: p("/d/up"), target: p("..") }).unwrap();
+        m.apply(&Op::Symlink { path: p("/s"), target: p("d") }).unwrap();
+        m.apply(&Op::Symlink { path: p("/loop"), target: p("loop") }).unwrap();
+        m.apply(&Op::Symlink { path: p("/gone"), target: p("nowhere") }).unwrap();
+        m.apply(&Op::Create { path: p("/s/f"), perm: 0o644 }).unwrap();
+        assert_eq!(m.resolve("/d/up/d/f", true), m.resolve("/d/f", true));
+        assert_eq!(m.resolve("/s", false).unwrap(), m.lookup("/s").unwrap());
+        assert_ne!(m.resolve("/s", true).unwrap(), m.lookup("/s").unwrap());
+        assert_eq!(m.apply(&Op::Create { path: p("/loop/x"), perm: 0o644 }), Err(libc::ELOOP));
+        assert_eq!(m.apply(&Op::Create { path: p("/gone/x"), perm: 0o644 }), Err(ENOENT));
+        assert_eq!(m.apply(&Op::Create { path: p("/d/f/x"), perm: 0o644 }), Err(ENOTDIR));
     }
 
     #[test]
