@@ -18,6 +18,14 @@ fn main() {
     let secs: f64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(3.0);
     let perf_out = args.get(3).cloned();
     let pool = format!("/dev/shm/ferrite-profile-{}.pool", std::process::id());
+    // Removes the pool also when an operation fails and the example panics.
+    struct Rm(String);
+    impl Drop for Rm {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _rm = Rm(pool.clone());
     let size = 2u64 << 30;
     let m = MmapMedium::create(pool.as_ref(), size, &MapOptions::default()).expect("pool");
     ferrite_bench::target::lib::prefault(&m);
@@ -113,5 +121,4 @@ fn main() {
         c.fences
     );
     drop(fs);
-    let _ = std::fs::remove_file(&pool);
 }

@@ -283,6 +283,45 @@ fn method_notes(cfg: &Config) -> Vec<String> {
     ]
 }
 
+/// Remove what an interrupted earlier run left in /dev/shm: its mounts (ext4 loop,
+/// FUSE) and its scratch directory, when the process that made them is gone.
+fn cleanup_stale_runs() {
+    let Ok(entries) = std::fs::read_dir("/dev/shm") else { return };
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(pid) = name.strip_prefix("ferrite-bench-").and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let dir = e.path();
+        let d = dir.to_string_lossy().to_string();
+        let mut stuck = false;
+        for m in mounts.lines().filter_map(|l| l.split(' ').nth(1)) {
+            if m.starts_with(&format!("{d}/")) {
+                let ok = std::process::Command::new("umount")
+                    .args(["-l", m])
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+                    || std::process::Command::new("fusermount3")
+                        .args(["-u", "-z", m])
+                        .stderr(std::process::Stdio::null())
+                        .status()
+                        .is_ok_and(|s| s.success());
+                stuck |= !ok;
+            }
+        }
+        if !stuck {
+            eprintln!("removing {d} left by an interrupted run (pid {pid})");
+            cleanup_work_dir(&dir);
+        }
+    }
+}
+
 fn cleanup_work_dir(dir: &Path) {
     let Ok(s) = std::fs::read_to_string("/proc/mounts") else { return };
     let d = dir.to_string_lossy();
@@ -307,6 +346,7 @@ pub fn run(args: &BenchArgs) -> i32 {
         }
     };
     let started = Instant::now();
+    cleanup_stale_runs();
     if let Err(e) = std::fs::create_dir_all(cfg.out.join("plots")) {
         eprintln!("ferrite bench: {}: {e}", cfg.out.display());
         return 2;
