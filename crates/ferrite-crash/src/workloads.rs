@@ -394,6 +394,15 @@ pub fn suite(seed: u64) -> Vec<Workload> {
             generate(seed_i, 60, GenConfig::default()),
         ));
     }
+    let seed_s = seed.wrapping_add(100);
+    let mut small = w(
+        "random-small",
+        &format!("150 generated operations in a 256 KiB pool: ENOSPC anywhere (seed {seed_s})"),
+        256 * KB,
+        generate(seed_s, 150, GenConfig::default()),
+    );
+    small.nospc = true;
+    v.push(small);
     v
 }
 
