@@ -776,6 +776,35 @@ fn random_syscall_sequences_match_tmpfs() {
         failures.join("\n\n")
     );
     m.umount();
+    for kind in [
+        "lookup",
+        "getattr",
+        "setattr",
+        "readlink",
+        "mkdir",
+        "unlink",
+        "rmdir",
+        "symlink",
+        "rename",
+        "link",
+        "open",
+        "create",
+        "read",
+        "write",
+        "release",
+        "fsync",
+        "opendir",
+        "readdirplus",
+        "releasedir",
+        "setxattr",
+        "getxattr",
+        "listxattr",
+        "removexattr",
+        "fallocate",
+        "copy_file_range",
+    ] {
+        assert!(m.served(kind) > 0, "no {kind} request reached the daemon\n{}", m.log_text());
+    }
     let (_, fsck) = m.check_pool();
     assert!(fsck.is_clean(), "fsck after the sequences: {:?}", fsck.errors);
 }

@@ -270,6 +270,9 @@ fn fsx_on_a_mount(tag: &str, opts: &str, ops: usize, seed: u64) {
         .map(|(k, r)| r.unwrap_or_else(|e| panic!("fsx file {k} (seed {}): {e}", seed + k as u64)))
         .collect();
     m.umount();
+    for kind in ["read", "write", "setattr", "fallocate", "copy_file_range", "fsync", "release"] {
+        assert!(m.served(kind) > 0, "no {kind} request reached the daemon\n{}", m.log_text());
+    }
     m.mount(opts);
     for (p, model) in paths.iter().zip(&models) {
         let got = std::fs::read(p).unwrap();

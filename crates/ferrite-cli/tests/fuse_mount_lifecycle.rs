@@ -288,6 +288,9 @@ fn lookup_counts_survive_cache_eviction() {
         statfs_free(&m.mnt)
     );
     m.umount();
+    // The kernel did use readdirplus and did forget what it had looked up.
+    assert!(m.served("readdirplus") > 0, "{}", m.log_text());
+    assert!(m.served("forget") >= 600, "{}", m.log_text());
     let (report, fsck) = m.check_pool();
     assert!(report.clean && fsck.is_clean(), "{:?}", fsck.errors);
 }

@@ -391,6 +391,7 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
     if let Err(e) = &res {
         eprintln!("ferrite: session ended with an error: {e}");
     }
+    eprintln!("ferrite: requests served: {}", health.summary());
     let code = close_pool(fs, &health, &p.mountpoint);
     if res.is_err() {
         1

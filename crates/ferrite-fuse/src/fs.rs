@@ -52,13 +52,72 @@ pub struct FuseConfig {
     pub direct_io: bool,
 }
 
-/// Counters shared with the daemon (how the session ended, what is still held).
-#[derive(Default, Debug)]
+/// The request kinds counted by [`Health`], in report order.
+pub const OPS: &[&str] = &[
+    "lookup",
+    "forget",
+    "getattr",
+    "setattr",
+    "readlink",
+    "mknod",
+    "mkdir",
+    "unlink",
+    "rmdir",
+    "symlink",
+    "rename",
+    "link",
+    "open",
+    "read",
+    "write",
+    "flush",
+    "release",
+    "fsync",
+    "opendir",
+    "readdir",
+    "readdirplus",
+    "releasedir",
+    "fsyncdir",
+    "statfs",
+    "setxattr",
+    "getxattr",
+    "listxattr",
+    "removexattr",
+    "access",
+    "create",
+    "fallocate",
+    "copy_file_range",
+];
+
+/// Counters shared with the daemon: how the session ended and what it served.
+#[derive(Debug)]
 pub struct Health {
     /// A handler panicked: do not write the clean-unmount checkpoint.
     pub poisoned: AtomicBool,
-    /// Requests answered.
-    pub requests: AtomicU64,
+    /// Requests served, per kind (indexed like [`OPS`]).
+    pub counts: Vec<AtomicU64>,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            poisoned: AtomicBool::new(false),
+            counts: OPS.iter().map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+impl Health {
+    /// "kind=count" for every kind served at least once.
+    pub fn summary(&self) -> String {
+        OPS.iter()
+            .zip(&self.counts)
+            .filter_map(|(name, c)| {
+                let n = c.load(Ordering::Relaxed);
+                (n > 0).then(|| format!("{name}={n}"))
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
 }
 
 /// A FerriteFS pool served over FUSE.
@@ -152,7 +211,10 @@ impl FerriteFuse {
     /// Run a handler, turning a panic into EIO (the reply, dropped unsent, says EIO)
     /// and marking the session poisoned.
     fn guard(&self, what: &str, f: impl FnOnce()) {
-        self.health.requests.fetch_add(1, Ordering::Relaxed);
+        debug_assert!(OPS.contains(&what), "{what} is not counted");
+        if let Some(i) = OPS.iter().position(|o| *o == what) {
+            self.health.counts[i].fetch_add(1, Ordering::Relaxed);
+        }
         if catch_unwind(AssertUnwindSafe(f)).is_err() {
             self.health.poisoned.store(true, Ordering::SeqCst);
             eprintln!("ferrite: internal error (panic) in {what}; answered EIO, pool will be recovered at next mount");

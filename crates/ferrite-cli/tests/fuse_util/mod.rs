@@ -193,6 +193,16 @@ impl Mount {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// How many requests of `kind` the last daemon served (from its final log line).
+    pub fn served(&self, kind: &str) -> u64 {
+        let log = self.log_text();
+        let line = log.lines().rev().find(|l| l.contains("requests served:")).unwrap_or("");
+        line.split_whitespace()
+            .filter_map(|w| w.split_once('='))
+            .find(|(k, _)| *k == kind)
+            .map_or(0, |(_, v)| v.parse().unwrap_or(0))
+    }
+
     /// `ferrite umount`: must succeed, and the daemon must have released the pool.
     pub fn umount(&mut self) {
         let out = Command::new(ferrite()).arg("umount").arg(&self.mnt).output().expect("umount");
