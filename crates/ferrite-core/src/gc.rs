@@ -27,14 +27,26 @@ impl<M: Medium> Fs<M> {
         if !st.dead.is_empty() {
             self.fast_gc(inode, st);
         }
-        if grew && st.log.pages.len() >= st.gc_check_at {
+        // With free space low, logs are compacted as soon as they hold an eighth
+        // more than their live state needs (instead of twice as much): partly dead
+        // log pages must not eat the last free blocks of a nearly full pool.
+        let low = grew && self.low_space();
+        if grew && (st.log.pages.len() >= st.gc_check_at || low) {
             let need = snapshot_pages(&self.m, st);
-            if st.log.pages.len() > 2 * need + 1 && self.thorough_gc(inode, st).is_ok() {
+            let bound = if low { need + need / 8 + 1 } else { 2 * need + 1 };
+            if st.log.pages.len() > bound && self.thorough_gc(inode, st).is_ok() {
                 st.gc_check_at = (st.log.pages.len() * 2).max(4);
             } else {
                 st.gc_check_at = st.log.pages.len() + (st.log.pages.len() / 2).max(2);
             }
         }
+    }
+
+    /// Is the pool short of free blocks (under 1/16 of its data blocks, or four
+    /// times the reserve)? Writes and GC then favour space over speed.
+    pub(crate) fn low_space(&self) -> bool {
+        let data_blocks = self.geo.nblocks - self.geo.data_start;
+        self.balloc.free_blocks() < (data_blocks / 16).max(4 * self.balloc.reserve())
     }
 
     /// Unlink and free the dead pages of `st`'s log.

@@ -214,6 +214,11 @@ impl<M: Medium> Fs<M> {
     /// Plan, copy and commit a write; the caller holds the range lock.
     fn write_locked_range(&self, i: &Inode, off: u64, data: &[u8]) -> Result<()> {
         let end = off + data.len() as u64;
+        // Embedded writes keep up to PAGE_INLINE_BYTES per page in the log; when free
+        // space runs low, a sub-page write to a page that already has content is
+        // merged into a copy-on-write page instead (net zero blocks, and the page's
+        // overlays die), so log overhead cannot eat the last free blocks.
+        let low_space = self.low_space();
         let pieces = {
             let st = i.st.read();
             let mut pieces = Vec::new();
@@ -228,7 +233,12 @@ impl<M: Medium> Fs<M> {
                     pieces.push(Piece::Full { pg, src });
                 } else {
                     let (nops, bytes) = st.page_ops(pg);
-                    if len <= INLINE_MAX && nops < MAX_PAGE_OPS && bytes + len <= PAGE_INLINE_BYTES
+                    let has_content =
+                        nops > 0 || st.file().is_some_and(|f| f.lookup(pg).is_some());
+                    if len <= INLINE_MAX
+                        && nops < MAX_PAGE_OPS
+                        && bytes + len <= PAGE_INLINE_BYTES
+                        && !(low_space && has_content)
                     {
                         pieces.push(Piece::Inline { off: pos, src, len });
                     } else {
