@@ -60,7 +60,7 @@ enum Cmd {
     Umount(ferrite_fuse::UmountArgs),
     /// Benchmark FerriteFS against tmpfs, ext4, its FUSE mount and the hardware limit;
     /// see docs/BENCHMARKS.md.
-    Bench(ferrite_bench::BenchArgs),
+    Bench(Box<ferrite_bench::BenchArgs>),
     /// Crash-consistency simulator: crash states at every fence, recovered and checked
     /// against a model; fault injection; real process kills. See docs/CRASH-SIMULATOR.md.
     Crashtest(ferrite_crash::CrashArgs),
