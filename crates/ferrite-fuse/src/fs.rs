@@ -6,7 +6,9 @@
 //!   or time (link, rename, chmod, truncate and writes all go through here).
 //! - Durability is the core's: a reply is sent only after the core operation returned,
 //!   and every core operation is durable when it returns. `flush` and `fsync` have
-//!   nothing left to write (fsync still fences, for DAX mappings).
+//!   nothing left to write: they answer ENOSYS, which the kernel treats as success
+//!   and remembers, so later calls cost no round trip (the kernel still writes back
+//!   its own dirty pages before, in writeback-cache mode and for mmap).
 //! - Lookup counts follow [`crate::nodes`]: one core `open` pin per counted lookup and
 //!   one per open file or directory handle; `forget`, `release` and `releasedir` drop
 //!   them, so an unlinked file or removed directory stays usable while the kernel or a
@@ -759,8 +761,10 @@ impl Filesystem for FerriteFuse {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Every write is durable when it returned: nothing to flush.
-        self.guard("flush", || reply.ok())
+        // Every write is durable when it returned: nothing to flush. ENOSYS tells the
+        // kernel so; it counts as success and the kernel stops sending FLUSH (it still
+        // writes back its own dirty pages first, in writeback-cache mode).
+        self.guard("flush", || reply.error(Errno::ENOSYS))
     }
 
     fn release(
@@ -798,7 +802,10 @@ impl Filesystem for FerriteFuse {
                 .ino(ino)
                 .and_then(|i| self.fs.fsync(i, datasync).map_err(|e| self.err("fsync", e)))
             {
-                Ok(()) => reply.ok(),
+                // Durable already (and fenced just now): ENOSYS counts as success and
+                // the kernel stops sending FSYNC, after writing back its own dirty
+                // pages each time (the same as the reply would have been).
+                Ok(()) => reply.error(Errno::ENOSYS),
                 Err(e) => reply.error(e),
             }
         })
@@ -904,7 +911,8 @@ impl Filesystem for FerriteFuse {
                 .ino(ino)
                 .and_then(|i| self.fs.fsync(i, datasync).map_err(|e| self.err("fsync", e)))
             {
-                Ok(()) => reply.ok(),
+                // As for fsync: durable already; the kernel stops sending FSYNCDIR.
+                Ok(()) => reply.error(Errno::ENOSYS),
                 Err(e) => reply.error(e),
             }
         })
