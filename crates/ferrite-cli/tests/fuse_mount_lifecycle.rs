@@ -319,3 +319,25 @@ fn readdir_of_a_large_directory_is_complete() {
     assert_eq!(fs::metadata(&d).unwrap().nlink(), 2);
     m.umount();
 }
+
+#[test]
+fn full_pool_says_enospc_and_recovers_space() {
+    let mut m = Mount::new("full", "16M", "");
+    let mut f = fs::File::create(m.path("fill")).unwrap();
+    let chunk = vec![0xa5u8; 1 << 20];
+    let err = loop {
+        if let Err(e) = f.write_all(&chunk) {
+            break e;
+        }
+    };
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    drop(f);
+    let len = fs::metadata(m.path("fill")).unwrap().len();
+    assert!(len > 8 << 20, "only {len} bytes fit in a 16 MiB pool");
+    fs::remove_file(m.path("fill")).unwrap();
+    assert!(wait_for(10, || statfs_free(&m.mnt) > 12 << 20), "space not returned");
+    fs::write(m.path("after"), vec![1u8; 4 << 20]).unwrap();
+    m.umount();
+    let (report, fsck) = m.check_pool();
+    assert!(report.clean && fsck.is_clean(), "{:?}", fsck.errors);
+}
