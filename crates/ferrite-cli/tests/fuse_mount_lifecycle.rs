@@ -155,29 +155,47 @@ fn mount_helper_forms() {
     fs::write(m.path("via-mount8"), b"1").unwrap();
     run(Command::new("umount").arg(&m.mnt));
     assert!(wait_for(30, || !ferrite_fuse::umount::pool_in_use(&m.pool)));
-    // `-t fuse.ferrite`: mount.fuse3 runs `ferrite` from PATH (mount(8) itself only
-    // finds it when installed, e.g. in /usr/local/bin; call the helper directly then).
-    let dir = std::path::Path::new(fuse_util::ferrite()).parent().unwrap().to_path_buf();
-    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
-    let installed = Command::new("sh")
-        .args(["-c", "command -v ferrite"])
-        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if installed {
+    // `-t fuse.ferrite`: mount.fuse3 runs `ferrite` from the default PATH (mount(8)
+    // passes none). Install a link in /usr/local/bin for the test when it is missing.
+    let std_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    let found = || {
+        Command::new("sh")
+            .args(["-c", "command -v ferrite"])
+            .env("PATH", std_path)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    struct Unlink(Option<std::path::PathBuf>);
+    impl Drop for Unlink {
+        fn drop(&mut self) {
+            if let Some(p) = &self.0 {
+                let _ = fs::remove_file(p);
+            }
+        }
+    }
+    let mut link = Unlink(None);
+    if !found() {
+        let p = std::path::PathBuf::from("/usr/local/bin/ferrite");
+        if std::os::unix::fs::symlink(fuse_util::ferrite(), &p).is_ok() {
+            link.0 = Some(p);
+        }
+    }
+    if found() {
         run(Command::new("mount")
             .args(["-t", "fuse.ferrite"])
             .arg(&m.pool)
             .arg(&m.mnt)
-            .args(["-o", "rw"]));
+            .args(["-o", "rw,dev,suid"]));
     } else {
+        // No standard directory is writable: call the helper mount(8) would call.
+        let dir = std::path::Path::new(fuse_util::ferrite()).parent().unwrap().to_path_buf();
         run(Command::new("mount.fuse3")
             .arg(&m.pool)
             .arg(&m.mnt)
             .args(["-t", "fuse.ferrite", "-o", "rw,dev,suid"])
-            .env("PATH", path));
+            .env("PATH", format!("{}:{std_path}", dir.display())));
     }
+    drop(link);
     assert!(is_mounted(&m.mnt));
     assert_eq!(fs::read(m.path("via-mount8")).unwrap(), b"1");
     run(Command::new(fuse_util::ferrite()).arg("umount").arg(&m.mnt));
