@@ -33,7 +33,7 @@ const DAEMON_ENV: &str = "FERRITE_MOUNT_DAEMON";
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Everything a mount needs, resolved.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Plan {
     pool: PathBuf,
     mountpoint: PathBuf,
@@ -342,6 +342,13 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
     }
     if umount::clear_stale(&p.mountpoint) {
         eprintln!("ferrite: removed a dead mount at {}", p.mountpoint.display());
+    }
+    let mut p = p;
+    let canonical;
+    if let Ok(c) = p.mountpoint.canonicalize() {
+        // The mount table names mount points by their canonical path.
+        canonical = Plan { mountpoint: c, ..p.clone() };
+        p = &canonical;
     }
     match std::fs::metadata(&p.mountpoint) {
         Ok(m) if m.is_dir() => {}

@@ -411,16 +411,13 @@ impl FerriteFuse {
                     }
                     continue;
                 }
-                let a = match self.fs.getattr(e.ino) {
-                    Ok(a) => a,
-                    Err(Error::NotFound) => continue, // removed meanwhile
-                    Err(err) => return Err(self.err("getattr", err)),
-                };
-                let fa = match self.remember(a) {
+                // By name, like a lookup: pinned, and still under that name.
+                let fa = match self.lookup_entry(dir, &e.name) {
                     Ok(fa) => fa,
-                    Err(_) => continue,
+                    Err(_) => continue, // removed meanwhile
                 };
-                if reply.add(fa.ino, e.cookie, name, &TTL, &fa, Generation(a.generation)) {
+                let generation = self.gen_of(fa.ino.0);
+                if reply.add(fa.ino, e.cookie, name, &TTL, &fa, Generation(generation)) {
                     // Did not fit: the kernel never saw it, so undo the count.
                     self.drop_lookups(fa.ino.0, 1);
                     return Ok(());
