@@ -245,7 +245,7 @@ impl Config {
                 rep_bytes: 32 * M,
                 max_ops: 1_000_000,
                 circ_region: 2 * M,
-                files: 10_000,
+                files: 5_000,
                 duration: 1.0,
                 fb_reps: 2,
                 fileset_scale: 0.1,

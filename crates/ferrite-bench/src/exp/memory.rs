@@ -96,8 +96,13 @@ pub fn child_main() -> i32 {
 }
 
 fn spawn_child(pool: &Path, mode: &str) -> TResult<serde_json::Value> {
-    let exe =
-        std::env::current_exe().map_err(|e| TargetError::Other(format!("current_exe: {e}")))?;
+    // /proc/self/exe still runs this program when its file was replaced by a rebuild
+    // during the run (current_exe() would then name a deleted file).
+    let exe = if Path::new("/proc/self/exe").exists() {
+        std::path::PathBuf::from("/proc/self/exe")
+    } else {
+        std::env::current_exe().map_err(|e| TargetError::Other(format!("current_exe: {e}")))?
+    };
     let out = Command::new(&exe)
         .args(std::env::args_os().skip(1))
         .env(CHILD_ENV, "memory")
