@@ -236,6 +236,18 @@ fn bad_invocations_are_clear_errors() {
     let out = Command::new(fuse_util::ferrite()).arg("umount").arg(&m.mnt).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a FUSE mount point"));
+    // A live mount point is not mounted over.
+    let m2 = Mount::new("busy-mp", "64M", "");
+    let out = Command::new(fuse_util::ferrite())
+        .arg("mount")
+        .arg(&m.pool)
+        .arg(&m2.mnt)
+        .args(["--create", "64M"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already mounted"));
+    drop(m2);
     // A pool already served by a daemon cannot be mounted twice.
     let mut m = Mount::new("twice", "64M", "");
     let other = m.scratch();

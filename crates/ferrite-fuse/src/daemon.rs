@@ -350,6 +350,13 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
         canonical = Plan { mountpoint: c, ..p.clone() };
         p = &canonical;
     }
+    if let Some(m) = umount::fuse_mount_at(&p.mountpoint) {
+        return notify.fail(&format!(
+            "{} is already mounted (from {}); unmount it first",
+            p.mountpoint.display(),
+            m.source
+        ));
+    }
     match std::fs::metadata(&p.mountpoint) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => {
