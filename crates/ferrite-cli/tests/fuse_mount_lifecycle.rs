@@ -371,3 +371,26 @@ fn full_pool_says_enospc_and_recovers_space() {
     let (report, fsck) = m.check_pool();
     assert!(report.clean && fsck.is_clean(), "{:?}", fsck.errors);
 }
+
+#[test]
+fn standard_options_reach_the_kernel() {
+    let m =
+        Mount::new("opts", "64M", "allow_other,default_permissions,fsname=my-ferrite,noexec,nodev");
+    let line = fs::read_to_string("/proc/self/mounts")
+        .unwrap()
+        .lines()
+        .find(|l| l.split(' ').nth(1) == Some(m.mnt.to_str().unwrap()))
+        .expect("mount listed")
+        .to_string();
+    let f: Vec<&str> = line.split(' ').collect();
+    assert_eq!(f[0], "my-ferrite", "{line}");
+    assert!(f[2].starts_with("fuse"), "{line}");
+    for o in ["allow_other", "default_permissions", "noexec", "nodev"] {
+        assert!(f[3].split(',').any(|x| x == o), "{o} missing: {line}");
+    }
+    // With a custom fsname `ferrite umount` cannot find the pool, and says so.
+    let out =
+        Command::new(fuse_util::ferrite()).args(["umount", "-v"]).arg(&m.mnt).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not waiting"));
+}
