@@ -454,31 +454,49 @@ impl<M: Medium> Fs<M> {
 
     /// The cached inode `ino`, loading it from its log on first access.
     pub(crate) fn inode(&self, ino: u64) -> Result<Arc<Inode>> {
-        if let Some(i) = self.cache_shard(ino).read().get(&ino) {
-            return Ok(i.clone());
+        let slot_now =
+            |ino: u64| (ino >= 1 && ino <= self.geo.ninodes).then(|| self.read_slot(ino));
+        loop {
+            if let Some(i) = self.cache_shard(ino).read().get(&ino) {
+                return Ok(i.clone());
+            }
+            // The log is walked without locks. Meanwhile another thread may load this
+            // inode, commit through it and see it evicted again: this walk then saw an
+            // older (or half rewritten) log, and inserting it would lose commits. With
+            // the inode uncached under the shard's write lock nobody can change its
+            // slot, and slot words never return to an old value, so an unchanged slot
+            // proves the walk current; otherwise walk again.
+            let before = slot_now(ino);
+            let loaded = self.load_state(ino);
+            let mut c = self.cache_shard(ino).write();
+            if let Some(i) = c.get(&ino) {
+                return Ok(i.clone());
+            }
+            if slot_now(ino) != before {
+                continue;
+            }
+            let Some((slot, st, walk)) = loaded? else {
+                return Err(Error::NotFound);
+            };
+            if walk.torn {
+                return Err(Error::corrupt(format!(
+                    "inode {ino}: log has a torn entry on a pool that was recovered"
+                )));
+            }
+            let inode = Arc::new(Inode {
+                ino,
+                state_word: slot.state,
+                seed: log::seed(&self.sb.uuid, ino, slot.state),
+                st: RwLock::new(st),
+                open: AtomicU32::new(0),
+                ranges: RangeLock::default(),
+            });
+            let got = c.entry(ino).or_insert(inode).clone();
+            if c.len() > CACHE_SHARD_CAP {
+                evict_some(&mut c, ino);
+            }
+            return Ok(got);
         }
-        let Some((slot, st, walk)) = self.load_state(ino)? else {
-            return Err(Error::NotFound);
-        };
-        if walk.torn {
-            return Err(Error::corrupt(format!(
-                "inode {ino}: log has a torn entry on a pool that was recovered"
-            )));
-        }
-        let inode = Arc::new(Inode {
-            ino,
-            state_word: slot.state,
-            seed: log::seed(&self.sb.uuid, ino, slot.state),
-            st: RwLock::new(st),
-            open: AtomicU32::new(0),
-            ranges: RangeLock::default(),
-        });
-        let mut c = self.cache_shard(ino).write();
-        let got = c.entry(ino).or_insert(inode).clone();
-        if c.len() > CACHE_SHARD_CAP {
-            evict_some(&mut c, ino);
-        }
-        Ok(got)
     }
 
     pub(crate) fn cache_insert(&self, inode: Arc<Inode>) {

@@ -233,8 +233,7 @@ impl<M: Medium> Fs<M> {
                     pieces.push(Piece::Full { pg, src });
                 } else {
                     let (nops, bytes) = st.page_ops(pg);
-                    let has_content =
-                        nops > 0 || st.file().is_some_and(|f| f.lookup(pg).is_some());
+                    let has_content = nops > 0 || st.file().is_some_and(|f| f.lookup(pg).is_some());
                     if len <= INLINE_MAX
                         && nops < MAX_PAGE_OPS
                         && bytes + len <= PAGE_INLINE_BYTES

@@ -111,8 +111,12 @@ fn shared_file_writers<M: Medium>(fs: &Fs<M>, rounds: usize) -> Vec<u8> {
                 reads
             })
         };
-        let ranges = writers.into_iter().map(|w| w.join().unwrap()).collect();
+        let results: Vec<_> = writers.into_iter().map(|w| w.join()).collect();
         done.store(true, Ordering::Release);
+        let ranges = results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect();
         atomic_writer.join().unwrap();
         assert!(reader.join().unwrap() >= 10);
         ranges
@@ -233,12 +237,15 @@ fn shared_dirs<M: Medium>(fs: &Fs<M>, rounds: usize) -> BTreeMap<Vec<u8>, Vec<u8
                 n
             })
         };
-        let mut all = BTreeMap::new();
-        for w in workers {
-            all.extend(w.join().unwrap());
-        }
+        // Join everything before unwrapping: a panicking worker must not leave the
+        // evictor spinning (the scope would wait for it forever).
+        let results: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
         stop.store(true, Ordering::Release);
         evictor.join().unwrap();
+        let mut all = BTreeMap::new();
+        for r in results {
+            all.extend(r.unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        }
         all
     });
     check_private(fs, &privs);

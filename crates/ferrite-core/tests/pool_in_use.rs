@@ -1,0 +1,155 @@
+//! One process at a time per pool: a second opener gets `Error::PoolInUse` naming
+//! the holder — in the same process (by path, by another path to the same file, by a
+//! read-only open), and from another process (a copy of this test binary holding the
+//! pool; its pid must be named). Once the holder is gone (closed, or killed without
+//! unmounting) the pool opens again, and a killed holder's pool recovers cleanly.
+
+mod common;
+use common::*;
+use ferrite_core::*;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+const HOLD_ENV: &str = "FERRITE_TEST_HOLD_POOL";
+
+fn new_pool(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("pool");
+    let m = MmapMedium::create(&path, 4 << 20, &MapOptions::default()).unwrap();
+    let fs = Fs::mkfs(m, &MkfsOptions::default()).unwrap();
+    fs.write_file(b"/hello", b"world", 0o644).unwrap();
+    drop(fs.unmount().unwrap());
+    path
+}
+
+#[track_caller]
+fn assert_in_use<T>(r: Result<T>, path: &std::path::Path, holder_has: &str) {
+    match r {
+        Err(e @ Error::PoolInUse { .. }) => {
+            assert_eq!(e.errno(), libc::EBUSY);
+            let msg = e.to_string();
+            let Error::PoolInUse { path: p, holder } = e else { unreachable!() };
+            assert_eq!(p, path);
+            assert!(holder.contains(holder_has), "holder {holder:?} does not name {holder_has:?}");
+            assert!(msg.contains(&path.display().to_string()) && msg.contains(&holder), "{msg}");
+        }
+        Err(e) => panic!("expected PoolInUse, got {e:?}"),
+        Ok(_) => panic!("a second opener got the pool"),
+    }
+}
+
+#[test]
+fn second_opener_in_the_same_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = new_pool(dir.path());
+    let me = format!("this process (pid {})", std::process::id());
+    let m = MmapMedium::open(&path, &MapOptions::default()).unwrap();
+    let fs = Fs::mount(m, &MountOptions::default()).unwrap();
+    assert_in_use(MmapMedium::open(&path, &MapOptions::default()), &path, &me);
+    let ro = MapOptions { read_only: true, ..Default::default() };
+    assert_in_use(MmapMedium::open(&path, &ro), &path, &me);
+    assert_in_use(MmapMedium::create(&path, 4 << 20, &MapOptions::default()), &path, &me);
+    // Another name for the same file.
+    let other = dir.path().join("same-file");
+    std::fs::hard_link(&path, &other).unwrap();
+    assert_in_use(MmapMedium::open(&other, &MapOptions::default()), &other, &me);
+    let sym = dir.path().join("symlink");
+    std::os::unix::fs::symlink(&path, &sym).unwrap();
+    assert_in_use(MmapMedium::open(&sym, &MapOptions::default()), &sym, &me);
+    // The holder is unaffected by the refusals.
+    assert_eq!(fs.read_all(fs.resolve(b"/hello", true).unwrap()).unwrap(), b"world");
+    drop(fs.unmount().unwrap());
+    // Free again, through any name.
+    let m = MmapMedium::open(&other, &MapOptions::default()).unwrap();
+    let fs = Fs::mount(m, &MountOptions::default()).unwrap();
+    assert!(fs.mount_report().clean);
+    drop(fs.crash());
+    let fs = Fs::mount(
+        MmapMedium::open(&path, &MapOptions::default()).unwrap(),
+        &MountOptions::default(),
+    )
+    .unwrap();
+    assert!(!fs.mount_report().clean);
+    assert_fsck_clean(&fs, "after a crash of the first holder");
+}
+
+/// Run as a child process by `second_opener_in_another_process`: hold the pool
+/// named by the environment until stdin closes. Does nothing when run on its own.
+#[test]
+#[ignore = "helper process for second_opener_in_another_process"]
+fn child_holds_the_pool() {
+    let Ok(path) = std::env::var(HOLD_ENV) else { return };
+    let m = MmapMedium::open(std::path::Path::new(&path), &MapOptions::default()).unwrap();
+    let fs = Fs::mount(m, &MountOptions::default()).unwrap();
+    fs.write_file(b"/from-child", b"child was here", 0o644).unwrap();
+    println!("HOLDING {}", std::process::id());
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    drop(fs.unmount().unwrap());
+}
+
+/// Start a holder; returns it and its stdout (kept open: the child still prints).
+fn spawn_holder(
+    path: &std::path::Path,
+) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_holds_the_pool", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(HOLD_ENV, path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "child exited before holding the pool");
+        // libtest may have printed "test child_holds_the_pool ... " on this line.
+        if let Some(at) = line.find("HOLDING ") {
+            assert_eq!(line[at + "HOLDING ".len()..].trim(), child.id().to_string());
+            break;
+        }
+    }
+    (child, out)
+}
+
+#[test]
+fn second_opener_in_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = new_pool(dir.path());
+    // The holder unmounts when told to.
+    let (mut child, mut out) = spawn_holder(&path);
+    let pid = format!("pid {}", child.id());
+    assert_in_use(MmapMedium::open(&path, &MapOptions::default()), &path, &pid);
+    let ro = MapOptions { read_only: true, ..Default::default() };
+    assert_in_use(MmapMedium::open(&path, &ro), &path, &pid);
+    writeln!(child.stdin.as_mut().unwrap()).unwrap();
+    std::io::copy(&mut out, &mut std::io::sink()).unwrap();
+    assert!(child.wait().unwrap().success());
+    let fs = Fs::mount(
+        MmapMedium::open(&path, &MapOptions::default()).unwrap(),
+        &MountOptions::default(),
+    )
+    .unwrap();
+    assert!(fs.mount_report().clean);
+    assert_eq!(fs.read_all(fs.resolve(b"/from-child", true).unwrap()).unwrap(), b"child was here");
+    drop(fs.unmount().unwrap());
+    // The holder is killed without unmounting: the lock goes with it.
+    let (mut child, _out) = spawn_holder(&path);
+    assert_in_use(
+        MmapMedium::open(&path, &MapOptions::default()),
+        &path,
+        &format!("pid {}", child.id()),
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let fs = Fs::mount(
+        MmapMedium::open(&path, &MapOptions::default()).unwrap(),
+        &MountOptions::default(),
+    )
+    .unwrap();
+    assert!(!fs.mount_report().clean, "a killed holder leaves the pool to recover");
+    assert_fsck_clean(&fs, "after the holder was killed");
+    assert_eq!(fs.read_all(fs.resolve(b"/hello", true).unwrap()).unwrap(), b"world");
+}
