@@ -7,7 +7,7 @@
 mod common;
 use common::*;
 use ferrite_core::*;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
 
 const HOLD_ENV: &str = "FERRITE_TEST_HOLD_POOL";
@@ -81,37 +81,40 @@ fn child_holds_the_pool() {
     let m = MmapMedium::open(std::path::Path::new(&path), &MapOptions::default()).unwrap();
     let fs = Fs::mount(m, &MountOptions::default()).unwrap();
     fs.write_file(b"/from-child", b"child was here", 0o644).unwrap();
-    println!("HOLDING {}", std::process::id());
-    std::io::stdout().flush().unwrap();
+    // Readiness goes through a file, not stdout: libtest may capture a test's stdout
+    // (this hung the parent once in a workspace-wide run).
+    let ready = format!("{path}.holding");
+    std::fs::write(format!("{ready}.tmp"), std::process::id().to_string()).unwrap();
+    std::fs::rename(format!("{ready}.tmp"), &ready).unwrap();
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
     drop(fs.unmount().unwrap());
 }
 
-/// Start a holder; returns it and its stdout (kept open: the child still prints).
-fn spawn_holder(
-    path: &std::path::Path,
-) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
+/// Start a holder and wait (bounded) until it holds the pool.
+fn spawn_holder(path: &std::path::Path) -> std::process::Child {
+    let ready = std::path::PathBuf::from(format!("{}.holding", path.display()));
+    let _ = std::fs::remove_file(&ready);
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child_holds_the_pool", "--ignored", "--nocapture", "--test-threads=1"])
         .env(HOLD_ENV, path)
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
+        .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "child exited before holding the pool");
-        // libtest may have printed "test child_holds_the_pool ... " on this line.
-        if let Some(at) = line.find("HOLDING ") {
-            assert_eq!(line[at + "HOLDING ".len()..].trim(), child.id().to_string());
-            break;
+    for _ in 0..3000 {
+        if let Ok(pid) = std::fs::read_to_string(&ready) {
+            assert_eq!(pid.trim(), child.id().to_string());
+            return child;
         }
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("child exited before holding the pool: {st}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    (child, out)
+    let _ = child.kill();
+    panic!("child did not hold the pool within 30 s");
 }
 
 #[test]
@@ -119,13 +122,12 @@ fn second_opener_in_another_process() {
     let dir = tempfile::tempdir().unwrap();
     let path = new_pool(dir.path());
     // The holder unmounts when told to.
-    let (mut child, mut out) = spawn_holder(&path);
+    let mut child = spawn_holder(&path);
     let pid = format!("pid {}", child.id());
     assert_in_use(MmapMedium::open(&path, &MapOptions::default()), &path, &pid);
     let ro = MapOptions { read_only: true, ..Default::default() };
     assert_in_use(MmapMedium::open(&path, &ro), &path, &pid);
     writeln!(child.stdin.as_mut().unwrap()).unwrap();
-    std::io::copy(&mut out, &mut std::io::sink()).unwrap();
     assert!(child.wait().unwrap().success());
     let fs = Fs::mount(
         MmapMedium::open(&path, &MapOptions::default()).unwrap(),
@@ -136,7 +138,7 @@ fn second_opener_in_another_process() {
     assert_eq!(fs.read_all(fs.resolve(b"/from-child", true).unwrap()).unwrap(), b"child was here");
     drop(fs.unmount().unwrap());
     // The holder is killed without unmounting: the lock goes with it.
-    let (mut child, _out) = spawn_holder(&path);
+    let mut child = spawn_holder(&path);
     assert_in_use(
         MmapMedium::open(&path, &MapOptions::default()),
         &path,
