@@ -107,12 +107,25 @@ impl<M: Medium> Fs<M> {
                     claim(b, "data block", &mut r);
                 }
             }
+            for name in st.xattrs.keys() {
+                let known = [&b"user."[..], b"trusted.", b"security."]
+                    .iter()
+                    .any(|p| name.starts_with(p) && name.len() > p.len() && name.len() <= 255);
+                if !known {
+                    let n = String::from_utf8_lossy(name);
+                    r.errors
+                        .push(format!("inode {ino}: extended attribute {n:?} has no valid name"));
+                }
+            }
             match st.ftype {
                 FileType::Directory => r.dirs += 1,
                 FileType::Regular => {
                     r.files += 1;
                     // Sparse files may each be close to 2^63 bytes.
                     r.data_bytes = r.data_bytes.saturating_add(st.attr.size);
+                    if st.attr.size > crate::layout::MAX_FILE_SIZE {
+                        r.errors.push(format!("file {ino} has size {}", st.attr.size));
+                    }
                 }
                 FileType::Symlink => {
                     r.symlinks += 1;

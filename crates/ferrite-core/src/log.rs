@@ -418,7 +418,9 @@ fn decode_body(t: u8, b: &[u8]) -> Result<Entry> {
             let time = ts(&mut r);
             let ftype = r.u8();
             let nl = r.u8() as usize;
-            if DENTRY_HDR + nl > len || nl == 0 {
+            // Cookies are handed out from 3 upward, one per added entry: one past
+            // 2^62 can only come from damage (and would overflow the next cookie).
+            if DENTRY_HDR + nl > len || nl == 0 || (ino != 0 && !(3..1 << 62).contains(&cookie)) {
                 return Err(bad());
             }
             let name = b[DENTRY_HDR..DENTRY_HDR + nl].to_vec();

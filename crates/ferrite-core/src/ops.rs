@@ -155,6 +155,10 @@ impl<M: Medium> Fs<M> {
         if st.ftype != FileType::Symlink {
             return Err(Error::invalid("not a symlink"));
         }
+        // The size comes from the log: never allocate what no symlink can hold.
+        if st.attr.size == 0 || st.attr.size > SYMLINK_MAX as u64 {
+            return Err(Error::corrupt(format!("symlink {ino} has size {}", st.attr.size)));
+        }
         let mut v = vec![0u8; st.attr.size as usize];
         let n = self.read_locked(&st, 0, &mut v);
         v.truncate(n);

@@ -86,7 +86,13 @@ impl<M: Medium> Fs<M> {
     /// Whole contents of the file at `ino`.
     pub fn read_all(&self, ino: u64) -> Result<Vec<u8>> {
         let a = self.getattr(ino)?;
-        let mut v = vec![0u8; a.size as usize];
+        // A (sparse) file can be far larger than memory: fail, do not abort.
+        let mut v = Vec::new();
+        usize::try_from(a.size)
+            .ok()
+            .and_then(|n| v.try_reserve_exact(n).ok().map(|_| n))
+            .map(|n| v.resize(n, 0))
+            .ok_or(Error::FileTooBig)?;
         let n = self.read(ino, 0, &mut v)?;
         v.truncate(n);
         Ok(v)

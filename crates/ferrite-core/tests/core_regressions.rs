@@ -157,3 +157,18 @@ fn concurrent_loads_and_evictions_lose_nothing() {
     let fs = remount(fs, Remount::CrashCurrent);
     assert_eq!(fs.list_dir(d).unwrap().len(), 2000);
 }
+
+/// Bug: `read_all` allocated the file's whole size up front, so on a sparse file
+/// larger than memory the process aborted ("memory allocation failed") instead of
+/// getting an error (found with `damage_pools::checksum_valid_hostile_entries`).
+/// Fixed in `path.rs` (`read_all`: fallible reservation, EFBIG).
+#[test]
+fn read_all_of_a_huge_sparse_file_is_an_error() {
+    let fs = fresh_sim(4 << 20, 1);
+    let f = fs.create(fs.root(), b"sparse", 0o644, 0, 0).unwrap().ino;
+    fs.setattr(f, &SetAttr { size: Some(1 << 62), ..Default::default() }).unwrap();
+    assert!(matches!(fs.read_all(f), Err(Error::FileTooBig)));
+    let mut b = [1u8; 16];
+    assert_eq!(fs.read(f, (1 << 62) - 8, &mut b).unwrap(), 8);
+    assert_eq!(b[..8], [0; 8]);
+}
