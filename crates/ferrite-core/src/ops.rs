@@ -326,6 +326,12 @@ impl<M: Medium> Fs<M> {
         if ch.size.is_some_and(|sz| sz > MAX_FILE_SIZE) {
             return Err(Error::invalid("negative size"));
         }
+        // As utimensat(2): nanoseconds must be below one second.
+        let bad_ns =
+            |t: Option<SetTime>| matches!(t, Some(SetTime::At(ts)) if ts.nsec >= 1_000_000_000);
+        if bad_ns(ch.atime) || bad_ns(ch.mtime) {
+            return Err(Error::invalid("nanoseconds out of range"));
+        }
         let i = self.inode(ino)?;
         let _r = ch.size.map(|_| i.ranges.lock(0, u64::MAX));
         let mut st = i.st.write();

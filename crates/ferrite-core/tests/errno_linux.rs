@@ -24,6 +24,7 @@
 //!   EINVAL); `user.*` attributes could be set on symlinks (Linux: EPERM, and
 //!   ENODATA for a read); the namespace was checked before the inode (Linux: name
 //!   length, value size, inode, permission, then namespace).
+//! - `setattr` stored times with a nanosecond field of 10^9 or more (Linux: EINVAL).
 
 mod common;
 use common::*;
@@ -307,6 +308,14 @@ fn write_truncate_fallocate_limits() {
     expect("readlink f", fs.readlink(f), EINVAL);
     expect("readlink d", fs.readlink(t.d), EINVAL);
     expect("release of a file never opened", fs.release(f), EBADF);
+    // utimensat: nanoseconds of a second or more are EINVAL; negative times are fine.
+    let at = |sec, nsec| Some(SetTime::At(Ts { sec, nsec }));
+    let times = |a, m| fs.setattr(f, &SetAttr { atime: a, mtime: m, ..Default::default() });
+    expect("utimens nsec 1e9", times(at(5, 1_000_000_000), at(5, 0)), EINVAL);
+    expect("utimens mtime nsec 1e9", times(None, at(5, 1_000_000_000)), EINVAL);
+    expect("utimens negative", times(at(-5, 0), at(-1, 999_999_999)), 0);
+    let a = fs.getattr(f).unwrap();
+    assert_eq!((a.atime, a.mtime), (Ts { sec: -5, nsec: 0 }, Ts { sec: -1, nsec: 999_999_999 }));
     assert_fsck_clean(fs, "limits");
 }
 
