@@ -33,7 +33,7 @@ fn fio(dir: &Path, name: &str, args: &[&str]) -> String {
     c.arg(format!("--name={name}"))
         .arg(format!("--directory={}", dir.display()))
         .args(["--ioengine=psync", "--verify=crc32c", "--do_verify=1", "--verify_fatal=1"])
-        .args(["--group_reporting", "--minimal"])
+        .args(["--group_reporting", "--minimal", "--verify_state_save=0"])
         .args(args);
     let out = run(&mut c);
     String::from_utf8_lossy(&out.stdout).into_owned()
