@@ -839,6 +839,10 @@ impl<M: Medium> Fs<M> {
             all.push(di);
         }
         let mut locked = Locked::new(all);
+        // A removed (but still open) directory takes no new names, as in Linux.
+        if locked.st(sp).attr.nlink == 0 || locked.st(dp).attr.nlink == 0 {
+            return Err(Error::NotFound);
+        }
         if let (Some(d), Some(true)) = (d, d_dir) {
             if !flags.exchange && !locked.st(d).dir().expect("dir").names.is_empty() {
                 return Err(Error::NotEmpty);

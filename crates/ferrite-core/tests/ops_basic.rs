@@ -110,3 +110,23 @@ fn enospc_then_delete_and_reuse() {
     fs.write(g.ino, 0, &chunk).unwrap();
     remount(fs, true);
 }
+
+/// Regression: rename into a directory that was removed while open (nlink 0) used to
+/// add a name to it; Linux refuses with ENOENT (found by the FUSE differential test's
+/// review; the kernel shields FUSE callers, the library must shield the others).
+#[test]
+fn rename_into_a_removed_open_directory_is_enoent() {
+    let fs = fresh(8 << 20);
+    let root = fs.root();
+    let d = fs.mkdir(root, b"d", 0o755, 0, 0).unwrap();
+    fs.create(root, b"f", 0o644, 0, 0).unwrap();
+    fs.open(d.ino).unwrap();
+    fs.rmdir(root, b"d").unwrap();
+    assert!(matches!(
+        fs.rename(root, b"f", d.ino, b"g", RenameFlags::default()),
+        Err(Error::NotFound)
+    ));
+    assert!(fs.lookup(root, b"f").is_ok());
+    fs.release(d.ino).unwrap();
+    remount(fs, true);
+}
