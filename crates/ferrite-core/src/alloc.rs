@@ -115,6 +115,26 @@ impl AtomicBitmap {
         let m = 1u64 << (i % 64);
         self.words[(i / 64) as usize].fetch_or(m, Ordering::AcqRel) & m == 0
     }
+    /// Set bits `[start, start + n)` a word at a time; `Err(bit)` names the first bit
+    /// that was already set. Recovery claims whole extents with it, so its cost follows
+    /// the extents (metadata), not the blocks (data).
+    pub fn claim_range(&self, start: u64, n: u64) -> std::result::Result<(), u64> {
+        let end = start.checked_add(n).expect("range end overflows");
+        assert!(end <= self.bits);
+        let mut i = start;
+        while i < end {
+            let w = i / 64;
+            let lo = i % 64;
+            let hi = (end - w * 64).min(64);
+            let m = if hi - lo == 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << lo };
+            let old = self.words[w as usize].fetch_or(m, Ordering::AcqRel);
+            if old & m != 0 {
+                return Err(w * 64 + (old & m).trailing_zeros() as u64);
+            }
+            i = w * 64 + hi;
+        }
+        Ok(())
+    }
     /// Into a plain bitmap.
     pub fn into_bitmap(self) -> Bitmap {
         Bitmap { words: self.words.into_iter().map(|w| w.into_inner()).collect(), bits: self.bits }

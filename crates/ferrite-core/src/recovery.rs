@@ -455,17 +455,17 @@ fn scan_one<M: Medium>(
         }
     }
     for (start, n) in st.data_runs() {
-        for blk in start..start + n {
-            if !geo.is_data_block(blk) {
-                return Err(Error::corrupt(format!(
-                    "inode {ino}: data block {blk} outside the pool"
-                )));
-            }
-            if !blocks.claim(blk) {
-                return Err(Error::corrupt(format!(
-                    "inode {ino}: data block {blk} is owned twice"
-                )));
-            }
+        if n == 0 {
+            continue;
+        }
+        // The data area is one contiguous range: checking the ends checks the run.
+        let last = start.checked_add(n - 1).filter(|&l| geo.is_data_block(l));
+        if !geo.is_data_block(start) || last.is_none() {
+            let bad = if geo.is_data_block(start) { geo.nblocks.max(start) } else { start };
+            return Err(Error::corrupt(format!("inode {ino}: data block {bad} outside the pool")));
+        }
+        if let Err(blk) = blocks.claim_range(start, n) {
+            return Err(Error::corrupt(format!("inode {ino}: data block {blk} is owned twice")));
         }
     }
     Ok(Scan::Live { torn: w.torn })
