@@ -3,7 +3,8 @@
 //!
 //!     cargo run --release -p ferrite-bench --example profile_op -- OP [SECONDS] [PERF_OUT]
 //!
-//! OP: create | unlink | randwrite4k | append64 | append256 | seqwrite1m | randread4k.
+//! OP: create | unlink | randwrite4k | append64 | append256 | seqwrite1k | seqwrite1m |
+//! randread4k.
 //! Prints operations per second; with PERF_OUT, writes a perf.data there
 //! (`perf report -i PERF_OUT --no-children`).
 #![forbid(unsafe_code)]
@@ -34,7 +35,7 @@ fn main() {
     let dir = fs.mkdir(root, b"d", 0o755, 0, 0).expect("mkdir").ino;
     let f = fs.create(root, b"f", 0o644, 0, 0).expect("create").ino;
     let buf = vec![0x5au8; 1 << 20];
-    if op.contains("4k") || op == "seqwrite1m" {
+    if op.contains("4k") || op.starts_with("seqwrite") {
         for off in (0..(64u64 << 20)).step_by(1 << 20) {
             fs.write(f, off, &buf).expect("prefill");
         }
@@ -96,6 +97,10 @@ fn main() {
                     fs.append(f, &buf[..k]).expect("append");
                     fs.fsync(f, false).expect("fsync");
                 }
+                "seqwrite1k" => {
+                    fs.write(f, (n % 65536) << 10, &buf[..1024]).expect("write");
+                    fs.fsync(f, false).expect("fsync");
+                }
                 "seqwrite1m" => {
                     fs.write(f, (n % 64) << 20, &buf).expect("write");
                     fs.fsync(f, false).expect("fsync");
@@ -115,10 +120,14 @@ fn main() {
     }
     let c = fs.medium().stats().snapshot();
     println!(
-        "{op}: {n} ops in {el:.2} s = {:.0} ops/s ({:.2} us/op); fences so far {}",
+        "{op}: {n} ops in {el:.2} s = {:.0} ops/s ({:.2} us/op); fences so far {}; \
+         file log {} pages; fast GC {} pages, thorough GC {} runs",
         n as f64 / el,
         el / n as f64 * 1e6,
-        c.fences
+        c.fences,
+        fs.log_pages(f).unwrap_or(0),
+        fs.gc_stats().fast_pages.load(std::sync::atomic::Ordering::Relaxed),
+        fs.gc_stats().thorough_runs.load(std::sync::atomic::Ordering::Relaxed),
     );
     drop(fs);
 }

@@ -553,13 +553,13 @@ impl InodeState {
 
     /// Log pages whose entries are all dead (excluding the tail page), in chain order.
     /// Cost: proportional to the pages that died since the last fast GC, plus a scan of
-    /// the chain only when there are some.
+    /// the chain from the tail back to the oldest of them, only when there are some.
     pub fn dead_pages(&self) -> Vec<u64> {
         if self.dead.is_empty() {
             return Vec::new();
         }
         let tail_page = page_of(crate::layout::logptr::addr(self.log.tail));
-        let cand: std::collections::HashSet<u64> = self
+        let cand: rustc_hash::FxHashSet<u64> = self
             .dead
             .iter()
             .copied()
@@ -568,7 +568,19 @@ impl InodeState {
         if cand.is_empty() {
             return Vec::new();
         }
-        self.log.pages.iter().copied().filter(|p| cand.contains(p)).collect()
+        // Pages usually die near the tail (the entries an operation kills are recent):
+        // scan from the tail and stop once every candidate is found.
+        let mut out = Vec::with_capacity(cand.len());
+        for &p in self.log.pages.iter().rev() {
+            if cand.contains(&p) {
+                out.push(p);
+                if out.len() == cand.len() {
+                    break;
+                }
+            }
+        }
+        out.reverse();
+        out
     }
 
     /// st_size as reported: directories report tmpfs's 20 bytes per entry.

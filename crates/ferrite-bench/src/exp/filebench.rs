@@ -16,7 +16,8 @@
 //! - A file slot is claimed (compare-and-swap) before use, so two threads never work
 //!   on the same file at once, and create/delete keep the slot states true.
 //! - The file set is built before any measurement; repetitions run back to back on
-//!   the evolving set, as filebench does.
+//!   the evolving set, as filebench does. The shared log of webserver and webproxy is
+//!   truncated after every 32 MiB a thread appends (bounded space on every target).
 
 use super::{pattern, say, with_metadata, Ctx};
 use crate::results::{Plot, Row, Sample, Series, Table};
@@ -148,7 +149,14 @@ impl FileSet {
 struct Counters {
     ops: u64,
     bytes: u64,
+    /// Bytes this thread appended to the shared log since it last truncated it.
+    log_bytes: u64,
 }
+
+/// The shared log is truncated by a thread that has appended this much to it, so a fast
+/// target does not fill its file system with log (filebench runs for a minute on disks
+/// many times larger than these pools). Same rule on every target; not counted as ops.
+const LOG_TRUNCATE: u64 = 32 << 20;
 
 fn read_whole(t: &dyn Target, h: &crate::target::Handle, buf: &mut [u8]) -> TResult<u64> {
     let mut off = 0u64;
@@ -302,6 +310,12 @@ fn one_loop(
         t.append(h, &wbuf[..n])?;
         c.ops += 1;
         c.bytes += n as u64;
+        c.log_bytes += n as u64;
+        if c.log_bytes >= LOG_TRUNCATE {
+            let h = t.create("fb/log", true)?;
+            t.close(h)?;
+            c.log_bytes = 0;
+        }
     }
     Ok(())
 }
@@ -348,7 +362,7 @@ fn run_for(
         let mut rng = Rng::new(seed ^ ((tid as u64 + 1) * 0x51ed));
         let mut rbuf = vec![0u8; fs.p.read_io as usize];
         let wbuf = pattern((fs.p.write_io * 2).max(fs.p.filesize.min(1 << 20)) as usize, tid as u8);
-        let mut c = Counters { ops: 0, bytes: 0 };
+        let mut c = Counters { ops: 0, bytes: 0, log_bytes: 0 };
         let t0 = gate.start();
         let mut r = Ok(());
         while t0.elapsed() < dur {
