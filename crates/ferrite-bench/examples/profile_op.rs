@@ -77,6 +77,9 @@ fn main() {
         for _ in 0..64 {
             match op.as_str() {
                 "create" => {
+                    if n >= n_unlink {
+                        break;
+                    }
                     fs.create(dir, format!("c{n}").as_bytes(), 0o644, 0, 0).expect("create");
                 }
                 "unlink" => {
@@ -109,7 +112,7 @@ fn main() {
             }
             n += 1;
         }
-        if op == "unlink" && n >= n_unlink {
+        if (op == "unlink" || op == "create") && n >= n_unlink {
             break;
         }
     }
