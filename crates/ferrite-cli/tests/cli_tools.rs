@@ -12,7 +12,8 @@ fn ferrite() -> Command {
 struct Pool(PathBuf);
 impl Pool {
     fn new(tag: &str) -> Pool {
-        let p = PathBuf::from(format!("/dev/shm/ferrite-cli-test-{tag}-{}.pool", std::process::id()));
+        let p =
+            PathBuf::from(format!("/dev/shm/ferrite-cli-test-{tag}-{}.pool", std::process::id()));
         let _ = std::fs::remove_file(&p);
         Pool(p)
     }
@@ -40,14 +41,20 @@ fn diff_trees(a: &Path, b: &Path) {
     assert_eq!(ea, eb, "entries of {} and {}", a.display(), b.display());
     for n in ea {
         let (pa, pb) = (a.join(&n), b.join(&n));
-        let (ma, mb) = (std::fs::symlink_metadata(&pa).unwrap(), std::fs::symlink_metadata(&pb).unwrap());
+        let (ma, mb) =
+            (std::fs::symlink_metadata(&pa).unwrap(), std::fs::symlink_metadata(&pb).unwrap());
         assert_eq!(ma.file_type(), mb.file_type(), "{}", pa.display());
         if ma.is_dir() {
             diff_trees(&pa, &pb);
         } else if ma.file_type().is_symlink() {
             assert_eq!(std::fs::read_link(&pa).unwrap(), std::fs::read_link(&pb).unwrap());
         } else {
-            assert_eq!(std::fs::read(&pa).unwrap(), std::fs::read(&pb).unwrap(), "{}", pa.display());
+            assert_eq!(
+                std::fs::read(&pa).unwrap(),
+                std::fs::read(&pb).unwrap(),
+                "{}",
+                pa.display()
+            );
             use std::os::unix::fs::MetadataExt;
             assert_eq!(ma.mode(), mb.mode(), "{}", pa.display());
             assert_eq!(ma.mtime(), mb.mtime(), "{}", pa.display());
@@ -121,11 +128,8 @@ fn second_process_is_told_who_holds_the_pool() {
     let p = pool.0.to_str().unwrap();
     assert_eq!(run(ferrite().args(["mkfs", p, "--size", "8M"])).0, 0);
     // `put -` holds the pool mounted while it waits for standard input.
-    let mut holder = ferrite()
-        .args(["put", "--pool", p, "-", "/x"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut holder =
+        ferrite().args(["put", "--pool", p, "-", "/x"]).stdin(Stdio::piped()).spawn().unwrap();
     let mut seen = String::new();
     for _ in 0..200 {
         let (code, _, err) = run(ferrite().args(["ls", "--pool", p]));

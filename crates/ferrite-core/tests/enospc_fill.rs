@@ -70,7 +70,11 @@ fn fill_with_data<M: Medium>(fs: &Fs<M>) -> BTreeMap<Vec<u8>, (u64, Vec<u8>)> {
                 assert_eq!(Error::NoSpace.errno(), libc::ENOSPC);
                 let after = fs.statfs();
                 assert_eq!(before.bfree, after.bfree, "a failed write leaked or freed blocks");
-                assert_eq!(fs.getattr(*ino).unwrap().size, data.len() as u64, "failed write changed size");
+                assert_eq!(
+                    fs.getattr(*ino).unwrap().size,
+                    data.len() as u64,
+                    "failed write changed size"
+                );
                 chunk /= 2;
             }
             Err(e) => panic!("write: {e}"),
@@ -88,7 +92,10 @@ fn check_full_pool<M: Medium>(fs: Fs<M>, files: &mut BTreeMap<Vec<u8>, (u64, Vec
     // Data writes, overwrites included, are ENOSPC and change nothing.
     let (name, (ino, data)) = files.iter().find(|(_, (_, d))| d.len() > 8192).expect("a big file");
     let before = fs.statfs();
-    assert!(matches!(fs.write(*ino, 0, &[1u8; 8192]), Err(Error::NoSpace)), "overwrite of {name:?}");
+    assert!(
+        matches!(fs.write(*ino, 0, &[1u8; 8192]), Err(Error::NoSpace)),
+        "overwrite of {name:?}"
+    );
     assert!(matches!(fs.write(*ino, data.len() as u64, &[1u8; 100_000]), Err(Error::NoSpace)));
     assert!(matches!(
         fs.fallocate(*ino, FallocMode::default(), data.len() as u64, 1 << 20),
@@ -104,7 +111,10 @@ fn check_full_pool<M: Medium>(fs: Fs<M>, files: &mut BTreeMap<Vec<u8>, (u64, Vec
         freed_bytes += files.remove(v).unwrap().1.len() as u64;
     }
     let s2 = fs.statfs();
-    assert!(s2.bfree > before.bfree + freed_bytes / 4096 / 2, "{before:?} -> {s2:?} after freeing {freed_bytes}");
+    assert!(
+        s2.bfree > before.bfree + freed_bytes / 4096 / 2,
+        "{before:?} -> {s2:?} after freeing {freed_bytes}"
+    );
     assert_fsck_clean(&fs, "after deletes");
     snapshot(&fs, files, "after deletes");
     // Reuse: a new file as big as half of what was freed.
@@ -157,8 +167,11 @@ fn data_fill_on_a_pool_file_in_dev_shm() {
 
 #[test]
 fn inode_exhaustion() {
-    let fs = Fs::mkfs(SimMedium::new(4 << 20), &MkfsOptions { shards: 4, inodes: 64, ..Default::default() })
-        .unwrap();
+    let fs = Fs::mkfs(
+        SimMedium::new(4 << 20),
+        &MkfsOptions { shards: 4, inodes: 64, ..Default::default() },
+    )
+    .unwrap();
     let root = fs.root();
     let free = fs.statfs().ffree;
     assert_eq!(free, 63);
@@ -256,8 +269,12 @@ fn log_space_exhaustion_by_metadata() {
     let check = |fs: &Fs<SimMedium>, ctx: &str| {
         let names: Vec<Vec<u8>> = fs.list_dir(d).unwrap().into_iter().map(|e| e.name).collect();
         assert_eq!(names.len(), hard.len(), "{ctx}");
-        let got: BTreeMap<Vec<u8>, Vec<u8>> =
-            fs.listxattr(x).unwrap().into_iter().map(|k| (k.clone(), fs.getxattr(x, &k).unwrap())).collect();
+        let got: BTreeMap<Vec<u8>, Vec<u8>> = fs
+            .listxattr(x)
+            .unwrap()
+            .into_iter()
+            .map(|k| (k.clone(), fs.getxattr(x, &k).unwrap()))
+            .collect();
         assert!(got == xattrs, "{ctx}: xattrs differ");
         assert_fsck_clean(fs, ctx);
     };
