@@ -614,7 +614,7 @@ fn random_damage_never_panics() {
     let im = images();
     let chains_clean = log_chains(&im.clean, &im.geo, &im.uuid);
     let chains_dirty = log_chains(&im.dirty, &im.geo, &im.uuid);
-    let n = seeds(300);
+    let n = seeds(800);
     let mut panics = Vec::new();
     let (mut mount_errs, mut fsck_errs, mut clean) = (0, 0, 0);
     let hook = std::panic::take_hook();

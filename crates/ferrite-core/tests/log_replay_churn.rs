@@ -25,7 +25,7 @@ fn fsck_or_dump(fs: &Fs<SimMedium>, seed: u64, step: usize, log: &[String]) {
 
 #[test]
 fn one_file_churn_keeps_dram_equal_to_the_log() {
-    for seed in 0..seeds(48) {
+    for seed in 0..seeds(80) {
         let fs = fresh_sim(4 << 20, 1);
         let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
         let mut rng = Rng(seed);
@@ -103,7 +103,7 @@ fn one_file_churn_keeps_dram_equal_to_the_log() {
 
 #[test]
 fn one_directory_churn_keeps_dram_equal_to_the_log() {
-    for seed in 0..seeds(24) {
+    for seed in 0..seeds(40) {
         let fs = fresh_sim(4 << 20, 1);
         let root = fs.root();
         let d = fs.mkdir(root, b"d", 0o755, 0, 0).unwrap().ino;

@@ -1826,10 +1826,10 @@ fn run_prop(default_cases: u32, max_ops: usize, remounts: bool, durable_each_op:
 
 #[test]
 fn random_ops_with_remounts_match_the_model() {
-    run_prop(160, 120, true, false);
+    run_prop(320, 120, true, false);
 }
 
 #[test]
 fn durable_after_every_op() {
-    run_prop(40, 60, false, true);
+    run_prop(64, 60, false, true);
 }
