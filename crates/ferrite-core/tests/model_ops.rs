@@ -621,6 +621,8 @@ struct Harness {
     ninodes: u64,
     durable_each_op: bool,
     log: Vec<String>,
+    /// Set when an operation failed with ENOSPC: the whole pool is compared next.
+    nospc: std::cell::Cell<bool>,
 }
 
 fn ts_of(x: u32) -> Ts {
@@ -628,10 +630,10 @@ fn ts_of(x: u32) -> Ts {
 }
 
 impl Harness {
-    fn new(durable_each_op: bool) -> Harness {
+    fn new(durable_each_op: bool, pool: u64, inodes: u64) -> Harness {
         let fs = Fs::mkfs(
-            SimMedium::new(6 << 20),
-            &MkfsOptions { shards: 4, inodes: 256, ..Default::default() },
+            SimMedium::new(pool),
+            &MkfsOptions { shards: 4, inodes, ..Default::default() },
         )
         .expect("mkfs");
         let ninodes = fs.statfs().files;
@@ -643,6 +645,7 @@ impl Harness {
             ninodes,
             durable_each_op,
             log: Vec::new(),
+            nospc: std::cell::Cell::new(false),
         }
     }
 
@@ -766,6 +769,7 @@ impl Harness {
                     self.fs().statfs(),
                     self.log.join("\n")
                 );
+                self.nospc.set(true);
                 false
             }
             (r, want) => {
@@ -1490,7 +1494,15 @@ impl Harness {
             m2.after_remount();
             check_all(&fs2, &m2, self.ninodes, &format!("durable image after step {step} {op:?}"));
         }
-        if step % FULL_CHECK_EVERY == FULL_CHECK_EVERY - 1 {
+        if self.nospc.replace(false) {
+            // A failed operation must have changed nothing at all.
+            check_all(
+                self.fs(),
+                &self.m,
+                self.ninodes,
+                &format!("after ENOSPC at step {step} {op:?}"),
+            );
+        } else if step % FULL_CHECK_EVERY == FULL_CHECK_EVERY - 1 {
             check_all(self.fs(), &self.m, self.ninodes, &format!("step {step}"));
         }
     }
@@ -1796,8 +1808,8 @@ fn check_all(fs: &Fs<SimMedium>, m: &Model, ninodes: u64, ctx: &str) {
     check_statfs(fs, m, ninodes);
 }
 
-fn run_sequence(ops: &[Op], durable_each_op: bool) {
-    let mut h = Harness::new(durable_each_op);
+fn run_sequence(ops: &[Op], durable_each_op: bool, pool: u64, inodes: u64) {
+    let mut h = Harness::new(durable_each_op, pool, inodes);
     for (step, op) in ops.iter().enumerate() {
         h.run(op, step);
     }
@@ -1811,13 +1823,19 @@ fn cases(default: u32) -> u32 {
     std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-fn run_prop(default_cases: u32, max_ops: usize, remounts: bool, durable_each_op: bool) {
+fn run_prop(
+    default_cases: u32,
+    max_ops: usize,
+    remounts: bool,
+    durable_each_op: bool,
+    (pool, inodes): (u64, u64),
+) {
     let cfg =
         Config { cases: cases(default_cases), failure_persistence: None, ..Config::default() };
     let mut runner = TestRunner::new(cfg);
     let strat = proptest::collection::vec(op_strategy(remounts), 1..max_ops);
     if let Err(e) = runner.run(&strat, |ops| {
-        run_sequence(&ops, durable_each_op);
+        run_sequence(&ops, durable_each_op, pool, inodes);
         Ok(())
     }) {
         panic!("{e}");
@@ -1826,10 +1844,17 @@ fn run_prop(default_cases: u32, max_ops: usize, remounts: bool, durable_each_op:
 
 #[test]
 fn random_ops_with_remounts_match_the_model() {
-    run_prop(320, 120, true, false);
+    run_prop(320, 120, true, false, (6 << 20, 256));
 }
 
 #[test]
 fn durable_after_every_op() {
-    run_prop(64, 60, false, true);
+    run_prop(64, 60, false, true, (6 << 20, 256));
+}
+
+/// A pool of 320 KiB and 64 inodes: ENOSPC is frequent, and after each one the
+/// whole pool must still equal the model (a failed operation changes nothing).
+#[test]
+fn tiny_pool_enospc_changes_nothing() {
+    run_prop(200, 150, true, false, (320 << 10, 64));
 }
