@@ -13,7 +13,9 @@
 //! current image: everything stored is kept, open handles are lost, so unlinked-open
 //! files vanish), and the same from the durable image. The `durable_after_every_op`
 //! property mounts the durable image after *every* operation in a second pool and
-//! compares it with the model: every operation is durable when it returns.
+//! compares it with the model: every operation is durable when it returns. The
+//! `tiny_pool_enospc_changes_nothing` property runs on a 320 KiB pool where ENOSPC
+//! is frequent and compares the whole pool after each one.
 //!
 //! Invariants of the harness: the model is only changed after the pool returned
 //! success (or the model predicted an error and the pool returned that error); ENOSPC
