@@ -294,6 +294,18 @@ impl FerriteFuse {
         fh
     }
 
+    /// RELEASE / RELEASEDIR: drop the handle and its core open pin.
+    fn close_handle(&self, what: &str, fh: FileHandle, reply: ReplyEmpty) {
+        let ino = self.handles.lock().remove(&fh.0);
+        match ino {
+            Some(i) => match self.fs.release(i) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(self.err(what, e)),
+            },
+            None => reply.error(Errno::EBADF),
+        }
+    }
+
     fn open_flags(&self) -> FopenFlags {
         if self.cfg.direct_io {
             FopenFlags::FOPEN_DIRECT_IO
@@ -774,16 +786,7 @@ impl Filesystem for FerriteFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.guard("release", || {
-            let ino = self.handles.lock().remove(&fh.0);
-            match ino {
-                Some(i) => match self.fs.release(i) {
-                    Ok(()) => reply.ok(),
-                    Err(e) => reply.error(self.err("release", e)),
-                },
-                None => reply.error(Errno::EBADF),
-            }
-        })
+        self.guard("release", || self.close_handle("release", fh, reply))
     }
 
     fn fsync(
@@ -833,16 +836,7 @@ impl Filesystem for FerriteFuse {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.guard("releasedir", || {
-            let ino = self.handles.lock().remove(&fh.0);
-            match ino {
-                Some(i) => match self.fs.release(i) {
-                    Ok(()) => reply.ok(),
-                    Err(e) => reply.error(self.err("releasedir", e)),
-                },
-                None => reply.error(Errno::EBADF),
-            }
-        })
+        self.guard("releasedir", || self.close_handle("releasedir", fh, reply))
     }
 
     fn readdir(
