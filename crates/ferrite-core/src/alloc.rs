@@ -263,23 +263,37 @@ impl BlockAlloc {
         let mut out = Vec::new();
         let mut need = n;
         let ns = self.geo.nshards;
-        for i in 0..ns {
-            let s = (shard + i) % ns;
-            let mut fl = self.shards[s as usize].lock();
-            while need > 0 {
-                match fl.take(need) {
-                    Some((st, l)) => {
-                        out.push((st, l));
-                        need -= l;
+        // The free counter never exceeds what the lists hold (free() inserts before it
+        // credits), but a pass over the shards can miss blocks freed into a shard it
+        // already visited while another allocator drained a later one: go round again.
+        'passes: for _pass in 0..1024 {
+            for i in 0..ns {
+                let s = (shard + i) % ns;
+                let mut fl = self.shards[s as usize].lock();
+                while need > 0 {
+                    match fl.take(need) {
+                        Some((st, l)) => {
+                            out.push((st, l));
+                            need -= l;
+                        }
+                        None => break,
                     }
-                    None => break,
+                }
+                if need == 0 {
+                    break 'passes;
                 }
             }
-            if need == 0 {
-                break;
-            }
+            std::thread::yield_now();
         }
-        assert_eq!(need, 0, "free counter out of step with the free lists");
+        if need > 0 {
+            // Not expected; give everything back rather than panic.
+            let got: u64 = out.iter().map(|e| e.1).sum();
+            for (st, l) in out {
+                self.shards[self.geo.block_shard(st) as usize].lock().insert(st, l);
+            }
+            self.free.fetch_add(got + need, Ordering::AcqRel);
+            return Err(Error::NoSpace);
+        }
         Ok(out)
     }
 
@@ -472,5 +486,47 @@ mod tests {
         b.clear(69);
         assert_eq!(b.first_clear_from(3), Some(69));
         assert_eq!(b.first_clear_from(70), Some(1));
+    }
+
+    /// Regression guard: an allocation that passed a shard just before another thread
+    /// freed blocks into it, while a third drained the later shards, found nothing
+    /// although the free counter promised enough, and panicked ("free counter out of
+    /// step"); seen once in the benchmark smoke test's GC-under-pressure run on a
+    /// 95%-full pool. The window is narrow: this stress test exercises the path but
+    /// did not reproduce the panic on the old code in a few runs here.
+    #[test]
+    fn concurrent_alloc_and_free_on_a_nearly_full_pool_never_panics() {
+        let g = Geometry::compute(2048, 4, 64).unwrap();
+        let mut used = Bitmap::new(2048);
+        for b in 0..g.data_start {
+            used.set(b);
+        }
+        let a = std::sync::Arc::new(BlockAlloc::from_used(&g, &used));
+        let total = a.free_blocks();
+        // Hold all but a few blocks so the threads fight over the rest.
+        let held = a.alloc(0, total - 3, true).unwrap();
+        let threads: Vec<_> = (0..4u32)
+            .map(|t| {
+                let a = a.clone();
+                std::thread::spawn(move || {
+                    for i in 0..50_000u32 {
+                        let want = 1 + ((i + t) % 3) as u64;
+                        if let Ok(ex) = a.alloc(t, want, true) {
+                            assert_eq!(ex.iter().map(|e| e.1).sum::<u64>(), want);
+                            for (s, l) in ex {
+                                a.free(s, l);
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        for (s, l) in held {
+            a.free(s, l);
+        }
+        assert_eq!(a.free_blocks(), total);
     }
 }
