@@ -294,6 +294,19 @@ impl FerriteFuse {
         fh
     }
 
+    /// FSYNC / FSYNCDIR: everything is durable already (the core fences now). ENOSYS
+    /// counts as success and the kernel stops sending these requests, after writing
+    /// back its own dirty pages each time (the same as the reply would have been).
+    fn sync_reply(&self, ino: INodeNo, datasync: bool, reply: ReplyEmpty) {
+        match self
+            .ino(ino)
+            .and_then(|i| self.fs.fsync(i, datasync).map_err(|e| self.err("fsync", e)))
+        {
+            Ok(()) => reply.error(Errno::ENOSYS),
+            Err(e) => reply.error(e),
+        }
+    }
+
     /// RELEASE / RELEASEDIR: drop the handle and its core open pin.
     fn close_handle(&self, what: &str, fh: FileHandle, reply: ReplyEmpty) {
         let ino = self.handles.lock().remove(&fh.0);
@@ -797,18 +810,7 @@ impl Filesystem for FerriteFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.guard("fsync", || {
-            match self
-                .ino(ino)
-                .and_then(|i| self.fs.fsync(i, datasync).map_err(|e| self.err("fsync", e)))
-            {
-                // Durable already (and fenced just now): ENOSYS counts as success and
-                // the kernel stops sending FSYNC, after writing back its own dirty
-                // pages each time (the same as the reply would have been).
-                Ok(()) => reply.error(Errno::ENOSYS),
-                Err(e) => reply.error(e),
-            }
-        })
+        self.guard("fsync", || self.sync_reply(ino, datasync, reply))
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -897,16 +899,7 @@ impl Filesystem for FerriteFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.guard("fsyncdir", || {
-            match self
-                .ino(ino)
-                .and_then(|i| self.fs.fsync(i, datasync).map_err(|e| self.err("fsync", e)))
-            {
-                // As for fsync: durable already; the kernel stops sending FSYNCDIR.
-                Ok(()) => reply.error(Errno::ENOSYS),
-                Err(e) => reply.error(e),
-            }
-        })
+        self.guard("fsyncdir", || self.sync_reply(ino, datasync, reply))
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
