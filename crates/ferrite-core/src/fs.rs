@@ -503,8 +503,12 @@ impl<M: Medium> Fs<M> {
         self.cache_shard(inode.ino).write().insert(inode.ino, inode);
     }
 
-    pub(crate) fn cache_remove(&self, ino: u64) {
-        self.cache_shard(ino).write().remove(&ino);
+    /// Drop `inode` from the cache, if the cached copy of its number is this one.
+    pub(crate) fn cache_remove(&self, inode: &Inode) {
+        let mut c = self.cache_shard(inode.ino).write();
+        if c.get(&inode.ino).is_some_and(|i| std::ptr::eq(&**i, inode)) {
+            c.remove(&inode.ino);
+        }
     }
 
     pub(crate) fn cached_inodes(&self) -> Vec<Arc<Inode>> {
@@ -722,8 +726,10 @@ impl<M: Medium> Fs<M> {
             let ftype = st.ftype;
             *st = InodeState::new(ftype); // nothing of the freed inode stays reachable
             self.free_pages(&pages);
+            // Uncache before the number is free again: after `ialloc.free` another
+            // thread may create a new inode with this number and cache it.
+            self.cache_remove(locked.inode(ino));
             self.ialloc.free(ino);
-            self.cache_remove(ino);
         }
         self.free_runs(&all_freed);
         for p in &parts {
@@ -788,8 +794,8 @@ impl<M: Medium> Fs<M> {
         let pages = std::mem::take(&mut st.log.pages);
         *st = InodeState::new(st.ftype); // nothing of the freed inode stays reachable
         self.free_pages(&pages);
+        self.cache_remove(inode); // before the number can be reused (see commit_multi)
         self.ialloc.free(inode.ino);
-        self.cache_remove(inode.ino);
     }
 
     /// Build a SETATTR entry for `st` with changes from `f`.

@@ -771,190 +771,203 @@ impl<M: Medium> Fs<M> {
         if is_dot(dname) {
             return Err(if flags.noreplace { Error::Exists } else { Error::Busy });
         }
-        let s = self.lookup_ino(sp, sname)?;
-        check_name(dname)?;
-        let d = match self.lookup_ino(dp, dname) {
-            Ok(d) => Some(d),
-            Err(Error::NotFound) => None,
-            Err(e) => return Err(e),
-        };
-        let si = self.inode(s)?;
-        let di = match d {
-            Some(d) => Some(self.inode(d)?),
-            None => None,
-        };
-        let s_dir = si.st.read().ftype == FileType::Directory;
-        let d_dir = di.as_ref().map(|i| i.st.read().ftype == FileType::Directory);
-        if flags.noreplace && d.is_some() {
-            return Err(Error::Exists);
-        }
-        if flags.exchange && d.is_none() {
-            return Err(Error::NotFound);
-        }
-        // Is directory `a` the directory `b` or one of its ancestors?
-        let is_ancestor = |a: u64, b: u64| -> Result<bool> {
-            let mut cur = b;
-            for _ in 0..=self.geo.ninodes {
-                if cur == a {
-                    return Ok(true);
-                }
-                if cur == self.root() {
-                    return Ok(false);
-                }
-                let c = self.inode(cur)?;
-                let par = c.st.read().attr.parent;
-                if par == 0 || par == cur {
-                    return Ok(false);
-                }
-                cur = par;
+        // The lookups are repeated (rarely) when a name changed before the lock.
+        for _ in 0..64 {
+            let s = self.lookup_ino(sp, sname)?;
+            check_name(dname)?;
+            let d = match self.lookup_ino(dp, dname) {
+                Ok(d) => Some(d),
+                Err(Error::NotFound) => None,
+                Err(e) => return Err(e),
+            };
+            let si = self.inode(s)?;
+            let di = match d {
+                Some(d) => Some(self.inode(d)?),
+                None => None,
+            };
+            let s_dir = si.st.read().ftype == FileType::Directory;
+            let d_dir = di.as_ref().map(|i| i.st.read().ftype == FileType::Directory);
+            if flags.noreplace && d.is_some() {
+                return Err(Error::Exists);
             }
-            Err(Error::corrupt("directory parent chain does not reach the root"))
-        };
-        if sp != dp {
-            if s_dir && is_ancestor(s, dp)? {
-                return Err(Error::invalid("move a directory into its own subtree"));
+            if flags.exchange && d.is_none() {
+                return Err(Error::NotFound);
+            }
+            // Is directory `a` the directory `b` or one of its ancestors?
+            let is_ancestor = |a: u64, b: u64| -> Result<bool> {
+                let mut cur = b;
+                for _ in 0..=self.geo.ninodes {
+                    if cur == a {
+                        return Ok(true);
+                    }
+                    if cur == self.root() {
+                        return Ok(false);
+                    }
+                    let c = self.inode(cur)?;
+                    let par = c.st.read().attr.parent;
+                    if par == 0 || par == cur {
+                        return Ok(false);
+                    }
+                    cur = par;
+                }
+                Err(Error::corrupt("directory parent chain does not reach the root"))
+            };
+            if sp != dp {
+                if s_dir && is_ancestor(s, dp)? {
+                    return Err(Error::invalid("move a directory into its own subtree"));
+                }
+                if let (Some(d), Some(true)) = (d, d_dir) {
+                    if is_ancestor(d, sp)? {
+                        return Err(if flags.exchange {
+                            Error::invalid("exchange a directory with its own ancestor")
+                        } else {
+                            Error::NotEmpty
+                        });
+                    }
+                }
+            }
+            if d == Some(s) {
+                return Ok(());
+            }
+            if !flags.exchange {
+                match d_dir {
+                    Some(true) if !s_dir => return Err(Error::IsDir),
+                    Some(false) if s_dir => return Err(Error::NotDir),
+                    _ => {}
+                }
+            }
+            let mut all = vec![&spi, &dpi, &si];
+            if let Some(di) = &di {
+                all.push(di);
+            }
+            let mut locked = Locked::new(all);
+            // Names were looked up before the parents were locked: a create, unlink or
+            // link (they do not take the rename lock) may have changed them meanwhile.
+            let now_at = |l: &Locked<'_>, p: u64, n: &[u8]| {
+                l.st(p).dir().and_then(|x| x.names.get(n)).map(|e| e.ino)
+            };
+            if now_at(&locked, sp, sname) != Some(s) || now_at(&locked, dp, dname) != d {
+                continue;
+            }
+            // A removed (but still open) directory takes no new names, as in Linux.
+            if locked.st(sp).attr.nlink == 0 || locked.st(dp).attr.nlink == 0 {
+                return Err(Error::NotFound);
             }
             if let (Some(d), Some(true)) = (d, d_dir) {
-                if is_ancestor(d, sp)? {
-                    return Err(if flags.exchange {
-                        Error::invalid("exchange a directory with its own ancestor")
-                    } else {
-                        Error::NotEmpty
-                    });
+                if !flags.exchange && !locked.st(d).dir().expect("dir").names.is_empty() {
+                    return Err(Error::NotEmpty);
                 }
             }
-        }
-        if d == Some(s) {
+            let now = Ts::now();
+            let s_ft = locked.st(s).ftype.code();
+            let mut sp_entries: Vec<EntryBuf> = Vec::new();
+            let mut dp_entries: Vec<EntryBuf> = Vec::new();
+            let mut sp_nlink: i64 = 0;
+            let mut dp_nlink: i64 = 0;
+            let mut free = Vec::new();
+            let mut s_entries = Vec::new();
+            let mut d_entries = Vec::new();
+            if flags.exchange {
+                let d = d.expect("exchange target");
+                let d_ft = locked.st(d).ftype.code();
+                let dd = d_dir == Some(true);
+                let sc = locked.st(sp).dir().expect("dir").next_cookie;
+                sp_entries.push(EntryBuf::dentry(d, sc, now, d_ft, sname));
+                let dc =
+                    if sp == dp { sc + 1 } else { locked.st(dp).dir().expect("dir").next_cookie };
+                dp_entries.push(EntryBuf::dentry(s, dc, now, s_ft, dname));
+                if sp != dp {
+                    sp_nlink += dd as i64 - s_dir as i64;
+                    dp_nlink += s_dir as i64 - dd as i64;
+                }
+                let (e, _) = Self::setattr_entry(locked.st(s), |a| {
+                    if s_dir {
+                        a.parent = dp;
+                    }
+                    a.ctime = now;
+                });
+                s_entries.push(e);
+                let (e, _) = Self::setattr_entry(locked.st(d), |a| {
+                    if dd {
+                        a.parent = sp;
+                    }
+                    a.ctime = now;
+                });
+                d_entries.push(e);
+            } else {
+                sp_entries.push(EntryBuf::dentry(0, 0, now, 0, sname));
+                let dc = locked.st(dp).dir().expect("dir").next_cookie;
+                dp_entries.push(EntryBuf::dentry(s, dc, now, s_ft, dname));
+                if s_dir && sp != dp {
+                    sp_nlink -= 1;
+                    dp_nlink += 1;
+                }
+                let (e, _) = Self::setattr_entry(locked.st(s), |a| {
+                    if s_dir {
+                        a.parent = dp;
+                    }
+                    a.ctime = now;
+                });
+                s_entries.push(e);
+                if let Some(d) = d {
+                    let dst = locked.st(d);
+                    let dd = dst.ftype == FileType::Directory;
+                    if dd {
+                        dp_nlink -= 1;
+                    }
+                    let open = locked.inode(d).open.load(Ordering::Acquire) > 0;
+                    if (dd || dst.attr.nlink <= 1) && !open {
+                        free.push(d);
+                    } else {
+                        let (e, _) = Self::setattr_entry(dst, |a| {
+                            a.nlink = if dd { 0 } else { a.nlink - 1 };
+                            a.ctime = now;
+                        });
+                        d_entries.push(e);
+                    }
+                }
+            }
+            // Parent attribute changes (link counts, times).
+            let mut parts: Vec<Part> = Vec::new();
+            let bump = |st: &InodeState, dn: i64| {
+                Self::setattr_entry(st, |a| {
+                    a.nlink = (a.nlink as i64 + dn) as u32;
+                    a.mtime = now;
+                    a.ctime = now;
+                })
+                .0
+            };
+            if sp == dp {
+                let mut es = sp_entries;
+                es.extend(dp_entries);
+                if sp_nlink + dp_nlink != 0 {
+                    es.push(bump(locked.st(sp), sp_nlink + dp_nlink));
+                }
+                parts.push(Part { ino: sp, entries: es });
+            } else {
+                if sp_nlink != 0 {
+                    sp_entries.push(bump(locked.st(sp), sp_nlink));
+                }
+                if dp_nlink != 0 {
+                    dp_entries.push(bump(locked.st(dp), dp_nlink));
+                }
+                parts.push(Part { ino: sp, entries: sp_entries });
+                parts.push(Part { ino: dp, entries: dp_entries });
+            }
+            if s != sp && s != dp {
+                parts.push(Part { ino: s, entries: s_entries });
+            } else {
+                return Err(Error::invalid("rename of a directory onto its parent"));
+            }
+            if let Some(d) = d {
+                if !d_entries.is_empty() && !free.contains(&d) && d != sp && d != dp {
+                    parts.push(Part { ino: d, entries: d_entries });
+                }
+            }
+            self.commit_multi(&mut locked, parts, None, &free, true)?;
             return Ok(());
         }
-        if !flags.exchange {
-            match d_dir {
-                Some(true) if !s_dir => return Err(Error::IsDir),
-                Some(false) if s_dir => return Err(Error::NotDir),
-                _ => {}
-            }
-        }
-        let mut all = vec![&spi, &dpi, &si];
-        if let Some(di) = &di {
-            all.push(di);
-        }
-        let mut locked = Locked::new(all);
-        // A removed (but still open) directory takes no new names, as in Linux.
-        if locked.st(sp).attr.nlink == 0 || locked.st(dp).attr.nlink == 0 {
-            return Err(Error::NotFound);
-        }
-        if let (Some(d), Some(true)) = (d, d_dir) {
-            if !flags.exchange && !locked.st(d).dir().expect("dir").names.is_empty() {
-                return Err(Error::NotEmpty);
-            }
-        }
-        let now = Ts::now();
-        let s_ft = locked.st(s).ftype.code();
-        let mut sp_entries: Vec<EntryBuf> = Vec::new();
-        let mut dp_entries: Vec<EntryBuf> = Vec::new();
-        let mut sp_nlink: i64 = 0;
-        let mut dp_nlink: i64 = 0;
-        let mut free = Vec::new();
-        let mut s_entries = Vec::new();
-        let mut d_entries = Vec::new();
-        if flags.exchange {
-            let d = d.expect("exchange target");
-            let d_ft = locked.st(d).ftype.code();
-            let dd = d_dir == Some(true);
-            let sc = locked.st(sp).dir().expect("dir").next_cookie;
-            sp_entries.push(EntryBuf::dentry(d, sc, now, d_ft, sname));
-            let dc = if sp == dp { sc + 1 } else { locked.st(dp).dir().expect("dir").next_cookie };
-            dp_entries.push(EntryBuf::dentry(s, dc, now, s_ft, dname));
-            if sp != dp {
-                sp_nlink += dd as i64 - s_dir as i64;
-                dp_nlink += s_dir as i64 - dd as i64;
-            }
-            let (e, _) = Self::setattr_entry(locked.st(s), |a| {
-                if s_dir {
-                    a.parent = dp;
-                }
-                a.ctime = now;
-            });
-            s_entries.push(e);
-            let (e, _) = Self::setattr_entry(locked.st(d), |a| {
-                if dd {
-                    a.parent = sp;
-                }
-                a.ctime = now;
-            });
-            d_entries.push(e);
-        } else {
-            sp_entries.push(EntryBuf::dentry(0, 0, now, 0, sname));
-            let dc = locked.st(dp).dir().expect("dir").next_cookie;
-            dp_entries.push(EntryBuf::dentry(s, dc, now, s_ft, dname));
-            if s_dir && sp != dp {
-                sp_nlink -= 1;
-                dp_nlink += 1;
-            }
-            let (e, _) = Self::setattr_entry(locked.st(s), |a| {
-                if s_dir {
-                    a.parent = dp;
-                }
-                a.ctime = now;
-            });
-            s_entries.push(e);
-            if let Some(d) = d {
-                let dst = locked.st(d);
-                let dd = dst.ftype == FileType::Directory;
-                if dd {
-                    dp_nlink -= 1;
-                }
-                let open = locked.inode(d).open.load(Ordering::Acquire) > 0;
-                if (dd || dst.attr.nlink <= 1) && !open {
-                    free.push(d);
-                } else {
-                    let (e, _) = Self::setattr_entry(dst, |a| {
-                        a.nlink = if dd { 0 } else { a.nlink - 1 };
-                        a.ctime = now;
-                    });
-                    d_entries.push(e);
-                }
-            }
-        }
-        // Parent attribute changes (link counts, times).
-        let mut parts: Vec<Part> = Vec::new();
-        let bump = |st: &InodeState, dn: i64| {
-            Self::setattr_entry(st, |a| {
-                a.nlink = (a.nlink as i64 + dn) as u32;
-                a.mtime = now;
-                a.ctime = now;
-            })
-            .0
-        };
-        if sp == dp {
-            let mut es = sp_entries;
-            es.extend(dp_entries);
-            if sp_nlink + dp_nlink != 0 {
-                es.push(bump(locked.st(sp), sp_nlink + dp_nlink));
-            }
-            parts.push(Part { ino: sp, entries: es });
-        } else {
-            if sp_nlink != 0 {
-                sp_entries.push(bump(locked.st(sp), sp_nlink));
-            }
-            if dp_nlink != 0 {
-                dp_entries.push(bump(locked.st(dp), dp_nlink));
-            }
-            parts.push(Part { ino: sp, entries: sp_entries });
-            parts.push(Part { ino: dp, entries: dp_entries });
-        }
-        if s != sp && s != dp {
-            parts.push(Part { ino: s, entries: s_entries });
-        } else {
-            return Err(Error::invalid("rename of a directory onto its parent"));
-        }
-        if let Some(d) = d {
-            if !d_entries.is_empty() && !free.contains(&d) && d != sp && d != dp {
-                parts.push(Part { ino: d, entries: d_entries });
-            }
-        }
-        self.commit_multi(&mut locked, parts, None, &free, true)?;
-        Ok(())
+        Err(Error::Busy)
     }
 
     // -------------------------------------------------------------- readdir

@@ -172,3 +172,77 @@ fn read_all_of_a_huge_sparse_file_is_an_error() {
     assert_eq!(fs.read(f, (1 << 62) - 8, &mut b).unwrap(), 8);
     assert_eq!(b[..8], [0; 8]);
 }
+
+/// Bug: rename looked its source and target names up before locking the parents
+/// and never looked again. Create, unlink and link do not take the rename lock, so
+/// a name could change in between: a rename onto a target that another thread had
+/// just created overwrote that name and left the new inode unreachable, and a
+/// rename of a name unlinked meanwhile (its inode kept alive by a second link)
+/// added a name without a link count, later a dangling entry (found by the
+/// shared-directory churn of `concurrency_threads`, in CI). Fixed in
+/// `ops.rs` (`Fs::rename` re-checks both names under the locks and retries).
+#[test]
+fn rename_racing_creates_unlinks_and_links_keeps_names_and_counts() {
+    let fs = fresh_sim(16 << 20, 2);
+    let root = fs.root();
+    let d1 = fs.mkdir(root, b"d1", 0o755, 0, 0).unwrap().ino;
+    let d2 = fs.mkdir(root, b"d2", 0o755, 0, 0).unwrap().ino;
+    let fine = |r: Result<()>| match r {
+        Ok(()) | Err(Error::NotFound) | Err(Error::Exists) => {}
+        Err(e) => panic!("unexpected {e:?}"),
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..20_000 {
+                fine(fs.rename(d1, b"a", d2, b"b", RenameFlags::default()));
+                fine(fs.rename(d2, b"b", d1, b"a", RenameFlags::default()));
+            }
+        });
+        s.spawn(|| {
+            for i in 0..20_000 {
+                fine(fs.create(d2, b"b", 0o644, 0, 0).map(|_| ()));
+                fine(fs.create(d1, b"a", 0o644, 0, 0).map(|_| ()));
+                if i % 2 == 0 {
+                    fine(fs.lookup_ino(d1, b"a").and_then(|f| fs.link(f, d1, b"l").map(|_| ())));
+                }
+                fine(fs.unlink(d2, b"b"));
+                fine(fs.unlink(d1, b"a"));
+                fine(fs.unlink(d1, b"l"));
+            }
+        });
+    });
+    assert_fsck_clean(&fs, "after racing renames");
+}
+
+/// Bug: freeing an inode returned its number to the allocator and only then
+/// dropped it from the inode cache by number. Another thread could create a new
+/// inode with that number in between, and the late removal dropped the new inode
+/// while its creator held it open: a second DRAM copy was then loaded with no
+/// open count, so an unlink freed the open file. Fixed in `fs.rs` (uncache first,
+/// and only the same inode). The window is narrow: this stress test hits it
+/// rarely, the shared-directory churn of `concurrency_threads` more often.
+#[test]
+fn freed_inode_numbers_reused_at_once_stay_cached() {
+    let fs = fresh_sim(16 << 20, 1);
+    let root = fs.root();
+    std::thread::scope(|s| {
+        for t in 0..2u8 {
+            let fs = &fs;
+            s.spawn(move || {
+                let d = fs.mkdir(root, &[b'd', b'0' + t], 0o755, 0, 0).unwrap().ino;
+                for i in 0..2000u32 {
+                    let f = fs.create(d, b"f", 0o644, 0, 0).unwrap().ino;
+                    fs.open(f).unwrap();
+                    fs.unlink(d, b"f").unwrap();
+                    // Open but unlinked: still readable and writable.
+                    fs.write(f, 0, &i.to_le_bytes()).unwrap();
+                    let mut b = [0u8; 4];
+                    assert_eq!(fs.read(f, 0, &mut b).unwrap(), 4);
+                    assert_eq!(u32::from_le_bytes(b), i);
+                    fs.release(f).unwrap();
+                }
+            });
+        }
+    });
+    assert_fsck_clean(&fs, "after create/unlink reuse");
+}
