@@ -432,13 +432,12 @@ impl<M: Medium> Fs<M> {
             Error::corrupt(format!("inode {ino} has unknown type {}", slot.ftype))
         })?;
         let seed = log::seed(&self.sb.uuid, ino, slot.state);
-        let walk =
-            log::walk(&self.m, &self.geo, seed, logptr::addr(slot.head), logptr::addr(slot.tail))?;
         let mut st = InodeState::new(ftype);
         let mut freed = Vec::new();
-        for (loc, e) in &walk.entries {
-            st.apply(*loc, e, &mut freed);
-        }
+        let (head, tail) = (logptr::addr(slot.head), logptr::addr(slot.tail));
+        let walk = log::walk_apply(&self.m, &self.geo, seed, head, tail, &mut |loc, e| {
+            st.apply(loc, &e, &mut freed);
+        })?;
         if st.setattr_loc.is_none() {
             return Err(Error::corrupt(format!("inode {ino} has no attributes in its log")));
         }
@@ -446,7 +445,7 @@ impl<M: Medium> Fs<M> {
             head: slot.head,
             tail: logptr::make(logptr::epoch(slot.tail), walk.end),
             next_seq: walk.next_seq,
-            pages: walk.pages.clone(),
+            pages: walk.pages.clone().into(),
         };
         st.gc_check_at = (st.log.pages.len() * 2).max(4);
         Ok(Some((slot, st, walk)))
@@ -592,7 +591,7 @@ impl<M: Medium> Fs<M> {
     ) -> Freed {
         st.log.tail = a.new_tail;
         st.log.next_seq = a.next_seq;
-        st.log.pages.extend_from_slice(&a.new_pages);
+        st.log.pages.extend(&a.new_pages);
         let mut freed = Vec::new();
         for (loc, e) in a.locs.iter().zip(entries) {
             let entry = log::decode_entry(&e.bytes).expect("entry we just encoded decodes");
@@ -722,7 +721,7 @@ impl<M: Medium> Fs<M> {
         for &ino in free {
             let st = locked.st_mut(ino);
             all_freed.extend(st.data_runs());
-            let pages = std::mem::take(&mut st.log.pages);
+            let pages = std::mem::take(&mut st.log.pages).to_vec();
             let ftype = st.ftype;
             *st = InodeState::new(ftype); // nothing of the freed inode stays reachable
             self.free_pages(&pages);
@@ -791,7 +790,7 @@ impl<M: Medium> Fs<M> {
         self.m.fence();
         let runs = st.data_runs();
         self.free_runs(&runs);
-        let pages = std::mem::take(&mut st.log.pages);
+        let pages = std::mem::take(&mut st.log.pages).to_vec();
         *st = InodeState::new(st.ftype); // nothing of the freed inode stays reachable
         self.free_pages(&pages);
         self.cache_remove(inode); // before the number can be reused (see commit_multi)

@@ -89,7 +89,7 @@ impl<M: Medium> Fs<M> {
                 r.errors.push(format!("inode {ino}: log tail points past a torn entry"));
             }
             r.inodes += 1;
-            r.entries += walk.entries.len() as u64;
+            r.entries += walk.committed as u64;
             r.log_pages += st.log.pages.len() as u64;
             let mut claim = |b: u64, what: &str, r: &mut FsckReport| {
                 if let Some(o) = owner.insert(b, ino) {
@@ -98,7 +98,7 @@ impl<M: Medium> Fs<M> {
                     ));
                 }
             };
-            for &p in &st.log.pages {
+            for p in st.log.pages.iter() {
                 claim(p / BLOCK, "log page", &mut r);
             }
             for (s, n) in st.data_runs() {

@@ -59,23 +59,24 @@ impl<M: Medium> Fs<M> {
             return;
         }
         let slot = self.geo.slot_off(inode.ino);
-        let mut pages = st.log.pages.clone();
-        for d in &dead {
-            let i = pages.iter().position(|p| p == d).expect("dead page is in the chain");
-            let next = pages[i + 1]; // the tail page is never dead, so a successor exists
-            if i == 0 {
-                let h = logptr::make(logptr::epoch(st.log.head), next);
-                persist_u64(&self.m, slot + SLOT_HEAD, h);
-                st.log.head = h;
-            } else {
-                persist_u64(&self.m, pages[i - 1] + LOG_DATA_END, next);
+        // In chain order: each unlink sees the chain as the previous ones left it.
+        for &d in &dead {
+            let (prev, next) = st.log.pages.neighbours(d).expect("dead page is in the chain");
+            // The tail page is never dead, so a successor exists.
+            let next = next.expect("a dead page is not the tail page");
+            match prev {
+                None => {
+                    let h = logptr::make(logptr::epoch(st.log.head), next);
+                    persist_u64(&self.m, slot + SLOT_HEAD, h);
+                    st.log.head = h;
+                }
+                Some(p) => persist_u64(&self.m, p + LOG_DATA_END, next),
             }
-            pages.remove(i);
+            st.log.pages.remove(d);
         }
         if self.fault != Some(CoreFault::EarlyGc) {
             self.m.fence();
         }
-        st.log.pages = pages;
         for d in &dead {
             st.refs.remove(d);
         }
@@ -115,7 +116,7 @@ impl<M: Medium> Fs<M> {
             Record { addr: slot + SLOT_TAIL, old: st.log.tail, new: a.new_tail },
         ];
         self.journal_commit(&recs);
-        let old_pages = std::mem::take(&mut st.log.pages);
+        let old_pages = std::mem::take(&mut st.log.pages).to_vec();
         let mut fresh = InodeState::new(st.ftype);
         fresh.log.head = new_head;
         fresh.log.pages.push(first);
@@ -182,7 +183,7 @@ pub(crate) fn snapshot_entries<M: Medium>(m: &M, st: &InodeState) -> Vec<EntryBu
     let mut out = Vec::new();
     match &st.body {
         Body::File(f) => {
-            for (&pg, e) in &f.ext {
+            for (pg, e) in f.ext.iter() {
                 out.push(EntryBuf::write(pg, e.block, e.len, a.size, a.mtime));
             }
             let mut pages: Vec<&u64> = f.ops.keys().collect();

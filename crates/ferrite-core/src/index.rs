@@ -81,22 +81,14 @@ pub enum PageOp {
     },
 }
 
-/// A run of file pages in consecutive blocks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Ext {
-    /// Pages in the run.
-    pub len: u32,
-    /// First block number.
-    pub block: u64,
-    /// Address of the WRITE entry that mapped it.
-    pub loc: u64,
-}
+pub use crate::extmap::Ext;
+use crate::extmap::{ExtMap, MAX_RUN};
 
 /// Page index of a file.
 #[derive(Clone, Debug, Default)]
 pub struct FileIndex {
     /// Runs keyed by first page.
-    pub ext: BTreeMap<u64, Ext>,
+    pub ext: ExtMap,
     /// Ops per page, in order.
     pub ops: FxHashMap<u64, Vec<PageOp>>,
     mapped: u64,
@@ -118,7 +110,7 @@ impl FileIndex {
 
     /// The block mapped at page `pg` and the entry that mapped it.
     pub fn lookup(&self, pg: u64) -> Option<(u64, u64)> {
-        let (&s, e) = self.ext.range(..=pg).next_back()?;
+        let (s, e) = self.ext.floor(pg)?;
         (pg < s + e.len as u64).then(|| (e.block + (pg - s), e.loc))
     }
 
@@ -129,7 +121,7 @@ impl FileIndex {
             return out;
         }
         // A run starting before `a` that overlaps it: split.
-        if let Some((&s, &e)) = self.ext.range(..a).next_back() {
+        if let Some((s, e)) = self.ext.below(a) {
             let end = s + e.len as u64;
             if end > a {
                 self.ext.insert(s, Ext { len: (a - s) as u32, ..e });
@@ -146,9 +138,8 @@ impl FileIndex {
                 }
             }
         }
-        let keys: Vec<u64> = self.ext.range(a..b).map(|(&k, _)| k).collect();
-        for s in keys {
-            let e = self.ext.remove(&s).expect("key just listed");
+        for s in self.ext.starts_in(a, b) {
+            let e = self.ext.remove(s).expect("key just listed");
             let end = s + e.len as u64;
             if end > b {
                 self.ext
@@ -167,7 +158,13 @@ impl FileIndex {
     /// Map pages `[pg, pg + n)` to blocks `[block, block + n)`; returns replaced pieces.
     pub fn insert(&mut self, pg: u64, n: u32, block: u64, loc: u64) -> Vec<Piece> {
         let out = self.remove_range(pg, pg + n as u64);
-        self.ext.insert(pg, Ext { len: n, block, loc });
+        // Runs longer than the map packs are kept as several (same entry).
+        let mut done = 0u32;
+        while done < n {
+            let len = (n - done).min(MAX_RUN);
+            self.ext.insert(pg + done as u64, Ext { len, block: block + done as u64, loc });
+            done += len;
+        }
         self.mapped += n as u64;
         out
     }
@@ -546,40 +543,29 @@ impl InodeState {
     /// All data blocks this inode references: (first block, count).
     pub fn data_runs(&self) -> Vec<(u64, u64)> {
         match &self.body {
-            Body::File(f) => f.ext.values().map(|e| (e.block, e.len as u64)).collect(),
+            Body::File(f) => f.ext.iter().map(|(_, e)| (e.block, e.len as u64)).collect(),
             Body::Dir(_) => vec![],
         }
     }
 
     /// Log pages whose entries are all dead (excluding the tail page), in chain order.
-    /// Cost: proportional to the pages that died since the last fast GC, plus a scan of
-    /// the chain from the tail back to the oldest of them, only when there are some.
+    /// Cost: proportional to the pages that died since the last fast GC (times log n
+    /// for a long chain), whatever the length of the log.
     pub fn dead_pages(&self) -> Vec<u64> {
         if self.dead.is_empty() {
             return Vec::new();
         }
         let tail_page = page_of(crate::layout::logptr::addr(self.log.tail));
-        let cand: rustc_hash::FxHashSet<u64> = self
+        let mut out: Vec<u64> = self
             .dead
             .iter()
             .copied()
             .filter(|&p| p != tail_page && self.refs.get(&p).copied().unwrap_or(0) == 0)
+            .filter(|&p| self.log.pages.contains(p))
             .collect();
-        if cand.is_empty() {
-            return Vec::new();
-        }
-        // Pages usually die near the tail (the entries an operation kills are recent):
-        // scan from the tail and stop once every candidate is found.
-        let mut out = Vec::with_capacity(cand.len());
-        for &p in self.log.pages.iter().rev() {
-            if cand.contains(&p) {
-                out.push(p);
-                if out.len() == cand.len() {
-                    break;
-                }
-            }
-        }
-        out.reverse();
+        out.sort_unstable();
+        out.dedup();
+        self.log.pages.sort_in_chain_order(&mut out);
         out
     }
 

@@ -10,8 +10,10 @@
 #![warn(missing_docs)]
 
 pub mod alloc;
+pub mod chain;
 pub mod dax;
 pub mod error;
+pub mod extmap;
 pub mod fs;
 pub mod fsck;
 pub mod gc;

@@ -505,8 +505,11 @@ pub fn entry_flags<M: Medium + ?Sized>(m: &M, loc: u64) -> u8 {
 /// A walked log.
 #[derive(Debug, Default)]
 pub struct Walk {
-    /// Valid committed entries with their byte addresses, oldest first.
+    /// Valid committed entries with their byte addresses, oldest first (empty
+    /// after [`walk_apply`], which hands them out instead).
     pub entries: Vec<(u64, Entry)>,
+    /// Committed entries walked.
+    pub committed: usize,
     /// Log pages in chain order (up to the page holding the end).
     pub pages: Vec<u64>,
     /// Address just after the last committed entry (the true tail).
@@ -519,13 +522,32 @@ pub struct Walk {
     pub discarded_entries: usize,
 }
 
-/// Walk a log from `head` to `tail` (byte addresses), validating every entry.
+/// Walk a log from `head` to `tail` (byte addresses), validating every entry;
+/// the committed entries are collected in [`Walk::entries`].
 pub fn walk<M: Medium + ?Sized>(
     m: &M,
     geo: &Geometry,
     seed: u32,
     head: u64,
     tail: u64,
+) -> Result<Walk> {
+    let mut entries = Vec::new();
+    let mut w = walk_apply(m, geo, seed, head, tail, &mut |loc, e| entries.push((loc, e)))?;
+    w.entries = entries;
+    Ok(w)
+}
+
+/// Walk a log as [`walk`] does, handing each committed entry to `f` in log order
+/// as soon as its operation's TXEND is seen: memory stays bounded by the largest
+/// operation, not the log (a file written page by page has one entry per page).
+/// On an error some entries may have been handed out already.
+pub fn walk_apply<M: Medium + ?Sized>(
+    m: &M,
+    geo: &Geometry,
+    seed: u32,
+    head: u64,
+    tail: u64,
+    f: &mut dyn FnMut(u64, Entry),
 ) -> Result<Walk> {
     if !geo.is_data_block_addr(head) {
         return Err(Error::corrupt(format!("log head {head:#x} is not a data block")));
@@ -588,7 +610,10 @@ pub fn walk<M: Medium + ?Sized>(
                     pos += len;
                 }
                 if txend {
-                    w.entries.append(&mut pending);
+                    w.committed += pending.len();
+                    for (loc, e) in pending.drain(..) {
+                        f(loc, e);
+                    }
                     last_commit = Some((pos, w.pages.len(), s + 1));
                 }
             }
@@ -622,7 +647,7 @@ pub struct LogState {
     /// Next entry sequence number.
     pub next_seq: u64,
     /// Pages in chain order.
-    pub pages: Vec<u64>,
+    pub pages: crate::chain::LogPages,
 }
 
 /// Entries appended beyond the tail, not yet committed.
@@ -704,7 +729,7 @@ pub fn write_fresh<M: Medium + ?Sized>(
         head: logptr::make(epoch, page),
         tail: logptr::make(epoch, page),
         next_seq: first_seq,
-        pages: vec![page],
+        pages: vec![page].into(),
     };
     append(m, &st, seed, entries, alloc_page, taken)
 }

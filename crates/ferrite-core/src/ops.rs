@@ -238,10 +238,16 @@ impl<M: Medium> Fs<M> {
                 } else {
                     let (nops, bytes) = st.page_ops(pg);
                     let has_content = nops > 0 || st.file().is_some_and(|f| f.lookup(pg).is_some());
+                    // A write that completes the file's last page (an append reaching
+                    // a page end) folds the page's overlays into a copy-on-write page:
+                    // no later write would, and stranded overlays would cost log space
+                    // and DRAM for as long as the file lives.
+                    let completes_last = b == BLOCK && (pg + 1) * BLOCK >= st.attr.size;
                     if len <= INLINE_MAX
                         && nops < MAX_PAGE_OPS
                         && bytes + len <= PAGE_INLINE_BYTES
                         && !(low_space && has_content)
+                        && !(completes_last && nops > 0)
                     {
                         pieces.push(Piece::Inline { off: pos, src, len });
                     } else {

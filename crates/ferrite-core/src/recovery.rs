@@ -429,13 +429,11 @@ fn scan_one<M: Medium>(
     let ftype = FileType::from_code(slot.ftype)
         .ok_or_else(|| Error::corrupt(format!("inode {ino} has unknown type {}", slot.ftype)))?;
     let seed = log::seed(&sb.uuid, ino, slot.state);
-    let w = log::walk(m, geo, seed, logptr::addr(slot.head), logptr::addr(slot.tail))
-        .map_err(|e| Error::corrupt(format!("inode {ino}: {e}")))?;
     let mut st = InodeState::new(ftype);
     let mut freed = Vec::new();
-    for (loc, e) in &w.entries {
-        st.apply(*loc, e, &mut freed);
-    }
+    let (head, tail) = (logptr::addr(slot.head), logptr::addr(slot.tail));
+    let w = log::walk_apply(m, geo, seed, head, tail, &mut |loc, e| st.apply(loc, &e, &mut freed))
+        .map_err(|e| Error::corrupt(format!("inode {ino}: {e}")))?;
     if st.setattr_loc.is_none() {
         return Err(Error::corrupt(format!("inode {ino} has no attributes in its log")));
     }
