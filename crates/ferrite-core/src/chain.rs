@@ -46,6 +46,9 @@ impl PartialEq for LogPages {
 
 impl From<Vec<u64>> for LogPages {
     fn from(v: Vec<u64>) -> Self {
+        if v.len() <= SMALL {
+            return LogPages::Small(v);
+        }
         let mut p = LogPages::Small(Vec::new());
         p.extend(&v);
         p

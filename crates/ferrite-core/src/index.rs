@@ -18,6 +18,7 @@ use crate::log::{AttrRec, Entry, LogState, Ts};
 use crate::pmem::Medium;
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 /// File type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -157,6 +158,11 @@ impl FileIndex {
 
     /// Map pages `[pg, pg + n)` to blocks `[block, block + n)`; returns replaced pieces.
     pub fn insert(&mut self, pg: u64, n: u32, block: u64, loc: u64) -> Vec<Piece> {
+        if n <= MAX_RUN {
+            if let Some(old) = self.ext.replace_same(pg, Ext { len: n, block, loc }) {
+                return vec![(pg, old)];
+            }
+        }
         let out = self.remove_range(pg, pg + n as u64);
         // Runs longer than the map packs are kept as several (same entry).
         let mut done = 0u32;
@@ -187,9 +193,9 @@ pub struct DirEnt {
 #[derive(Clone, Debug, Default)]
 pub struct DirIndex {
     /// Name to entry.
-    pub names: HashMap<Box<[u8]>, DirEnt>,
+    pub names: HashMap<Arc<[u8]>, DirEnt>,
     /// Cookie order for readdir.
-    pub order: BTreeMap<u64, Box<[u8]>>,
+    pub order: BTreeMap<u64, Arc<[u8]>>,
     /// Next cookie to hand out (cookies 1 and 2 are "." and "..").
     pub next_cookie: u64,
 }
@@ -437,11 +443,13 @@ impl InodeState {
             Entry::Dentry { ino, cookie, time, ftype, name } => {
                 let Body::Dir(d) = &mut self.body else { return };
                 let old = if *ino != 0 {
+                    // One allocation shared by both maps.
+                    let name: Arc<[u8]> = Arc::from(name.as_slice());
                     let o = d.names.insert(
-                        name.clone().into_boxed_slice(),
+                        name.clone(),
                         DirEnt { ino: *ino, cookie: *cookie, loc, ftype: *ftype },
                     );
-                    d.order.insert(*cookie, name.clone().into_boxed_slice());
+                    d.order.insert(*cookie, name);
                     d.next_cookie = d.next_cookie.max(cookie + 1);
                     o
                 } else {

@@ -729,7 +729,7 @@ pub fn write_fresh<M: Medium + ?Sized>(
         head: logptr::make(epoch, page),
         tail: logptr::make(epoch, page),
         next_seq: first_seq,
-        pages: vec![page].into(),
+        pages: Default::default(), // `append` reads only the tail and sequence
     };
     append(m, &st, seed, entries, alloc_page, taken)
 }
