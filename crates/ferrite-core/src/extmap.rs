@@ -110,6 +110,28 @@ impl ExtMap {
         self.leaves.values().flat_map(|l| l.iter().map(|p| (p.pg, p.ext())))
     }
 
+    /// The page after the last run (0 when empty).
+    pub fn end(&self) -> u64 {
+        self.leaves.last_key_value().map_or(0, |(_, l)| {
+            let p = l.last().expect("leaves are not empty");
+            p.pg + p.ext().len as u64
+        })
+    }
+
+    /// Add a run after every other (`pg >= self.end()`): one search, as log replay
+    /// and thorough GC add the runs of a file in page order.
+    pub fn push_back(&mut self, pg: u64, e: Ext) {
+        assert!(pg >= self.end(), "push_back of page {pg} before the end {}", self.end());
+        let p = Packed::new(pg, e);
+        match self.leaves.last_entry() {
+            Some(mut l) if l.get().len() < LEAF => l.get_mut().push(p),
+            _ => {
+                self.leaves.insert(pg, vec![p]);
+            }
+        }
+        self.len += 1;
+    }
+
     /// Set the run starting at `pg` (replacing one that starts there).
     pub fn insert(&mut self, pg: u64, e: Ext) {
         let p = Packed::new(pg, e);
@@ -234,9 +256,14 @@ mod tests {
             let mut m = ExtMap::default();
             let mut r: BTreeMap<u64, Ext> = BTreeMap::new();
             for (op, x) in ops {
-                if op < 3 {
+                if op < 2 {
                     m.insert(x, ext(x + op as u64));
                     r.insert(x, ext(x + op as u64));
+                } else if op == 2 {
+                    let pg = m.end() + x % 5;
+                    prop_assert_eq!(m.end(), r.iter().next_back().map_or(0, |(k, e)| k + e.len as u64));
+                    m.push_back(pg, ext(x));
+                    r.insert(pg, ext(x));
                 } else {
                     prop_assert_eq!(m.remove(x), r.remove(&x));
                 }

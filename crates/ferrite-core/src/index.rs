@@ -159,6 +159,12 @@ impl FileIndex {
     /// Map pages `[pg, pg + n)` to blocks `[block, block + n)`; returns replaced pieces.
     pub fn insert(&mut self, pg: u64, n: u32, block: u64, loc: u64) -> Vec<Piece> {
         if n <= MAX_RUN {
+            if pg >= self.ext.end() {
+                // Past every run (replay and snapshots map files in page order).
+                self.ext.push_back(pg, Ext { len: n, block, loc });
+                self.mapped += n as u64;
+                return Vec::new();
+            }
             if let Some(old) = self.ext.replace_same(pg, Ext { len: n, block, loc }) {
                 return vec![(pg, old)];
             }

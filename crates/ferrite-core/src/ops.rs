@@ -19,6 +19,9 @@ pub const MAX_PAGE_OPS: usize = 16;
 /// Embedded bytes a page may carry before its next sub-page write merges it into a
 /// new page (bounds DRAM per page and the cost of reading a page).
 pub const PAGE_INLINE_BYTES: usize = 2048;
+/// Overlays the file's last page may carry (appends land there; the append that
+/// completes the page merges them, so appended pages are written once).
+pub const TAIL_PAGE_OPS: usize = 64;
 /// Largest extended attribute value.
 pub const XATTR_VALUE_MAX: usize = MAX_ENTRY - XATTR_HDR - 255;
 /// Longest symlink target.
@@ -242,10 +245,18 @@ impl<M: Medium> Fs<M> {
                     // a page end) folds the page's overlays into a copy-on-write page:
                     // no later write would, and stranded overlays would cost log space
                     // and DRAM for as long as the file lives.
-                    let completes_last = b == BLOCK && (pg + 1) * BLOCK >= st.attr.size;
+                    let last = (pg + 1) * BLOCK >= st.attr.size;
+                    let completes_last = b == BLOCK && last;
+                    // The last page may embed a whole page of bytes: appends fill it
+                    // and the one that completes it merges them.
+                    let (max_ops, max_bytes) = if last {
+                        (TAIL_PAGE_OPS, BLOCK as usize)
+                    } else {
+                        (MAX_PAGE_OPS, PAGE_INLINE_BYTES)
+                    };
                     if len <= INLINE_MAX
-                        && nops < MAX_PAGE_OPS
-                        && bytes + len <= PAGE_INLINE_BYTES
+                        && nops < max_ops
+                        && bytes + len <= max_bytes
                         && !(low_space && has_content)
                         && !(completes_last && nops > 0)
                     {
