@@ -130,12 +130,24 @@ fn second_process_is_told_who_holds_the_pool() {
     // `put -` holds the pool mounted while it waits for standard input.
     let mut holder =
         ferrite().args(["put", "--pool", p, "-", "/x"]).stdin(Stdio::piped()).spawn().unwrap();
+    // Until the holder has the pool (on a loaded machine it may take seconds to
+    // start: a fixed number of short tries once ran out).
     let mut seen = String::new();
-    for _ in 0..200 {
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(120) {
         let (code, _, err) = run(ferrite().args(["ls", "--pool", p]));
         if code != 0 {
             seen = err;
             break;
+        }
+        // Our `ls` may have held the pool when the holder started: then the holder
+        // was the one refused. Start it again.
+        if holder.try_wait().unwrap().is_some() {
+            holder = ferrite()
+                .args(["put", "--pool", p, "-", "/x"])
+                .stdin(Stdio::piped())
+                .spawn()
+                .unwrap();
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }

@@ -97,8 +97,15 @@ impl<M: Medium> Fs<M> {
     /// Note an open handle: an unlinked file stays readable until its last release.
     pub fn open(&self, ino: u64) -> Result<Attr> {
         let i = self.inode(ino)?;
+        // Count the handle first: an unlink or release frees the inode only when it
+        // sees no handle under the write lock, so once we hold the read lock the
+        // inode is either freed already (an empty log: ENOENT) or kept for us.
         i.open.fetch_add(1, Ordering::AcqRel);
         let st = i.st.read();
+        if st.log.pages.is_empty() {
+            i.open.fetch_sub(1, Ordering::AcqRel);
+            return Err(Error::NotFound);
+        }
         Ok(self.attr_of(&i, &st))
     }
 
@@ -112,7 +119,10 @@ impl<M: Medium> Fs<M> {
         }
         if prev == 1 && !self.read_only {
             let mut st = i.st.write();
-            if st.attr.nlink == 0 && i.open.load(Ordering::Acquire) == 0 {
+            // An empty log: freed already (a handle on a stale copy must not free
+            // the number a second time).
+            let live = !st.log.pages.is_empty();
+            if live && st.attr.nlink == 0 && i.open.load(Ordering::Acquire) == 0 {
                 self.free_inode_now(&i, &mut st);
             }
         }

@@ -142,6 +142,22 @@ impl<M: Medium> Fs<M> {
     /// O_EXCL / O_TRUNC / O_DIRECTORY / O_NOFOLLOW, and take an open handle
     /// (release it with [`Fs::release`]). Returns the file's attributes.
     pub fn open_path(&self, path: &[u8], flags: OpenFlags, perm: u32) -> Result<Attr> {
+        // With O_CREAT, open(2) either creates the name or opens what it names, so a
+        // name another thread creates or removes between our steps is looked up
+        // again (bounded) instead of failing with EEXIST or ENOENT.
+        for _ in 0..1024 {
+            if let Some(a) = self.open_path_once(path, flags, perm)? {
+                return Ok(a);
+            }
+            std::thread::yield_now(); // let the other side finish its operation
+        }
+        Err(Error::Busy)
+    }
+
+    /// One attempt of [`Fs::open_path`]; `None`: with O_CREAT, the name changed
+    /// under us.
+    fn open_path_once(&self, path: &[u8], flags: OpenFlags, perm: u32) -> Result<Option<Attr>> {
+        let raced = flags.create;
         let found = if flags.create {
             let (p, name) = self.resolve_parent(path)?;
             match self.lookup_ino(p, name) {
@@ -149,7 +165,10 @@ impl<M: Medium> Fs<M> {
                     if flags.excl {
                         return Err(Error::Exists);
                     }
-                    let a = self.getattr(ino)?;
+                    let a = match self.getattr(ino) {
+                        Err(Error::NotFound) => return Ok(None),
+                        r => r?,
+                    };
                     if a.ftype == FileType::Symlink && !flags.nofollow {
                         // O_CREAT follows a final symlink to an existing target.
                         self.resolve(path, true)?
@@ -161,14 +180,21 @@ impl<M: Medium> Fs<M> {
                     if path.last() == Some(&b'/') {
                         return Err(Error::IsDir);
                     }
-                    self.create(p, name, perm, 0, 0)?.ino
+                    match self.create(p, name, perm, 0, 0) {
+                        Ok(a) => a.ino,
+                        Err(Error::Exists) if !flags.excl => return Ok(None),
+                        Err(e) => return Err(e),
+                    }
                 }
                 Err(e) => return Err(e),
             }
         } else {
             self.resolve(path, !flags.nofollow)?
         };
-        let a = self.getattr(found)?;
+        let a = match self.getattr(found) {
+            Err(Error::NotFound) if raced => return Ok(None),
+            r => r?,
+        };
         match a.ftype {
             FileType::Symlink if flags.nofollow => return Err(Error::Loop),
             FileType::Directory if flags.write || flags.truncate => return Err(Error::IsDir),
@@ -177,8 +203,15 @@ impl<M: Medium> Fs<M> {
             _ => {}
         }
         if flags.truncate && flags.write && a.ftype == FileType::Regular && a.size > 0 {
-            self.setattr(found, &crate::fs::SetAttr { size: Some(0), ..Default::default() })?;
+            let t = crate::fs::SetAttr { size: Some(0), ..Default::default() };
+            match self.setattr(found, &t) {
+                Err(Error::NotFound) if raced => return Ok(None),
+                r => r?,
+            };
         }
-        self.open(found)
+        match self.open(found) {
+            Err(Error::NotFound) if raced => Ok(None),
+            r => r.map(Some),
+        }
     }
 }

@@ -246,3 +246,34 @@ fn freed_inode_numbers_reused_at_once_stay_cached() {
     });
     assert_fsck_clean(&fs, "after create/unlink reuse");
 }
+
+/// Bugs (found while auditing lookups outside locks after the rename race):
+/// - `open_path` with O_CREAT but not O_EXCL looked the name up, found nothing and
+///   created it; a name another thread created in between made the create fail and
+///   open returned EEXIST (or ENOENT when the found file was removed before it was
+///   opened), which open(2) with O_CREAT never does. Fixed in `path.rs`: it looks
+///   again.
+/// - `open` counted a handle on an inode another thread had just freed, and its
+///   `release` freed the inode number a second time ("double free of inode"):
+///   a freed inode's state reads as nlink 0 with no handles. Fixed in `ops.rs`:
+///   open fails with ENOENT on a freed inode and release frees only a live one.
+#[test]
+fn open_with_o_creat_racing_another_creator_opens_the_file() {
+    let fs = fresh_sim(16 << 20, 2);
+    let flags = OpenFlags { create: true, write: true, ..Default::default() };
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                for _ in 0..3000 {
+                    let a = fs.open_path(b"/f", flags, 0o644).expect("O_CREAT open");
+                    fs.release(a.ino).unwrap();
+                    match fs.unlink(fs.root(), b"f") {
+                        Ok(()) | Err(Error::NotFound) => {}
+                        Err(e) => panic!("unlink: {e:?}"),
+                    }
+                }
+            });
+        }
+    });
+    assert_fsck_clean(&fs, "after racing O_CREAT opens");
+}
