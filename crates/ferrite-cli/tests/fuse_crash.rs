@@ -153,7 +153,7 @@ fn sigkill_mid_write_recovers_everything_fsynced() {
             m.signal(rustix::process::Signal::KILL);
             stop.store(true, Ordering::Relaxed);
         });
-        assert_eq!(m.wait_child(30), None, "the daemon was killed");
+        assert_eq!(m.wait_child(90), None, "the daemon was killed");
         assert!(durable.lock().unwrap().files.len() > 5, "the workload did run before the kill");
         // The kernel keeps a dead mount until it is unmounted: once by hand, otherwise
         // the next `ferrite mount` at the same place removes it.
@@ -161,7 +161,7 @@ fn sigkill_mid_write_recovers_everything_fsynced() {
         if cycle == 0 {
             let _ =
                 std::process::Command::new("fusermount3").arg("-u").arg("-z").arg(&m.mnt).status();
-            assert!(wait_for(10, || !is_mounted(&m.mnt)));
+            assert!(wait_for(60, || !is_mounted(&m.mnt)));
         }
         let (report, fsck) = m.check_pool();
         assert!(!report.clean, "a killed daemon leaves the pool for recovery");
@@ -182,8 +182,8 @@ fn auto_unmount_releases_the_mount_point_when_killed() {
     let f = fs::File::create(m.path("in-flight")).unwrap();
     f.write_all_at(b"x", 0).unwrap();
     m.signal(rustix::process::Signal::KILL);
-    assert_eq!(m.wait_child(30), None);
-    assert!(wait_for(20, || !is_mounted(&m.mnt)), "fusermount3 (auto_unmount) did not unmount");
+    assert_eq!(m.wait_child(90), None);
+    assert!(wait_for(60, || !is_mounted(&m.mnt)), "fusermount3 (auto_unmount) did not unmount");
     drop(f);
     m.start_foreground("");
     assert_eq!(fs::read(m.path("kept")).unwrap(), b"durable");

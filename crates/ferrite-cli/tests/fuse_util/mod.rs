@@ -218,7 +218,7 @@ impl Mount {
             "pool still held after ferrite umount"
         );
         if self.child.is_some() {
-            assert_eq!(self.wait_child(30), Some(0), "daemon exit code\n{}", self.log_text());
+            assert_eq!(self.wait_child(90), Some(0), "daemon exit code\n{}", self.log_text());
         }
     }
 
