@@ -401,9 +401,17 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
         report.micros,
         durability.describe()
     ));
-    let res = session.run();
+    let mut res = session.run();
+    // After an unmount (a lazy one ends when the last file closes) the kernel may
+    // end the session with ECONNABORTED instead of ENODEV: with the mount gone that
+    // is the normal end, not an error.
     if let Err(e) = &res {
-        eprintln!("ferrite: session ended with an error: {e}");
+        let aborted = e.raw_os_error() == Some(nix::errno::Errno::ECONNABORTED as i32);
+        if aborted && umount::fuse_mount_at(&p.mountpoint).is_none() {
+            res = Ok(());
+        } else {
+            eprintln!("ferrite: session ended with an error: {e}");
+        }
     }
     eprintln!("ferrite: requests served: {}", health.summary());
     let code = close_pool(fs, &health, &p.mountpoint);
