@@ -70,7 +70,7 @@ impl LogPages {
     }
 
     /// Pages in chain order.
-    pub fn iter(&self) -> Box<dyn DoubleEndedIterator<Item = u64> + '_> {
+    pub fn iter(&self) -> Box<dyn Iterator<Item = u64> + '_> {
         match self {
             LogPages::Small(v) => Box::new(v.iter().copied()),
             LogPages::Large { order, .. } => Box::new(order.values().copied()),

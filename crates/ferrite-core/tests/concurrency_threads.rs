@@ -322,13 +322,7 @@ fn threads_on_a_pool_file_in_dev_shm() {
     let (_dir, path, fs) = shm_pool(32 << 20);
     let (shared, privs) = run_all(&fs, rounds());
     drop(fs.crash());
-    let fs = Fs::mount(
-        MmapMedium::open(&path, &MapOptions::default()).unwrap(),
-        &MountOptions::default(),
-    )
-    .unwrap();
-    assert!(!fs.mount_report().clean);
-    assert_fsck_clean(&fs, "pool file after a crash");
+    let fs = mount_file_after_crash(&path, "pool file after a crash");
     let f = fs.lookup_ino(fs.root(), b"shared").unwrap();
     assert!(fs.read_all(f).unwrap() == shared, "shared file after a crash");
     check_private(&fs, &privs);

@@ -63,13 +63,7 @@ fn second_opener_in_the_same_process() {
     let fs = Fs::mount(m, &MountOptions::default()).unwrap();
     assert!(fs.mount_report().clean);
     drop(fs.crash());
-    let fs = Fs::mount(
-        MmapMedium::open(&path, &MapOptions::default()).unwrap(),
-        &MountOptions::default(),
-    )
-    .unwrap();
-    assert!(!fs.mount_report().clean);
-    assert_fsck_clean(&fs, "after a crash of the first holder");
+    mount_file_after_crash(&path, "after a crash of the first holder");
 }
 
 /// Run as a child process by `second_opener_in_another_process`: hold the pool

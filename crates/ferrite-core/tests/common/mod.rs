@@ -43,6 +43,16 @@ pub fn remount(fs: Fs<SimMedium>, how: Remount) -> Fs<SimMedium> {
     fs
 }
 
+/// Mount the pool file at `path` after its previous holder crashed: the mount is a
+/// recovery (not clean) and fsck-clean.
+pub fn mount_file_after_crash(path: &std::path::Path, ctx: &str) -> Fs<MmapMedium> {
+    let m = MmapMedium::open(path, &MapOptions::default()).expect("open the pool file");
+    let fs = Fs::mount(m, &MountOptions::default()).expect("mount after a crash");
+    assert!(!fs.mount_report().clean, "{ctx}: mount after a crash used the checkpoint");
+    assert_fsck_clean(&fs, ctx);
+    fs
+}
+
 /// The errno of a result (0 for success).
 pub fn errno<T>(r: &Result<T>) -> i32 {
     match r {
