@@ -229,6 +229,13 @@ impl BlockAlloc {
         BlockAlloc { geo: *geo, shards, free: AtomicU64::new(free), reserve }
     }
 
+    /// No free block and no reserve: a direct-access client's allocator, filled by
+    /// the daemon's grants (through [`BlockAlloc::free`]).
+    pub fn empty(geo: &Geometry) -> Self {
+        let shards = (0..geo.nshards).map(|_| Mutex::new(FreeList::default())).collect();
+        BlockAlloc { geo: *geo, shards, free: AtomicU64::new(0), reserve: 0 }
+    }
+
     /// Free blocks.
     pub fn free_blocks(&self) -> u64 {
         self.free.load(Ordering::Relaxed)

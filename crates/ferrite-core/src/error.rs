@@ -55,6 +55,9 @@ pub enum Error {
     Foreign(String),
     /// The pool's contents are damaged (checksum mismatch, bad pointer, log cycle...).
     Corrupt(String),
+    /// ENOTCONN: the mount daemon this direct-access client used is gone, or it
+    /// took direct access back.
+    Disconnected(String),
     /// An I/O error on the pool file.
     Io {
         /// Pool file.
@@ -106,6 +109,7 @@ impl Error {
             Error::BadHandle => libc::EBADF,
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::Foreign(_) | Error::Corrupt(_) => libc::EUCLEAN,
+            Error::Disconnected(_) => libc::ENOTCONN,
             Error::Io { err, .. } => err.raw_os_error().unwrap_or(libc::EIO),
         }
     }
@@ -138,6 +142,7 @@ impl std::fmt::Display for Error {
             }
             Error::Foreign(m) => write!(f, "not a FerriteFS pool: {m}"),
             Error::Corrupt(m) => write!(f, "pool is corrupt: {m}"),
+            Error::Disconnected(m) => write!(f, "direct access ended: {m}"),
             Error::Io { path, err } => write!(f, "{}: {err}", path.display()),
         }
     }

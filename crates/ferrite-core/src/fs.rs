@@ -18,7 +18,9 @@ use crate::journal::{self, Record};
 use crate::layout::{logptr, Geometry, InodeSlot, Superblock, BLOCK, SLOT_STATE, SLOT_TAIL};
 use crate::log::{self, AttrRec, EntryBuf, Ts};
 use crate::pmem::{persist_u64, Medium};
-use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+use crate::share::Party;
+use crate::sharing::Hold;
+use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -220,6 +222,28 @@ pub struct Inode {
     pub(crate) st: RwLock<InodeState>,
     pub(crate) open: AtomicU32,
     pub(crate) ranges: RangeLock,
+    /// Other processes may write this inode (a regular file on a shared pool): its
+    /// state is checked against the log tail and written under the table's lock.
+    pub(crate) shared: bool,
+    /// This process's hold on the inode's cross-process lock (see `sharing`).
+    pub(crate) xh: Mutex<crate::sharing::XHold>,
+    pub(crate) xh_cv: Condvar,
+}
+
+impl Inode {
+    pub(crate) fn new(ino: u64, state_word: u64, seed: u32, st: InodeState, shared: bool) -> Inode {
+        Inode {
+            ino,
+            state_word,
+            seed,
+            st: RwLock::new(st),
+            open: AtomicU32::new(0),
+            ranges: RangeLock::default(),
+            shared,
+            xh: Mutex::new(Default::default()),
+            xh_cv: Condvar::new(),
+        }
+    }
 }
 
 /// Byte-range (page-range) lock for writers of one file.
@@ -293,6 +317,11 @@ pub struct Fs<M: Medium> {
     pub(crate) report: MountReport,
     pub(crate) unmounted: AtomicBool,
     pub(crate) gc_stats: GcStats,
+    /// The coordination table, when other processes share this pool (the daemon of
+    /// a mount with direct access, or a direct-access client).
+    pub(crate) share: Option<Arc<Party>>,
+    /// A client's next block grant size.
+    pub(crate) grant_size: AtomicU64,
 }
 
 /// GC counters.
@@ -337,16 +366,24 @@ pub(crate) struct NewInode {
 }
 
 /// Inodes locked for writing by one operation, in ascending order.
-pub(crate) struct Locked<'a> {
+pub(crate) struct Locked<'a, M: Medium> {
     pub guards: Vec<(u64, &'a Inode, RwLockWriteGuard<'a, InodeState>)>,
+    /// Cross-process holds of the shared ones, taken first (released last).
+    _holds: Vec<Hold<'a, M>>,
 }
 
-impl<'a> Locked<'a> {
-    pub(crate) fn new(mut inodes: Vec<&'a Arc<Inode>>) -> Locked<'a> {
+impl<'a, M: Medium> Locked<'a, M> {
+    pub(crate) fn new(fs: &'a Fs<M>, mut inodes: Vec<&'a Arc<Inode>>) -> Result<Locked<'a, M>> {
         inodes.sort_by_key(|i| i.ino);
         inodes.dedup_by_key(|i| i.ino);
+        let mut holds = Vec::new();
+        for i in &inodes {
+            if let Some(h) = fs.hold(i)? {
+                holds.push(h);
+            }
+        }
         let guards = inodes.into_iter().map(|i| (i.ino, &**i, i.st.write())).collect();
-        Locked { guards }
+        Ok(Locked { guards, _holds: holds })
     }
     pub(crate) fn st(&self, ino: u64) -> &InodeState {
         &self.guards.iter().find(|g| g.0 == ino).expect("inode locked").2
@@ -466,36 +503,42 @@ impl<M: Medium> Fs<M> {
             // slot, and slot words never return to an old value, so an unchanged slot
             // proves the walk current; otherwise walk again.
             let before = slot_now(ino);
+            // Another party's GC may free log pages while we walk without its lock:
+            // an unchanged chain generation proves the walk read live pages.
+            let gen = self.share.as_ref().map(|p| p.table().chain_gen(ino));
             let loaded = self.load_state(ino);
             let mut c = self.cache_shard(ino).write();
             if let Some(i) = c.get(&ino) {
                 return Ok(i.clone());
             }
-            if slot_now(ino) != before {
+            if slot_now(ino) != before
+                || self.share.as_ref().map(|p| p.table().chain_gen(ino)) != gen
+            {
                 continue;
             }
-            let Some((slot, st, walk)) = loaded? else {
+            let Some((slot, mut st, walk)) = loaded? else {
                 return Err(Error::NotFound);
             };
+            st.chain_gen = gen.unwrap_or(0);
             if walk.torn {
                 return Err(Error::corrupt(format!(
                     "inode {ino}: log has a torn entry on a pool that was recovered"
                 )));
             }
-            let inode = Arc::new(Inode {
-                ino,
-                state_word: slot.state,
-                seed: log::seed(&self.sb.uuid, ino, slot.state),
-                st: RwLock::new(st),
-                open: AtomicU32::new(0),
-                ranges: RangeLock::default(),
-            });
+            let shared = self.share.is_some() && st.ftype == FileType::Regular;
+            let seed = log::seed(&self.sb.uuid, ino, slot.state);
+            let inode = Arc::new(Inode::new(ino, slot.state, seed, st, shared));
             let got = c.entry(ino).or_insert(inode).clone();
             if c.len() > CACHE_SHARD_CAP {
                 evict_some(&mut c, ino);
             }
             return Ok(got);
         }
+    }
+
+    /// The cached inode `ino`, if cached.
+    pub(crate) fn cached_only(&self, ino: u64) -> Option<Arc<Inode>> {
+        self.cache_shard(ino).read().get(&ino).cloned()
     }
 
     pub(crate) fn cache_insert(&self, inode: Arc<Inode>) {
@@ -547,19 +590,47 @@ impl<M: Medium> Fs<M> {
     }
 
     fn alloc_log_page(&self, shard: u32, reserve: bool) -> Result<u64> {
-        Ok(self.balloc.alloc_one(shard, reserve)? * BLOCK)
+        Ok(self.alloc_blocks(shard, 1, reserve)?[0].0 * BLOCK)
+    }
+
+    /// Allocate `n` blocks; a direct-access client asks the daemon for more when
+    /// its own allocator runs dry.
+    pub(crate) fn alloc_blocks(
+        &self,
+        shard: u32,
+        n: u64,
+        reserve: bool,
+    ) -> Result<Vec<(u64, u64)>> {
+        match self.balloc.alloc(shard, n, reserve) {
+            Err(Error::NoSpace) if self.is_client() => {
+                self.refill(n)?;
+                self.balloc.alloc(shard, n, reserve)
+            }
+            r => r,
+        }
     }
 
     pub(crate) fn free_pages(&self, pages: &[u64]) {
         for &p in pages {
-            self.balloc.free(p / BLOCK, 1);
+            self.free_run(p / BLOCK, 1);
         }
+        self.after_free();
     }
 
     pub(crate) fn free_runs(&self, runs: &[(u64, u64)]) {
         for &(b, n) in runs {
-            self.balloc.free(b, n);
+            self.free_run(b, n);
         }
+        self.after_free();
+    }
+
+    fn free_run(&self, b: u64, n: u64) {
+        if let Some(p) = &self.share {
+            // This party owns what it frees (see `share`): a client must have marked
+            // blocks freed by a commit before that commit; marking again is harmless.
+            p.own(b, n);
+        }
+        self.balloc.free(b, n);
     }
 
     /// Append `entries` to `st`'s log (not committed). On error nothing is left
@@ -615,6 +686,15 @@ impl<M: Medium> Fs<M> {
         }
         let a = self.append_entries(inode.seed, st, &mut entries, reserve)?;
         let tail_off = self.geo.slot_off(inode.ino) + SLOT_TAIL;
+        // The DRAM state moves first (nobody sees it: the write lock is held), so the
+        // blocks the commit frees are known, and marked ours, before it is durable: a
+        // client that dies after the tail store leaves them to the daemon, not leaked.
+        let freed = Self::apply_committed(st, &a, &entries);
+        if let Some(p) = &self.share {
+            for &(b, n) in &freed {
+                p.own(b, n);
+            }
+        }
         if data_written {
             if self.fault == Some(CoreFault::TailBeforeData) {
                 persist_u64(&self.m, tail_off, a.new_tail);
@@ -623,8 +703,10 @@ impl<M: Medium> Fs<M> {
         }
         persist_u64(&self.m, tail_off, a.new_tail);
         self.m.fence();
-        let freed = Self::apply_committed(st, &a, &entries);
-        self.free_runs(&freed);
+        if !freed.is_empty() {
+            self.note_free(inode.ino);
+            self.free_runs(&freed);
+        }
         self.after_commit(inode, st, !a.new_pages.is_empty());
         Ok(())
     }
@@ -633,7 +715,7 @@ impl<M: Medium> Fs<M> {
     /// through the journal.
     pub(crate) fn commit_multi(
         &self,
-        locked: &mut Locked<'_>,
+        locked: &mut Locked<'_, M>,
         mut parts: Vec<Part>,
         new: Option<NewInode>,
         free: &[u64],
@@ -716,9 +798,14 @@ impl<M: Medium> Fs<M> {
         let mut all_freed: Freed = Vec::new();
         for (p, a) in parts.iter().zip(&appended) {
             let st = locked.st_mut(p.ino);
-            all_freed.extend(Self::apply_committed(st, a, &p.entries));
+            let f = Self::apply_committed(st, a, &p.entries);
+            if !f.is_empty() {
+                self.note_free(p.ino);
+            }
+            all_freed.extend(f);
         }
         for &ino in free {
+            self.note_free(ino);
             let st = locked.st_mut(ino);
             all_freed.extend(st.data_runs());
             let pages = std::mem::take(&mut st.log.pages).to_vec();
@@ -746,14 +833,9 @@ impl<M: Medium> Fs<M> {
                 let freed = Self::apply_committed(&mut st, &a, &n.entries);
                 debug_assert!(freed.is_empty());
                 let _ = &n.data;
-                let inode = Arc::new(Inode {
-                    ino: n.ino,
-                    state_word: n.state_word + 1,
-                    seed: n.seed,
-                    st: RwLock::new(st),
-                    open: AtomicU32::new(0),
-                    ranges: RangeLock::default(),
-                });
+                st.chain_gen = self.share.as_ref().map_or(0, |p| p.table().chain_gen(n.ino));
+                let shared = self.share.is_some() && n.ftype == FileType::Regular;
+                let inode = Arc::new(Inode::new(n.ino, n.state_word + 1, n.seed, st, shared));
                 self.cache_insert(inode.clone());
                 Some(inode)
             }
@@ -788,6 +870,7 @@ impl<M: Medium> Fs<M> {
         let off = self.geo.slot_off(inode.ino) + SLOT_STATE;
         persist_u64(&self.m, off, inode.state_word + 1);
         self.m.fence();
+        self.note_free(inode.ino);
         let runs = st.data_runs();
         self.free_runs(&runs);
         let pages = std::mem::take(&mut st.log.pages).to_vec();

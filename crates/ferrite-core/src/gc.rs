@@ -34,7 +34,13 @@ impl<M: Medium> Fs<M> {
         if grew && (st.log.pages.len() >= st.gc_check_at || low) {
             let need = snapshot_pages(&self.m, st);
             let bound = if low { need + need / 8 + 1 } else { 2 * need + 1 };
-            if st.log.pages.len() > bound && self.thorough_gc(inode, st).is_ok() {
+            if st.log.pages.len() > bound && self.is_client() {
+                // Thorough GC is a journaled commit: the daemon runs it.
+                if let Some(p) = &self.share {
+                    p.compact_hint(inode.ino);
+                }
+                st.gc_check_at = st.log.pages.len() + (st.log.pages.len() / 2).max(2);
+            } else if st.log.pages.len() > bound && self.thorough_gc(inode, st).is_ok() {
                 st.gc_check_at = (st.log.pages.len() * 2).max(4);
             } else {
                 st.gc_check_at = st.log.pages.len() + (st.log.pages.len() / 2).max(2);
@@ -59,6 +65,13 @@ impl<M: Medium> Fs<M> {
             return;
         }
         let slot = self.geo.slot_off(inode.ino);
+        // Ours from now on (see `share`): if this process dies after an unlink, the
+        // page is found unreferenced and returned.
+        if let Some(p) = &self.share {
+            for &d in &dead {
+                p.own(d / BLOCK, 1);
+            }
+        }
         // In chain order: each unlink sees the chain as the previous ones left it.
         for &d in &dead {
             let (prev, next) = st.log.pages.neighbours(d).expect("dead page is in the chain");
@@ -80,6 +93,8 @@ impl<M: Medium> Fs<M> {
         for d in &dead {
             st.refs.remove(d);
         }
+        st.chain_gen = self.note_chain_change(inode.ino);
+        self.note_free(inode.ino);
         self.free_pages(&dead);
         self.gc_stats.fast_pages.fetch_add(dead.len() as u64, Ordering::Relaxed);
     }
@@ -88,6 +103,7 @@ impl<M: Medium> Fs<M> {
     pub(crate) fn thorough_gc(&self, inode: &Inode, st: &mut InodeState) -> Result<()> {
         let mut entries = snapshot_entries(&self.m, st);
         let shard = self.shard();
+        self.check_namespace()?;
         let first = self.balloc.alloc_one(shard, true)? * BLOCK;
         let mut taken = Vec::new();
         let epoch = logptr::epoch(st.log.tail).wrapping_add(1);
@@ -123,7 +139,9 @@ impl<M: Medium> Fs<M> {
         let freed = Self::apply_committed(&mut fresh, &a, &entries);
         debug_assert!(freed.is_empty(), "a snapshot releases no data");
         fresh.gc_check_at = st.gc_check_at;
+        fresh.chain_gen = self.note_chain_change(inode.ino);
         *st = fresh;
+        self.note_free(inode.ino);
         self.free_pages(&old_pages);
         self.gc_stats.thorough_runs.fetch_add(1, Ordering::Relaxed);
         self.gc_stats.thorough_pages.fetch_add(
@@ -137,6 +155,7 @@ impl<M: Medium> Fs<M> {
     pub fn compact(&self, ino: u64) -> Result<()> {
         self.check_writable()?;
         let i = self.inode_arc(ino)?;
+        let _h = self.hold(&i)?;
         let _r = i.ranges.lock(0, u64::MAX);
         let mut st = i.st.write();
         self.fast_gc(&i, &mut st);

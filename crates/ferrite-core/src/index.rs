@@ -245,6 +245,9 @@ pub struct InodeState {
     pub log: LogState,
     /// Log page count at which thorough GC is next considered.
     pub gc_check_at: usize,
+    /// Chain generation (see `share`) this state was built at: another party's GC
+    /// since then means a replay from the head, not a catch-up from the old tail.
+    pub chain_gen: u32,
     /// Log pages whose count dropped to zero since fast GC last ran (candidates).
     pub dead: Vec<u64>,
 }
@@ -272,6 +275,7 @@ impl InodeState {
             refs: FxHashMap::default(),
             log: LogState::default(),
             gc_check_at: 4,
+            chain_gen: 0,
             dead: Vec::new(),
         }
     }

@@ -552,6 +552,37 @@ pub fn walk_apply<M: Medium + ?Sized>(
     if !geo.is_data_block_addr(head) {
         return Err(Error::corrupt(format!("log head {head:#x} is not a data block")));
     }
+    walk_span(m, geo, seed, head, SeqRule::Any, tail, f)
+}
+
+/// Walk the entries committed after `from` (a committed tail whose next entry has
+/// sequence number `next_seq`) up to `tail`: how a party catches its DRAM index up
+/// with entries another party appended. `Walk::pages` starts with `from`'s page.
+pub fn walk_apply_from<M: Medium + ?Sized>(
+    m: &M,
+    geo: &Geometry,
+    seed: u32,
+    from: u64,
+    next_seq: u64,
+    tail: u64,
+    f: &mut dyn FnMut(u64, Entry),
+) -> Result<Walk> {
+    let page = from & !(BLOCK - 1);
+    if !geo.is_data_block_addr(page) || from % 8 != 0 || from % BLOCK > LOG_DATA_END {
+        return Err(Error::corrupt(format!("log position {from:#x} is not inside a log page")));
+    }
+    walk_span(m, geo, seed, from, SeqRule::Exact(next_seq), tail, f)
+}
+
+fn walk_span<M: Medium + ?Sized>(
+    m: &M,
+    geo: &Geometry,
+    seed: u32,
+    head: u64,
+    first_rule: SeqRule,
+    tail: u64,
+    f: &mut dyn FnMut(u64, Entry),
+) -> Result<Walk> {
     let tail_page = tail & !(BLOCK - 1);
     if !geo.is_data_block_addr(tail_page) || tail % 8 != 0 || tail % BLOCK > LOG_DATA_END {
         return Err(Error::corrupt(format!("log tail {tail:#x} is not inside a log page")));
@@ -559,12 +590,16 @@ pub fn walk_apply<M: Medium + ?Sized>(
     let max_pages = geo.nblocks as usize;
     let mut w = Walk::default();
     let mut visited: HashSet<u64> = HashSet::default();
-    visited.insert(head);
-    w.pages.push(head);
+    visited.insert(head & !(BLOCK - 1));
+    w.pages.push(head & !(BLOCK - 1));
     let mut pos = head;
-    let mut rule = SeqRule::Any;
+    let mut rule = first_rule;
     let mut pending: Vec<(u64, Entry)> = Vec::new();
-    let mut last_commit: Option<(u64, usize, u64)> = None; // (pos, pages, next seq)
+    // (pos, pages, next seq) of the last commit point; a resumed walk starts at one.
+    let mut last_commit: Option<(u64, usize, u64)> = match first_rule {
+        SeqRule::Exact(n) => Some((head, 1, n)),
+        _ => None,
+    };
     loop {
         if pos == tail {
             break;

@@ -88,8 +88,7 @@ impl<M: Medium> Fs<M> {
     /// Attributes of `ino`.
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         let i = self.inode(ino)?;
-        let st = i.st.read();
-        Ok(self.attr_of(&i, &st))
+        self.read_fresh(&i, false, |st| self.attr_of(&i, st))
     }
 
     // ------------------------------------------------------------ open/close
@@ -117,7 +116,8 @@ impl<M: Medium> Fs<M> {
             i.open.fetch_add(1, Ordering::AcqRel);
             return Err(Error::BadHandle);
         }
-        if prev == 1 && !self.read_only {
+        if prev == 1 && !self.read_only && !self.is_client() {
+            let _h = self.hold(&i)?;
             let mut st = i.st.write();
             // An empty log: freed already (a handle on a stale copy must not free
             // the number a second time).
@@ -134,13 +134,12 @@ impl<M: Medium> Fs<M> {
     /// Read up to `buf.len()` bytes at `off`; returns the count (0 at EOF).
     pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
         let i = self.inode(ino)?;
-        let st = i.st.read();
-        match st.ftype {
+        match i.st.read().ftype {
             FileType::Directory => return Err(Error::IsDir),
             FileType::Symlink => return Err(Error::invalid("read of a symlink")),
             FileType::Regular => {}
         }
-        Ok(self.read_locked(&st, off, buf))
+        self.read_fresh(&i, true, |st| self.read_locked(st, off, buf))
     }
 
     fn read_locked(&self, st: &InodeState, off: u64, buf: &mut [u8]) -> usize {
@@ -197,6 +196,7 @@ impl<M: Medium> Fs<M> {
         if end > MAX_FILE_SIZE {
             return Err(Error::invalid("offset + length overflows loff_t"));
         }
+        let _h = self.hold(&i)?;
         let _r = i.ranges.lock(off / BLOCK, end.div_ceil(BLOCK));
         self.write_locked_range(&i, off, data)?;
         Ok(data.len())
@@ -207,6 +207,7 @@ impl<M: Medium> Fs<M> {
         self.check_writable()?;
         let i = self.inode(ino)?;
         self.check_regular(&i)?;
+        let _h = self.hold(&i)?;
         let _r = i.ranges.lock(0, u64::MAX);
         let off = i.st.read().attr.size;
         if data.is_empty() {
@@ -283,7 +284,7 @@ impl<M: Medium> Fs<M> {
             pieces
         };
         let ncow = pieces.iter().filter(|p| !matches!(p, Piece::Inline { .. })).count() as u64;
-        let runs = self.balloc.alloc(self.shard(), ncow, false)?;
+        let runs = self.alloc_blocks(self.shard(), ncow, false)?;
         // Copy data into the new blocks (outside the inode lock).
         let mut blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
         let mut cow: Vec<(u64, u64)> = Vec::new(); // (page, block)
@@ -360,6 +361,7 @@ impl<M: Medium> Fs<M> {
             return Err(Error::invalid("nanoseconds out of range"));
         }
         let i = self.inode(ino)?;
+        let _h = self.hold(&i)?;
         let _r = ch.size.map(|_| i.ranges.lock(0, u64::MAX));
         let mut st = i.st.write();
         if ch.size.is_some() {
@@ -416,6 +418,7 @@ impl<M: Medium> Fs<M> {
         if end > MAX_FILE_SIZE {
             return Err(Error::FileTooBig);
         }
+        let _h = self.hold(&i)?;
         let _r = i.ranges.lock(0, u64::MAX);
         let mut st = i.st.write();
         let now = Ts::now();
@@ -443,7 +446,7 @@ impl<M: Medium> Fs<M> {
         let holes: Vec<u64> = (off / BLOCK..end.div_ceil(BLOCK))
             .filter(|&pg| f.lookup(pg).is_none() && !f.ops.contains_key(&pg))
             .collect();
-        let runs = self.balloc.alloc(self.shard(), holes.len() as u64, false)?;
+        let runs = self.alloc_blocks(self.shard(), holes.len() as u64, false)?;
         let size = if mode.keep_size { st.attr.size } else { st.attr.size.max(end) };
         let mut entries = Vec::new();
         let mut blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
@@ -544,8 +547,9 @@ impl<M: Medium> Fs<M> {
         target: Option<&[u8]>,
     ) -> Result<Attr> {
         self.check_writable()?;
+        self.check_namespace()?;
         let p = self.inode(parent)?;
-        let mut locked = Locked::new(vec![&p]);
+        let mut locked = Locked::new(self, vec![&p])?;
         {
             let st = locked.st(parent);
             let d = st.dir().ok_or(Error::NotDir)?;
@@ -647,9 +651,10 @@ impl<M: Medium> Fs<M> {
     /// Hard link `ino` as `name` in `parent`.
     pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Attr> {
         self.check_writable()?;
+        self.check_namespace()?;
         let c = self.inode(ino)?;
         let p = self.inode(parent)?;
-        let mut locked = Locked::new(vec![&p, &c]);
+        let mut locked = Locked::new(self, vec![&p, &c])?;
         {
             let st = locked.st(parent);
             let d = st.dir().ok_or(Error::NotDir)?;
@@ -700,6 +705,7 @@ impl<M: Medium> Fs<M> {
 
     fn remove(&self, parent: u64, name: &[u8], dir: bool) -> Result<()> {
         self.check_writable()?;
+        self.check_namespace()?;
         let p = self.inode(parent)?;
         if p.st.read().ftype != FileType::Directory {
             return Err(Error::NotDir);
@@ -719,7 +725,7 @@ impl<M: Medium> Fs<M> {
         for _ in 0..64 {
             let cino = self.lookup_ino(parent, name)?;
             let c = self.inode(cino)?;
-            let mut locked = Locked::new(vec![&p, &c]);
+            let mut locked = Locked::new(self, vec![&p, &c])?;
             match locked.st(parent).dir().and_then(|d| d.names.get(name)) {
                 Some(e) if e.ino == cino => {}
                 _ => continue, // changed under us: retry
@@ -776,6 +782,7 @@ impl<M: Medium> Fs<M> {
         flags: RenameFlags,
     ) -> Result<()> {
         self.check_writable()?;
+        self.check_namespace()?;
         if flags.noreplace && flags.exchange {
             return Err(Error::invalid("RENAME_NOREPLACE with RENAME_EXCHANGE"));
         }
@@ -867,10 +874,10 @@ impl<M: Medium> Fs<M> {
             if let Some(di) = &di {
                 all.push(di);
             }
-            let mut locked = Locked::new(all);
+            let mut locked = Locked::new(self, all)?;
             // Names were looked up before the parents were locked: a create, unlink or
             // link (they do not take the rename lock) may have changed them meanwhile.
-            let now_at = |l: &Locked<'_>, p: u64, n: &[u8]| {
+            let now_at = |l: &Locked<'_, M>, p: u64, n: &[u8]| {
                 l.st(p).dir().and_then(|x| x.names.get(n)).map(|e| e.ino)
             };
             if now_at(&locked, sp, sname) != Some(s) || now_at(&locked, dp, dname) != d {
@@ -1094,12 +1101,13 @@ impl<M: Medium> Fs<M> {
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
         Self::check_xattr_name(name)?;
         let i = self.inode(ino)?;
-        let st = i.st.read();
-        Self::check_xattr_target(name, &st, false)?;
-        let r = st.xattrs.get(name).ok_or(Error::NoAttr)?;
-        let mut v = vec![0u8; r.value_len as usize];
-        log::read_payload(&self.m, r.loc, r.value_off, &mut v);
-        Ok(v)
+        self.read_fresh(&i, true, |st| {
+            Self::check_xattr_target(name, st, false)?;
+            let r = st.xattrs.get(name).ok_or(Error::NoAttr)?;
+            let mut v = vec![0u8; r.value_len as usize];
+            log::read_payload(&self.m, r.loc, r.value_off, &mut v);
+            Ok(v)
+        })?
     }
 
     /// Set extended attribute `name`.
@@ -1109,7 +1117,9 @@ impl<M: Medium> Fs<M> {
         if value.len() > XATTR_VALUE_MAX {
             return Err(Error::TooBig);
         }
+        self.check_namespace()?;
         let i = self.inode(ino)?;
+        let _h = self.hold(&i)?;
         let mut st = i.st.write();
         Self::check_xattr_target(name, &st, true)?;
         let exists = st.xattrs.contains_key(name);
@@ -1133,7 +1143,9 @@ impl<M: Medium> Fs<M> {
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
         self.check_writable()?;
         Self::check_xattr_name(name)?;
+        self.check_namespace()?;
         let i = self.inode(ino)?;
+        let _h = self.hold(&i)?;
         let mut st = i.st.write();
         Self::check_xattr_target(name, &st, true)?;
         if !st.xattrs.contains_key(name) {
@@ -1151,8 +1163,7 @@ impl<M: Medium> Fs<M> {
     /// Log pages of an inode (for tests and `ferrite stat`).
     pub fn log_pages(&self, ino: u64) -> Result<usize> {
         let i = self.inode(ino)?;
-        let n = i.st.read().log.pages.len();
-        Ok(n)
+        self.read_fresh(&i, false, |st| st.log.pages.len())
     }
 
     pub(crate) fn inode_arc(&self, ino: u64) -> Result<Arc<Inode>> {

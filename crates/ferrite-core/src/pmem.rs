@@ -86,6 +86,41 @@ pub trait Medium: Send + Sync + 'static {
     fn durability(&self) -> Durability;
 }
 
+/// Several parties (a daemon and its clients in one test process) may share one
+/// medium.
+impl<T: Medium> Medium for std::sync::Arc<T> {
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+    fn read(&self, off: u64, dst: &mut [u8]) {
+        (**self).read(off, dst)
+    }
+    fn load_u64(&self, off: u64) -> u64 {
+        (**self).load_u64(off)
+    }
+    fn write(&self, off: u64, src: &[u8]) {
+        (**self).write(off, src)
+    }
+    fn write_nt(&self, off: u64, src: &[u8]) {
+        (**self).write_nt(off, src)
+    }
+    fn zero_nt(&self, off: u64, len: u64) {
+        (**self).zero_nt(off, len)
+    }
+    fn store_u64(&self, off: u64, val: u64) {
+        (**self).store_u64(off, val)
+    }
+    fn flush(&self, off: u64, len: u64) {
+        (**self).flush(off, len)
+    }
+    fn fence(&self) {
+        (**self).fence()
+    }
+    fn durability(&self) -> Durability {
+        (**self).durability()
+    }
+}
+
 /// The cache-line write-back instruction in use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum FlushInstr {

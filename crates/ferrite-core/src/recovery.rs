@@ -196,6 +196,8 @@ impl<M: Medium> Fs<M> {
             report,
             unmounted: AtomicBool::new(false),
             gc_stats: GcStats::default(),
+            share: None,
+            grant_size: AtomicU64::new(0),
         };
         let root = match fs.inode(ROOT_INO) {
             Ok(r) => r,

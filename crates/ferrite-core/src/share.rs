@@ -1,0 +1,692 @@
+//! Coordination between the processes that share one pool: the mount daemon
+//! (party 0, the owner of the pool, its namespace and its allocator) and its
+//! direct-access clients (parties 1..[`MAX_PARTIES`]), which read and write file
+//! data through the same core code over their own mapping of the pool.
+//!
+//! The table lives in memory shared by all parties (a memfd the daemon creates, or
+//! a heap region when the parties are threads of one test process). It is volatile:
+//! nothing in it is persistent, and a remount starts a new one.
+//!
+//! Per inode:
+//! - `lock`: the cross-process write lock. A party holds it while it appends to the
+//!   inode's log (and while it catches its DRAM index up with the log). 0 = free,
+//!   else `holder + 1`, bit 31 = waiters (futex).
+//! - `free_seq`: bumped before any block or log page the inode referenced is freed.
+//!   Readers copy data without the lock and retry when it moved (a seqlock: a block
+//!   can only be reused after it was freed, so an unchanged counter proves the copy
+//!   came from blocks that were still the file's).
+//! - `chain_gen`: bumped before log pages leave the inode's chain (fast or thorough
+//!   GC). A party whose index saw an older generation replays the log from the head
+//!   instead of catching up from its old tail.
+//! - `flags`: [`NO_DIRECT`] while kernel page-cache users of the inode exist; clients
+//!   then send writes through the kernel.
+//! - `dirty`: the parties that ever write-locked the inode (for death recovery).
+//!
+//! Per block: the owner byte. Invariant: a data block that is free in some party's
+//! allocator, or allocated by a party for an operation not yet committed, is owned by
+//! that party; every block a party frees into its own allocator is marked owned by it
+//! *before* the commit that frees it. Blocks owned by a dead party that no log
+//! references are therefore exactly the blocks it held, and go back to the daemon.
+//!
+//! Per party: its state ([`P_FREE`], [`P_ACTIVE`], [`P_REVOKED`]), pid, and the
+//! blocks in its allocator. A party checks it is still active (and the daemon
+//! alive) every time it acquires a lock, so after the daemon revoked a party and took
+//! each of its locks once, that party commits nothing more.
+//!
+//! Lock order: inode locks in ascending inode order; a party never waits for the
+//! daemon (a socket request) while it holds an inode lock, except for block grants,
+//! which the daemon serves without inode locks.
+
+use crate::error::{Error, Result};
+use crate::futex;
+use std::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Parties a table supports (the daemon and 63 clients).
+pub const MAX_PARTIES: u32 = 64;
+/// The daemon's party number.
+pub const DAEMON: u32 = 0;
+/// Party slot states.
+pub const P_FREE: u32 = 0;
+/// A live client.
+pub const P_ACTIVE: u32 = 1;
+/// A client the daemon took back (dead, or the mount is ending).
+pub const P_REVOKED: u32 = 2;
+/// Inode flag: kernel page-cache users exist (plain opens or shared mappings);
+/// clients must write through the kernel.
+pub const NO_DIRECT: u32 = 1;
+
+const MAGIC: [u32; 2] = [u32::from_le_bytes(*b"FRRT"), u32::from_le_bytes(*b"SHM1")];
+const VERSION: u32 = 1;
+/// `FUTEX_OWNER_DIED`: set by the kernel in a robust futex word whose owner died.
+pub const OWNER_DIED: u32 = 0x4000_0000;
+const WAITERS: u32 = 1 << 31;
+const HOLDER_MASK: u32 = 0xff;
+
+// Header words.
+const H_MAGIC: usize = 0;
+const H_VERSION: usize = 2;
+const H_NINODES: usize = 3; // two words
+const H_NBLOCKS: usize = 5; // two words
+/// The daemon's liveness word: a robust futex holding its sentinel thread's id; the
+/// kernel sets [`OWNER_DIED`] when that thread (the daemon) dies.
+pub const H_ALIVE: usize = 8;
+const H_FLAGS: usize = 9;
+const H_FREE: usize = 10; // two words
+const H_UUID: usize = 12; // four words
+const HEADER_WORDS: usize = 64;
+const F_SHUTDOWN: u32 = 1;
+
+// Party slots.
+const PARTY_WORDS: usize = 16;
+const S_STATE: usize = 0;
+const S_PID: usize = 1;
+const S_POOL: usize = 2; // two words
+
+// Inode entries.
+const ENTRY_WORDS: usize = 8;
+const E_LOCK: usize = 0;
+const E_FREE_SEQ: usize = 1;
+const E_CHAIN: usize = 2;
+const E_FLAGS: usize = 3;
+const E_DIRTY: usize = 4; // two words
+
+/// How long a waiter sleeps before it checks again that the holder's side is alive.
+const WAIT_SLICE: Duration = Duration::from_millis(20);
+
+/// Memory shared by the parties: 32-bit words and one owner byte per block.
+pub trait Region: Send + Sync + 'static {
+    /// The coordination words.
+    fn words(&self) -> &[AtomicU32];
+    /// Owner bytes, one per pool block.
+    fn owners(&self) -> &[AtomicU8];
+}
+
+/// A table in this process's heap (parties are threads: tests, the simulator).
+pub struct HeapRegion {
+    words: Box<[AtomicU32]>,
+    owners: Box<[AtomicU8]>,
+}
+
+impl HeapRegion {
+    /// A zeroed region for `ninodes` inodes and `nblocks` blocks.
+    pub fn new(ninodes: u64, nblocks: u64) -> HeapRegion {
+        let (w, o) = Table::sizes(ninodes, nblocks);
+        HeapRegion {
+            words: (0..w).map(|_| AtomicU32::new(0)).collect(),
+            owners: (0..o).map(|_| AtomicU8::new(0)).collect(),
+        }
+    }
+}
+
+impl Region for HeapRegion {
+    fn words(&self) -> &[AtomicU32] {
+        &self.words
+    }
+    fn owners(&self) -> &[AtomicU8] {
+        &self.owners
+    }
+}
+
+/// The coordination table.
+pub struct Table {
+    r: Box<dyn Region>,
+    ninodes: u64,
+    nblocks: u64,
+}
+
+fn lo_hi(v: u64) -> (u32, u32) {
+    (v as u32, (v >> 32) as u32)
+}
+
+impl Table {
+    /// Words and owner bytes a table needs.
+    pub fn sizes(ninodes: u64, nblocks: u64) -> (usize, usize) {
+        let words =
+            HEADER_WORDS + MAX_PARTIES as usize * PARTY_WORDS + ninodes as usize * ENTRY_WORDS;
+        (words, nblocks as usize)
+    }
+
+    /// Bytes of the word area (the owner bytes follow it in a mapping).
+    pub fn word_bytes(ninodes: u64) -> usize {
+        Self::sizes(ninodes, 0).0 * 4
+    }
+
+    /// Initialise a zeroed region (the daemon).
+    pub fn create(r: Box<dyn Region>, ninodes: u64, nblocks: u64, uuid: &[u8; 16]) -> Table {
+        let (w, o) = Self::sizes(ninodes, nblocks);
+        assert!(r.words().len() >= w && r.owners().len() >= o, "region too small");
+        let t = Table { r, ninodes, nblocks };
+        let ws = t.r.words();
+        let (a, b) = lo_hi(ninodes);
+        ws[H_NINODES].store(a, Ordering::Relaxed);
+        ws[H_NINODES + 1].store(b, Ordering::Relaxed);
+        let (a, b) = lo_hi(nblocks);
+        ws[H_NBLOCKS].store(a, Ordering::Relaxed);
+        ws[H_NBLOCKS + 1].store(b, Ordering::Relaxed);
+        for k in 0..4 {
+            let v = u32::from_le_bytes(uuid[4 * k..4 * k + 4].try_into().expect("4 bytes"));
+            ws[H_UUID + k].store(v, Ordering::Relaxed);
+        }
+        ws[H_VERSION].store(VERSION, Ordering::Relaxed);
+        ws[H_MAGIC + 1].store(MAGIC[1], Ordering::Relaxed);
+        ws[H_MAGIC].store(MAGIC[0], Ordering::Release);
+        t.party_words(DAEMON)[S_STATE].store(P_ACTIVE, Ordering::Release);
+        t
+    }
+
+    /// Open a table another party created; checks it describes this pool.
+    pub fn open(r: Box<dyn Region>, uuid: &[u8; 16]) -> Result<Table> {
+        let ws = r.words();
+        if ws.len() < HEADER_WORDS
+            || ws[H_MAGIC].load(Ordering::Acquire) != MAGIC[0]
+            || ws[H_MAGIC + 1].load(Ordering::Relaxed) != MAGIC[1]
+        {
+            return Err(Error::Foreign("not a FerriteFS coordination table".into()));
+        }
+        let v = ws[H_VERSION].load(Ordering::Relaxed);
+        if v != VERSION {
+            return Err(Error::Foreign(format!(
+                "coordination table version {v}, this library speaks {VERSION}"
+            )));
+        }
+        let get2 = |i: usize| {
+            ws[i].load(Ordering::Relaxed) as u64 | (ws[i + 1].load(Ordering::Relaxed) as u64) << 32
+        };
+        let (ninodes, nblocks) = (get2(H_NINODES), get2(H_NBLOCKS));
+        let mut u = [0u8; 16];
+        for k in 0..4 {
+            u[4 * k..4 * k + 4]
+                .copy_from_slice(&ws[H_UUID + k].load(Ordering::Relaxed).to_le_bytes());
+        }
+        if &u != uuid {
+            return Err(Error::Foreign("coordination table belongs to another pool".into()));
+        }
+        let (w, o) = Self::sizes(ninodes, nblocks);
+        if r.words().len() < w || r.owners().len() < o {
+            return Err(Error::Foreign("coordination table is truncated".into()));
+        }
+        Ok(Table { r, ninodes, nblocks })
+    }
+
+    /// Inodes covered.
+    pub fn ninodes(&self) -> u64 {
+        self.ninodes
+    }
+
+    fn party_words(&self, p: u32) -> &[AtomicU32] {
+        assert!(p < MAX_PARTIES, "party {p} out of range");
+        let s = HEADER_WORDS + p as usize * PARTY_WORDS;
+        &self.r.words()[s..s + PARTY_WORDS]
+    }
+
+    fn entry(&self, ino: u64) -> &[AtomicU32] {
+        assert!(ino >= 1 && ino <= self.ninodes, "inode {ino} out of range");
+        let s =
+            HEADER_WORDS + MAX_PARTIES as usize * PARTY_WORDS + (ino - 1) as usize * ENTRY_WORDS;
+        &self.r.words()[s..s + ENTRY_WORDS]
+    }
+
+    /// The daemon's liveness word (see [`H_ALIVE`]).
+    pub fn alive_word(&self) -> &AtomicU32 {
+        &self.r.words()[H_ALIVE]
+    }
+
+    /// Is the daemon alive and serving (not shut down, its sentinel not dead)?
+    pub fn daemon_alive(&self) -> bool {
+        let v = self.alive_word().load(Ordering::Acquire);
+        v != 0
+            && v & OWNER_DIED == 0
+            && self.r.words()[H_FLAGS].load(Ordering::Acquire) & F_SHUTDOWN == 0
+    }
+
+    /// The daemon is ending: clients stop at their next operation.
+    pub fn set_shutdown(&self) {
+        self.r.words()[H_FLAGS].fetch_or(F_SHUTDOWN, Ordering::AcqRel);
+    }
+
+    /// Free blocks the daemon has (published for clients' space decisions).
+    pub fn global_free(&self) -> u64 {
+        let ws = self.r.words();
+        ws[H_FREE].load(Ordering::Relaxed) as u64
+            | (ws[H_FREE + 1].load(Ordering::Relaxed) as u64) << 32
+    }
+
+    /// Publish the daemon's free block count.
+    pub fn set_global_free(&self, n: u64) {
+        let ws = self.r.words();
+        let (a, b) = lo_hi(n);
+        ws[H_FREE].store(a, Ordering::Relaxed);
+        ws[H_FREE + 1].store(b, Ordering::Relaxed);
+    }
+
+    /// Claim a free party slot for a client with process id `pid`.
+    pub fn claim_party(&self, pid: u32) -> Option<u32> {
+        for p in 1..MAX_PARTIES {
+            let w = self.party_words(p);
+            if w[S_STATE]
+                .compare_exchange(P_FREE, P_ACTIVE, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                w[S_PID].store(pid, Ordering::Relaxed);
+                w[S_POOL].store(0, Ordering::Relaxed);
+                w[S_POOL + 1].store(0, Ordering::Relaxed);
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// State of party `p`.
+    pub fn party_state(&self, p: u32) -> u32 {
+        self.party_words(p)[S_STATE].load(Ordering::Acquire)
+    }
+
+    /// Set the state of party `p`.
+    pub fn set_party_state(&self, p: u32, s: u32) {
+        self.party_words(p)[S_STATE].store(s, Ordering::Release);
+    }
+
+    /// Process id of party `p`.
+    pub fn party_pid(&self, p: u32) -> u32 {
+        self.party_words(p)[S_PID].load(Ordering::Relaxed)
+    }
+
+    /// Blocks free in party `p`'s allocator (as it last published).
+    pub fn party_pool(&self, p: u32) -> u64 {
+        let w = self.party_words(p);
+        w[S_POOL].load(Ordering::Relaxed) as u64
+            | (w[S_POOL + 1].load(Ordering::Relaxed) as u64) << 32
+    }
+
+    fn set_party_pool(&self, p: u32, n: u64) {
+        let w = self.party_words(p);
+        let (a, b) = lo_hi(n);
+        w[S_POOL].store(a, Ordering::Relaxed);
+        w[S_POOL + 1].store(b, Ordering::Relaxed);
+    }
+
+    /// Parties that are not free (the daemon included).
+    pub fn active_parties(&self) -> Vec<u32> {
+        (0..MAX_PARTIES).filter(|&p| self.party_state(p) != P_FREE).collect()
+    }
+
+    // ----------------------------------------------------------- inode locks
+
+    /// Current holder of `ino`'s lock.
+    pub fn holder(&self, ino: u64) -> Option<u32> {
+        let v = self.entry(ino)[E_LOCK].load(Ordering::Acquire) & HOLDER_MASK;
+        (v != 0).then(|| v - 1)
+    }
+
+    /// Does a party sleep waiting for `ino`'s lock?
+    pub fn waiters(&self, ino: u64) -> bool {
+        self.entry(ino)[E_LOCK].load(Ordering::Relaxed) & WAITERS != 0
+    }
+
+    /// Try once to take `ino`'s lock for party `p`.
+    pub fn try_lock(&self, ino: u64, p: u32) -> bool {
+        self.entry(ino)[E_LOCK]
+            .compare_exchange(0, p + 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Take `ino`'s lock for party `p`. `alive` is asked between sleeps; when it
+    /// returns an error the wait ends with it. With `steal_from`, a lock held by that
+    /// (dead) party is taken over.
+    pub fn lock(
+        &self,
+        ino: u64,
+        p: u32,
+        steal_from: Option<u32>,
+        alive: &dyn Fn() -> Result<()>,
+    ) -> Result<()> {
+        let w = &self.entry(ino)[E_LOCK];
+        let me = p + 1;
+        let mut want = me;
+        let mut spins = 0u32;
+        loop {
+            let cur = w.load(Ordering::Relaxed);
+            if cur & HOLDER_MASK == 0 {
+                // Once we have slept, others may sleep too: keep the waiters bit.
+                if w.compare_exchange(
+                    cur,
+                    want | (cur & WAITERS),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+                {
+                    return Ok(());
+                }
+                continue;
+            }
+            debug_assert!(cur & HOLDER_MASK != me || steal_from.is_none(), "relock by holder");
+            if steal_from.is_some_and(|d| cur & HOLDER_MASK == d + 1) {
+                if w.compare_exchange(
+                    cur,
+                    me | (cur & WAITERS),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+                {
+                    return Ok(());
+                }
+                continue;
+            }
+            spins += 1;
+            if spins < 100 {
+                std::hint::spin_loop();
+                continue;
+            }
+            if cur & WAITERS == 0
+                && w.compare_exchange(cur, cur | WAITERS, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_err()
+            {
+                continue;
+            }
+            want = me | WAITERS;
+            futex::wait(w, cur | WAITERS, WAIT_SLICE);
+            alive()?;
+        }
+    }
+
+    /// Release `ino`'s lock held by party `p`.
+    pub fn unlock(&self, ino: u64, p: u32) {
+        let w = &self.entry(ino)[E_LOCK];
+        let prev = w.swap(0, Ordering::Release);
+        debug_assert_eq!(prev & HOLDER_MASK, p + 1, "unlock of inode {ino} by a non-holder");
+        if prev & WAITERS != 0 {
+            futex::wake_all(w);
+        }
+    }
+
+    // ------------------------------------------------------------- counters
+
+    /// `ino`'s free sequence (Acquire: a reader loads it before copying).
+    pub fn free_seq(&self, ino: u64) -> u32 {
+        self.entry(ino)[E_FREE_SEQ].load(Ordering::Acquire)
+    }
+
+    /// Bump `ino`'s free sequence before freeing anything it referenced.
+    pub fn bump_free_seq(&self, ino: u64) {
+        self.entry(ino)[E_FREE_SEQ].fetch_add(1, Ordering::Relaxed);
+        // Later stores (a reuse of the freed blocks) are ordered after the bump.
+        fence(Ordering::Release);
+    }
+
+    /// `ino`'s chain generation.
+    pub fn chain_gen(&self, ino: u64) -> u32 {
+        self.entry(ino)[E_CHAIN].load(Ordering::Acquire)
+    }
+
+    /// Bump `ino`'s chain generation; returns the new value.
+    pub fn bump_chain_gen(&self, ino: u64) -> u32 {
+        self.entry(ino)[E_CHAIN].fetch_add(1, Ordering::AcqRel).wrapping_add(1)
+    }
+
+    /// `ino`'s flags.
+    pub fn flags(&self, ino: u64) -> u32 {
+        self.entry(ino)[E_FLAGS].load(Ordering::Acquire)
+    }
+
+    /// Set or clear flag bits of `ino`.
+    pub fn set_flag(&self, ino: u64, bit: u32, on: bool) {
+        let w = &self.entry(ino)[E_FLAGS];
+        if on {
+            w.fetch_or(bit, Ordering::AcqRel);
+        } else {
+            w.fetch_and(!bit, Ordering::AcqRel);
+        }
+    }
+
+    fn dirty_word(&self, ino: u64, p: u32) -> (&AtomicU32, u32) {
+        (&self.entry(ino)[E_DIRTY + (p / 32) as usize], 1 << (p % 32))
+    }
+
+    /// Record that party `p` write-locked `ino` (before it commits anything).
+    pub fn mark_dirty(&self, ino: u64, p: u32) {
+        let (w, bit) = self.dirty_word(ino, p);
+        if w.load(Ordering::Relaxed) & bit == 0 {
+            w.fetch_or(bit, Ordering::AcqRel);
+        }
+    }
+
+    /// Did party `p` write-lock `ino`?
+    pub fn is_dirty(&self, ino: u64, p: u32) -> bool {
+        let (w, bit) = self.dirty_word(ino, p);
+        w.load(Ordering::Acquire) & bit != 0
+    }
+
+    /// Forget that party `p` wrote `ino`.
+    pub fn clear_dirty(&self, ino: u64, p: u32) {
+        let (w, bit) = self.dirty_word(ino, p);
+        w.fetch_and(!bit, Ordering::AcqRel);
+    }
+
+    // ---------------------------------------------------------------- owners
+
+    /// Owner of block `b`.
+    pub fn owner(&self, b: u64) -> u32 {
+        self.r.owners()[b as usize].load(Ordering::Acquire) as u32
+    }
+
+    /// Mark blocks `[start, start + len)` owned by party `p`.
+    pub fn set_owner(&self, start: u64, len: u64, p: u32) {
+        assert!(start + len <= self.nblocks, "owner range out of the pool");
+        for b in &self.r.owners()[start as usize..(start + len) as usize] {
+            b.store(p as u8, Ordering::Release);
+        }
+    }
+
+    /// Runs of blocks owned by `p` in `[from, to)`.
+    pub fn owned_runs(&self, p: u32, from: u64, to: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let mut run: Option<u64> = None;
+        for b in from..=to {
+            let mine = b < to && self.owner(b) == p;
+            match (mine, run) {
+                (true, None) => run = Some(b),
+                (false, Some(s)) => {
+                    out.push((s, b - s));
+                    run = None;
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// What a client needs from the daemon besides the table: blocks.
+pub trait BlockSource: Send + Sync {
+    /// Blocks for this party's allocator (now owned by it), about `want` of them.
+    fn grant(&self, want: u64) -> Result<Vec<(u64, u64)>>;
+    /// Give blocks back to the daemon (they must be owned by this party and unused).
+    fn give_back(&self, runs: &[(u64, u64)]);
+    /// Ask the daemon to compact `ino`'s log (clients do not run thorough GC). The
+    /// caller holds `ino`'s lock: this must not wait for the daemon's answer.
+    fn compact_hint(&self, ino: u64);
+}
+
+/// One party's handle on the table: what the core calls.
+pub struct Party {
+    table: Arc<Table>,
+    id: u32,
+    source: Option<Arc<dyn BlockSource>>,
+}
+
+impl Party {
+    /// The daemon's handle.
+    pub fn daemon(table: Arc<Table>) -> Party {
+        Party { table, id: DAEMON, source: None }
+    }
+
+    /// A client's handle (`id` from [`Table::claim_party`]).
+    pub fn client(table: Arc<Table>, id: u32, source: Arc<dyn BlockSource>) -> Party {
+        assert!(id != DAEMON && id < MAX_PARTIES);
+        Party { table, id, source: Some(source) }
+    }
+
+    /// The table.
+    pub fn table(&self) -> &Arc<Table> {
+        &self.table
+    }
+
+    /// This party's number.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// A client (no namespace operations, no allocator of its own)?
+    pub fn is_client(&self) -> bool {
+        self.id != DAEMON
+    }
+
+    /// May this party still commit? Clients: still active and the daemon alive.
+    pub fn check(&self) -> Result<()> {
+        if self.id == DAEMON {
+            return Ok(());
+        }
+        if self.table.party_state(self.id) != P_ACTIVE {
+            return Err(Error::Disconnected("direct access was revoked by the daemon".into()));
+        }
+        if !self.table.daemon_alive() {
+            return Err(Error::Disconnected("the mount daemon is gone".into()));
+        }
+        Ok(())
+    }
+
+    /// Take `ino`'s write lock (then check this party may still commit).
+    pub fn lock(&self, ino: u64) -> Result<()> {
+        self.table.lock(ino, self.id, None, &|| self.check())?;
+        if let Err(e) = self.check() {
+            self.table.unlock(ino, self.id);
+            return Err(e);
+        }
+        if self.id != DAEMON {
+            self.table.mark_dirty(ino, self.id);
+        }
+        Ok(())
+    }
+
+    /// Release `ino`'s write lock.
+    pub fn unlock(&self, ino: u64) {
+        self.table.unlock(ino, self.id);
+    }
+
+    /// Blocks `[start, start + len)` are about to be freed into this party's
+    /// allocator: record that it owns them.
+    pub fn own(&self, start: u64, len: u64) {
+        self.table.set_owner(start, len, self.id);
+    }
+
+    /// New blocks from the daemon.
+    pub fn grant(&self, want: u64) -> Result<Vec<(u64, u64)>> {
+        match &self.source {
+            Some(s) => s.grant(want),
+            None => Err(Error::NoSpace),
+        }
+    }
+
+    /// Return surplus blocks to the daemon.
+    pub fn give_back(&self, runs: &[(u64, u64)]) {
+        if let Some(s) = &self.source {
+            s.give_back(runs);
+        }
+    }
+
+    /// Ask the daemon to compact `ino`.
+    pub fn compact_hint(&self, ino: u64) {
+        if let Some(s) = &self.source {
+            s.compact_hint(ino);
+        }
+    }
+
+    /// Publish how many blocks this party's allocator holds.
+    pub fn publish_pool(&self, n: u64) {
+        self.table.set_party_pool(self.id, n);
+    }
+
+    /// Must `ino` be written through the kernel (page-cache users exist)?
+    pub fn no_direct(&self, ino: u64) -> bool {
+        self.table.flags(ino) & NO_DIRECT != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Arc<Table> {
+        Arc::new(Table::create(Box::new(HeapRegion::new(16, 64)), 16, 64, &[7; 16]))
+    }
+
+    struct NoBlocks;
+    impl BlockSource for NoBlocks {
+        fn grant(&self, _: u64) -> Result<Vec<(u64, u64)>> {
+            Err(Error::NoSpace)
+        }
+        fn give_back(&self, _: &[(u64, u64)]) {}
+        fn compact_hint(&self, _: u64) {}
+    }
+
+    #[test]
+    fn lock_excludes_and_wakes_across_parties() {
+        let t = table();
+        t.alive_word().store(1, Ordering::Release);
+        let p = t.claim_party(42).unwrap();
+        let c = Party::client(t.clone(), p, Arc::new(NoBlocks));
+        let d = Party::daemon(t.clone());
+        d.lock(3).unwrap();
+        assert_eq!(t.holder(3), Some(DAEMON));
+        let h = std::thread::spawn(move || {
+            c.lock(3).unwrap();
+            let held = c.table().holder(3);
+            c.unlock(3);
+            held
+        });
+        std::thread::sleep(Duration::from_millis(30));
+        d.unlock(3);
+        assert_eq!(h.join().unwrap(), Some(p));
+        assert!(t.is_dirty(3, p));
+        assert_eq!(t.holder(3), None);
+    }
+
+    #[test]
+    fn waiter_ends_when_revoked_or_daemon_dies() {
+        let t = table();
+        t.alive_word().store(1, Ordering::Release);
+        let p = t.claim_party(1).unwrap();
+        let c = Party::client(t.clone(), p, Arc::new(NoBlocks));
+        let d = Party::daemon(t.clone());
+        d.lock(2).unwrap();
+        let t2 = t.clone();
+        let h = std::thread::spawn(move || c.lock(2));
+        std::thread::sleep(Duration::from_millis(30));
+        // The kernel marks the daemon's robust futex: the waiter gives up.
+        t2.alive_word().fetch_or(OWNER_DIED, Ordering::AcqRel);
+        assert!(matches!(h.join().unwrap(), Err(Error::Disconnected(_))));
+    }
+
+    #[test]
+    fn steal_takes_a_dead_partys_lock() {
+        let t = table();
+        let p = t.claim_party(1).unwrap();
+        assert!(t.try_lock(5, p));
+        t.lock(5, DAEMON, Some(p), &|| Ok(())).unwrap();
+        assert_eq!(t.holder(5), Some(DAEMON));
+        t.unlock(5, DAEMON);
+    }
+
+    #[test]
+    fn owners_and_runs() {
+        let t = table();
+        t.set_owner(10, 5, 3);
+        t.set_owner(12, 1, 0);
+        assert_eq!(t.owned_runs(3, 0, 64), vec![(10, 2), (13, 2)]);
+        assert!(Table::open(Box::new(HeapRegion::new(16, 64)), &[7; 16]).is_err());
+    }
+}

@@ -1,0 +1,504 @@
+//! A pool shared with other processes (see `share` for the table): how a party
+//! keeps its DRAM indexes true to the logs, and the daemon's side of blocks and of a
+//! client's end.
+//!
+//! Invariants:
+//! - A party appends to a shared inode's log only while this process *holds* the
+//!   inode's cross-process lock. The hold is per process: the first local writer
+//!   takes the lock (and catches the DRAM state up with the log), the last one
+//!   releases it; local writers keep their own byte-range locks under it. A hold is
+//!   taken before any local `st` lock, never while one is held.
+//! - While a process holds the lock, its DRAM state is current: the lock excludes
+//!   other writers, the acquisition caught up, and local commits apply themselves.
+//! - A reader without the hold first checks that its state is current (the slot's
+//!   tail and state word, and the chain generation, equal what the state was built
+//!   from); a stale state is caught up under a hold. Data is then copied without any
+//!   cross-process lock and the copy is kept only if the inode's free sequence did
+//!   not move meanwhile.
+//! - Catching up never frees anything: blocks that other parties' commits released
+//!   were freed by those parties.
+//! - Clients do no namespace operation, no thorough GC and no journaled commit.
+
+use crate::alloc::{BlockAlloc, InodeAlloc};
+use crate::error::{Error, Result};
+use crate::fs::{Fs, GcStats, Inode, MountReport};
+use crate::index::InodeState;
+use crate::layout::{logptr, BLOCK, MOUNT_STATE_OFF, SLOT_STATE, SLOT_TAIL};
+use crate::log;
+use crate::pmem::Medium;
+use crate::share::{Party, DAEMON, P_ACTIVE, P_FREE, P_REVOKED};
+use parking_lot::{Mutex, RwLockReadGuard};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// First and largest block grant a client asks for.
+const GRANT_MIN: u64 = 256;
+const GRANT_MAX: u64 = 4096;
+
+/// A process's hold count on one inode's cross-process lock.
+#[derive(Default)]
+pub(crate) struct XHold {
+    count: u32,
+    /// A party in another process waits: let the local holders finish, then
+    /// compete again for the lock (no starvation by overlapping local writers).
+    draining: bool,
+}
+
+/// This process holds an inode's cross-process lock while this lives.
+pub(crate) struct Hold<'a, M: Medium> {
+    fs: &'a Fs<M>,
+    inode: &'a Inode,
+}
+
+impl<M: Medium> Drop for Hold<'_, M> {
+    fn drop(&mut self) {
+        let mut g = self.inode.xh.lock();
+        debug_assert!(g.count > 0, "hold count underflow");
+        g.count -= 1;
+        if g.count == 0 {
+            if let Some(p) = &self.fs.share {
+                p.unlock(self.inode.ino);
+            }
+            if g.draining {
+                g.draining = false;
+                self.inode.xh_cv.notify_all();
+            }
+        }
+    }
+}
+
+/// What a client's end gave back to the daemon.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Resolved {
+    /// Inodes the party had written or locked, checked again.
+    pub inodes: u64,
+    /// Blocks it held that went back to the daemon's allocator.
+    pub blocks_returned: u64,
+}
+
+impl<M: Medium> Fs<M> {
+    /// The coordination handle, when the pool is shared.
+    pub fn party(&self) -> Option<&Arc<Party>> {
+        self.share.as_ref()
+    }
+
+    /// Is this `Fs` a direct-access client of a mount daemon?
+    pub fn is_client(&self) -> bool {
+        self.share.as_ref().is_some_and(|p| p.is_client())
+    }
+
+    /// Namespace operations belong to the daemon.
+    pub(crate) fn check_namespace(&self) -> Result<()> {
+        if self.is_client() {
+            return Err(Error::NotSupported("namespace operation in a direct-access client"));
+        }
+        Ok(())
+    }
+
+    /// Take (or join) this process's hold on `i`'s cross-process lock. `None` when
+    /// nothing else can write `i` (no sharing, or not a regular file).
+    pub(crate) fn hold<'a>(&'a self, i: &'a Inode) -> Result<Option<Hold<'a, M>>> {
+        let Some(p) = &self.share else { return Ok(None) };
+        if !i.shared {
+            return Ok(None);
+        }
+        let mut g = i.xh.lock();
+        loop {
+            if g.count > 0 && !g.draining && p.table().waiters(i.ino) {
+                g.draining = true;
+            }
+            if !g.draining {
+                break;
+            }
+            i.xh_cv.wait(&mut g);
+        }
+        if g.count == 0 {
+            p.lock(i.ino)?;
+            let r = {
+                let mut st = i.st.write();
+                self.catch_up(i, &mut st)
+            };
+            if let Err(e) = r {
+                p.unlock(i.ino);
+                return Err(e);
+            }
+        }
+        g.count += 1;
+        Ok(Some(Hold { fs: self, inode: i }))
+    }
+
+    /// Does `st` describe the committed log of `i` as it is now?
+    fn is_fresh(&self, i: &Inode, st: &InodeState) -> bool {
+        let Some(p) = &self.share else { return true };
+        let slot = self.geo.slot_off(i.ino);
+        self.m.load_u64(slot + SLOT_TAIL) == st.log.tail
+            && self.m.load_u64(slot + SLOT_STATE) == i.state_word
+            && p.table().chain_gen(i.ino) == st.chain_gen
+    }
+
+    /// Bring `st` up to the committed log of `i`. The caller holds the inode's
+    /// cross-process lock and `st`'s write lock.
+    pub(crate) fn catch_up(&self, i: &Inode, st: &mut InodeState) -> Result<()> {
+        self.catch_up_as(i, st, false)
+    }
+
+    /// [`Self::catch_up`]; with `replay`, rebuild from the head whatever changed.
+    fn catch_up_as(&self, i: &Inode, st: &mut InodeState, replay: bool) -> Result<()> {
+        let Some(p) = &self.share else { return Ok(()) };
+        let slot = self.read_slot(i.ino);
+        if slot.state != i.state_word || !slot.in_use() {
+            return Err(Error::NotFound); // freed (and maybe reused) meanwhile
+        }
+        let gen = p.table().chain_gen(i.ino);
+        if slot.tail == st.log.tail && gen == st.chain_gen && !replay {
+            return Ok(());
+        }
+        let same_chain = !replay
+            && gen == st.chain_gen
+            && !st.log.pages.is_empty()
+            && slot.head == st.log.head
+            && logptr::epoch(slot.tail) == logptr::epoch(st.log.tail);
+        if same_chain {
+            let from = logptr::addr(st.log.tail);
+            let next_seq = st.log.next_seq;
+            let mut freed = Vec::new();
+            let w = log::walk_apply_from(
+                &self.m,
+                &self.geo,
+                i.seed,
+                from,
+                next_seq,
+                logptr::addr(slot.tail),
+                &mut |loc, e| st.apply(loc, &e, &mut freed),
+            )?;
+            if w.torn {
+                return Err(Error::corrupt(format!(
+                    "inode {}: entries after another party's commit do not validate",
+                    i.ino
+                )));
+            }
+            // The blocks in `freed` were freed by the party that committed.
+            st.log.tail = logptr::make(logptr::epoch(slot.tail), w.end);
+            st.log.next_seq = w.next_seq;
+            st.log.pages.extend(&w.pages[1..]);
+        } else {
+            let Some((_, fresh, walk)) = self.load_state(i.ino)? else {
+                return Err(Error::NotFound);
+            };
+            if walk.torn {
+                return Err(Error::corrupt(format!("inode {}: torn log while shared", i.ino)));
+            }
+            let check_at = st.gc_check_at;
+            *st = fresh;
+            st.gc_check_at = st.gc_check_at.max(check_at.min(2 * st.log.pages.len() + 4));
+        }
+        st.chain_gen = gen;
+        Ok(())
+    }
+
+    /// Run `f` on `i`'s current state. With `data`, `f` copies data out of the pool
+    /// and is repeated until no block was freed under it (see the module comment).
+    pub(crate) fn read_fresh<T>(
+        &self,
+        i: &Inode,
+        data: bool,
+        mut f: impl FnMut(&InodeState) -> T,
+    ) -> Result<T> {
+        let Some(p) = self.share.as_ref().filter(|_| i.shared) else {
+            let st = i.st.read();
+            return Ok(f(&st));
+        };
+        p.check()?;
+        let t = p.table();
+        for attempt in 0..64 {
+            let s1 = t.free_seq(i.ino);
+            let st: RwLockReadGuard<'_, InodeState> = i.st.read();
+            if !self.is_fresh(i, &st) {
+                drop(st);
+                let _h = self.hold(i)?;
+                continue;
+            }
+            let v = f(&st);
+            if !data {
+                return Ok(v);
+            }
+            fence(Ordering::Acquire);
+            if t.free_seq(i.ino) == s1 {
+                return Ok(v);
+            }
+            if attempt >= 8 {
+                // Writers keep freeing under us: read under the hold, where nothing
+                // of this inode can be freed.
+                drop(st);
+                let _h = self.hold(i)?;
+                let st = i.st.read();
+                return Ok(f(&st));
+            }
+        }
+        Err(Error::Busy)
+    }
+
+    /// Before anything `ino` referenced is freed (see `share`).
+    pub(crate) fn note_free(&self, ino: u64) {
+        if let Some(p) = &self.share {
+            p.table().bump_free_seq(ino);
+        }
+    }
+
+    /// Log pages are about to leave `ino`'s chain; returns the new generation.
+    pub(crate) fn note_chain_change(&self, ino: u64) -> u32 {
+        match &self.share {
+            Some(p) => p.table().bump_chain_gen(ino),
+            None => 0,
+        }
+    }
+
+    /// A client's allocator is dry: ask the daemon for at least `need` blocks.
+    pub(crate) fn refill(&self, need: u64) -> Result<()> {
+        let p = self.share.as_ref().expect("refill on a client");
+        let size = self.grant_size.load(Ordering::Relaxed).max(GRANT_MIN);
+        let runs = p.grant(need.max(size))?;
+        for &(b, n) in &runs {
+            self.balloc.free(b, n); // owned by us already (the daemon marked them)
+        }
+        self.grant_size.store((size * 2).min(GRANT_MAX), Ordering::Relaxed);
+        p.publish_pool(self.balloc.free_blocks());
+        if self.balloc.free_blocks() < need {
+            return Err(Error::NoSpace);
+        }
+        Ok(())
+    }
+
+    /// After blocks went back to this party's allocator: a client returns what it
+    /// does not need to the daemon.
+    pub(crate) fn after_free(&self) {
+        let Some(p) = self.share.as_ref().filter(|p| p.is_client()) else { return };
+        let free = self.balloc.free_blocks();
+        if free > 4 * GRANT_MAX {
+            if let Ok(runs) = self.balloc.alloc(0, free - 2 * GRANT_MAX, true) {
+                p.give_back(&runs);
+            }
+        }
+        p.publish_pool(self.balloc.free_blocks());
+    }
+
+    // ------------------------------------------------------------ clients
+
+    /// Open a pool as a direct-access client of the daemon that mounted it: no
+    /// recovery (the daemon did it), an empty allocator (blocks come from grants).
+    pub fn attach(m: M, party: Arc<Party>) -> Result<Fs<M>> {
+        assert!(party.is_client(), "attach needs a client party");
+        let (sb, copy) = crate::recovery::read_superblock(&m)?;
+        let geo = sb.geometry();
+        let state = m.load_u64(MOUNT_STATE_OFF);
+        if state & crate::layout::STATE_CLEAN != 0 {
+            return Err(Error::Disconnected("the pool is not mounted".into()));
+        }
+        party.check()?;
+        let mut all = crate::alloc::Bitmap::new(geo.ninodes);
+        for i in 0..geo.ninodes {
+            all.set(i);
+        }
+        Ok(Fs {
+            balloc: BlockAlloc::empty(&geo),
+            ialloc: InodeAlloc::from_used(&geo, &all),
+            m,
+            sb,
+            geo,
+            cache: Fs::<M>::new_cache(),
+            txids: Vec::new(),
+            rename_lock: Mutex::new(()),
+            read_only: false,
+            fault: None,
+            generation: state >> 2,
+            report: MountReport { superblock_copy: copy, ..Default::default() },
+            unmounted: AtomicBool::new(false),
+            gc_stats: GcStats::default(),
+            share: Some(party),
+            grant_size: AtomicU64::new(GRANT_MIN),
+        })
+    }
+
+    /// A client's orderly end: its free blocks go back to the daemon.
+    pub fn detach(self) -> M {
+        if let Some(p) = self.share.as_ref().filter(|p| p.is_client()) {
+            let free = self.balloc.free_blocks();
+            if free > 0 {
+                if let Ok(runs) = self.balloc.alloc(0, free, true) {
+                    p.give_back(&runs);
+                }
+            }
+            p.publish_pool(0);
+        }
+        let Fs { m, .. } = self;
+        m
+    }
+
+    // ------------------------------------------------------------- daemon
+
+    /// Share this mounted pool with direct-access clients through `party` (the
+    /// daemon's handle on a table made for this pool).
+    pub fn share_with(mut self, party: Arc<Party>) -> Fs<M> {
+        assert!(!party.is_client() && party.table().ninodes() == self.geo.ninodes);
+        assert!(self.cache.iter().all(|c| c.read().is_empty() || c.read().len() <= 1));
+        // Cached inodes (the root after mount) were loaded before sharing; drop them.
+        for c in &self.cache {
+            c.write().clear();
+        }
+        self.share = Some(party);
+        self.publish_free();
+        self
+    }
+
+    fn publish_free(&self) {
+        if let Some(p) = &self.share {
+            p.table().set_global_free(self.balloc.free_blocks());
+        }
+    }
+
+    /// Blocks for client `party`: about `want` (fewer when space is short).
+    pub fn grant_blocks(&self, party: u32, want: u64) -> Result<Vec<(u64, u64)>> {
+        let p = self.share.as_ref().ok_or(Error::NotSupported("pool not shared"))?;
+        if party == DAEMON || p.table().party_state(party) != P_ACTIVE {
+            return Err(Error::invalid("grant to a party that is not an active client"));
+        }
+        let avail = self.balloc.free_blocks().saturating_sub(self.balloc.reserve());
+        let n = want.clamp(1, GRANT_MAX * 4).min(avail);
+        if n == 0 {
+            return Err(Error::NoSpace);
+        }
+        let runs = self.balloc.alloc(self.shard(), n, false)?;
+        for &(b, len) in &runs {
+            p.table().set_owner(b, len, party);
+        }
+        self.publish_free();
+        Ok(runs)
+    }
+
+    /// Blocks client `party` gives back. Runs it does not own are refused whole
+    /// (a buggy client must not free what a file uses).
+    pub fn take_back(&self, party: u32, runs: &[(u64, u64)]) -> Result<()> {
+        let p = self.share.as_ref().ok_or(Error::NotSupported("pool not shared"))?;
+        let t = p.table();
+        for &(b, n) in runs {
+            let ok = n > 0
+                && b.checked_add(n).is_some_and(|e| e <= self.geo.nblocks)
+                && self.geo.is_data_block(b)
+                && (b..b + n).all(|x| t.owner(x) == party);
+            if !ok {
+                return Err(Error::invalid(format!(
+                    "party {party} returned blocks {b}+{n} it does not own"
+                )));
+            }
+        }
+        for &(b, n) in runs {
+            t.set_owner(b, n, DAEMON);
+            self.balloc.free(b, n);
+        }
+        self.publish_free();
+        Ok(())
+    }
+
+    /// Take back everything of client `party` (it died, or the mount ends): after
+    /// this it commits nothing more, the locks it held are free, every inode it
+    /// wrote is current in this daemon's DRAM and durable as seen, and the blocks
+    /// it held but no log references are free again.
+    pub fn resolve_party(&self, party: u32) -> Result<Resolved> {
+        let p = self.share.as_ref().ok_or(Error::NotSupported("pool not shared"))?.clone();
+        assert!(party != DAEMON);
+        let t = p.table();
+        if t.party_state(party) == P_FREE {
+            return Ok(Resolved::default());
+        }
+        t.set_party_state(party, P_REVOKED);
+        let mut out = Resolved::default();
+        for ino in 1..=self.geo.ninodes {
+            if !t.is_dirty(ino, party) && t.holder(ino) != Some(party) {
+                continue;
+            }
+            out.inodes += 1;
+            // Wait for (or take over) the party's lock: after this, nothing of it runs
+            // on this inode.
+            t.lock(ino, DAEMON, Some(party), &|| Ok(()))?;
+            let r = self.adopt_inode(ino, party);
+            t.clear_dirty(ino, party);
+            t.unlock(ino, DAEMON);
+            r?;
+        }
+        // The data area: what the party still owns, no log references.
+        let runs = t.owned_runs(party, self.geo.data_start, self.geo.nblocks);
+        for &(b, n) in &runs {
+            t.set_owner(b, n, DAEMON);
+            self.balloc.free(b, n);
+            out.blocks_returned += n;
+        }
+        t.set_party_state(party, P_FREE);
+        self.publish_free();
+        Ok(out)
+    }
+
+    /// Under `ino`'s lock (held by the daemon): make what `party` left visible
+    /// durable, rebuild the daemon's state from the log and take ownership of every
+    /// block the log references.
+    fn adopt_inode(&self, ino: u64, party: u32) -> Result<()> {
+        let t = self.share.as_ref().expect("shared").table().clone();
+        let slot = self.read_slot(ino);
+        // The party's last stores (a tail, a GC unlink) may be visible but not yet
+        // flushed: make the chain as seen the chain on media.
+        self.m.flush(self.geo.slot_off(ino), 64);
+        if !slot.in_use() {
+            self.m.fence();
+            return Ok(());
+        }
+        let seed = log::seed(&self.sb.uuid, ino, slot.state);
+        let mut refs: Vec<(u64, u64)> = Vec::new();
+        let mut st = InodeState::new(crate::index::FileType::Regular);
+        let mut sink = Vec::new();
+        let walk = log::walk_apply(
+            &self.m,
+            &self.geo,
+            seed,
+            logptr::addr(slot.head),
+            logptr::addr(slot.tail),
+            &mut |loc, e| st.apply(loc, &e, &mut sink),
+        )?;
+        for &pg in &walk.pages {
+            self.m.flush(pg + log::LOG_DATA_END, 8);
+            refs.push((pg / BLOCK, 1));
+        }
+        self.m.fence();
+        refs.extend(st.data_runs());
+        for (b, n) in refs {
+            for x in b..b + n {
+                if t.owner(x) == party {
+                    t.set_owner(x, 1, DAEMON);
+                }
+            }
+        }
+        // The cached copy, if any, catches up from the log (the chain may have
+        // changed in any way: replay from the head).
+        if let Some(i) = self.cached_only(ino) {
+            let mut st = i.st.write();
+            match self.catch_up_as(&i, &mut st, true) {
+                Ok(()) | Err(Error::NotFound) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Revoke every client (the mount is ending) and take their blocks back.
+    pub fn resolve_all_clients(&self) -> Result<Resolved> {
+        let p = self.share.as_ref().ok_or(Error::NotSupported("pool not shared"))?.clone();
+        p.table().set_shutdown();
+        let mut total = Resolved::default();
+        for party in p.table().active_parties() {
+            if party != DAEMON {
+                let r = self.resolve_party(party)?;
+                total.inodes += r.inodes;
+                total.blocks_returned += r.blocks_returned;
+            }
+        }
+        Ok(total)
+    }
+}

@@ -1,0 +1,334 @@
+//! A daemon and direct-access clients sharing one pool (parties of one coordination
+//! table, here threads of this process over one simulated medium, as the crash
+//! simulator runs them): each sees the others' writes at once, appends interleave
+//! whole, readers never see a torn or freed block, a client that dies or is revoked
+//! leaves no lock held and no block leaked, and the pool is fsck-clean and complete
+//! after a clean remount and after a crash.
+
+mod common;
+use common::*;
+use ferrite_core::share::HeapRegion;
+use ferrite_core::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+type Med = Arc<SimMedium>;
+
+/// Blocks and compaction requests go straight to the daemon's `Fs`.
+struct Direct {
+    daemon: Arc<Fs<Med>>,
+    party: u32,
+    compactions: Compactions,
+}
+
+type Compactions = Arc<std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>>;
+
+impl BlockSource for Direct {
+    fn grant(&self, want: u64) -> Result<Vec<(u64, u64)>> {
+        self.daemon.grant_blocks(self.party, want)
+    }
+    fn give_back(&self, runs: &[(u64, u64)]) {
+        self.daemon.take_back(self.party, runs).expect("take back");
+    }
+    fn compact_hint(&self, ino: u64) {
+        // As the socket message it stands for: the client holds the inode's lock
+        // now, so the daemon compacts later, on its own thread.
+        let d = self.daemon.clone();
+        let h = std::thread::spawn(move || {
+            let _ = d.compact(ino);
+        });
+        self.compactions.lock().unwrap().push(h);
+    }
+}
+
+struct World {
+    m: Med,
+    table: Arc<Table>,
+    d: Arc<Fs<Med>>,
+    compactions: Compactions,
+}
+
+fn world(size: u64) -> World {
+    let m: Med = Arc::new(SimMedium::new(size));
+    let fs = Fs::mkfs(m.clone(), &MkfsOptions { shards: 4, ..Default::default() }).unwrap();
+    let (ni, nb) = (fs.geometry().ninodes, fs.geometry().nblocks);
+    let t = Table::create(Box::new(HeapRegion::new(ni, nb)), ni, nb, &fs.superblock().uuid);
+    t.alive_word().store(1, Ordering::Release);
+    let table = Arc::new(t);
+    let d = Arc::new(fs.share_with(Arc::new(Party::daemon(table.clone()))));
+    World { m, table, d, compactions: Default::default() }
+}
+
+impl World {
+    fn client(&self) -> (u32, Fs<Med>) {
+        let pid = self.table.claim_party(std::process::id()).expect("a free party slot");
+        let src = Arc::new(Direct {
+            daemon: self.d.clone(),
+            party: pid,
+            compactions: self.compactions.clone(),
+        });
+        let c = Fs::attach(self.m.clone(), Arc::new(Party::client(self.table.clone(), pid, src)))
+            .expect("attach");
+        (pid, c)
+    }
+
+    /// Wait for the compactions clients asked for (fsck needs a quiet pool).
+    fn quiesce(&self) {
+        let hs: Vec<_> = std::mem::take(&mut *self.compactions.lock().unwrap());
+        for h in hs {
+            h.join().unwrap();
+        }
+    }
+
+    /// Clean unmount of the daemon, then mount again (fsck-clean).
+    fn remount_clean(self) -> Fs<SimMedium> {
+        let d = unique(self.d);
+        d.resolve_all_clients().unwrap();
+        let m = d.unmount().unwrap();
+        let fs =
+            Fs::mount(SimMedium::from_image(m.current_image()), &MountOptions::default()).unwrap();
+        assert!(fs.mount_report().clean);
+        assert_fsck_clean(&fs, "after clean remount");
+        fs
+    }
+}
+
+/// The daemon's `Fs` once compaction threads started by hints have let go of it.
+fn unique(mut d: Arc<Fs<Med>>) -> Fs<Med> {
+    let t0 = std::time::Instant::now();
+    loop {
+        match Arc::try_unwrap(d) {
+            Ok(fs) => return fs,
+            Err(again) => d = again,
+        }
+        assert!(t0.elapsed().as_secs() < 30, "daemon Fs still shared");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+fn read_all<M: Medium>(fs: &Fs<M>, ino: u64) -> Vec<u8> {
+    let size = fs.getattr(ino).unwrap().size as usize;
+    let mut v = vec![0u8; size];
+    let n = fs.read(ino, 0, &mut v).unwrap();
+    assert_eq!(n, size);
+    v
+}
+
+fn model_write(model: &mut Vec<u8>, off: usize, data: &[u8]) {
+    if model.len() < off + data.len() {
+        model.resize(off + data.len(), 0);
+    }
+    model[off..off + data.len()].copy_from_slice(data);
+}
+
+#[test]
+fn client_and_daemon_see_each_others_writes() {
+    let w = world(64 << 20);
+    let root = w.d.root();
+    let ino = w.d.create(root, b"f", 0o644, 0, 0).unwrap().ino;
+    let (pid, c) = w.client();
+    let mut model = Vec::new();
+    c.write(ino, 0, b"hello").unwrap();
+    model_write(&mut model, 0, b"hello");
+    assert_eq!(read_all(&w.d, ino), model);
+    w.d.write(ino, 5, b" world").unwrap();
+    model_write(&mut model, 5, b" world");
+    assert_eq!(read_all(&c, ino), model);
+    // Appends from both sides land at the end of the other's.
+    let at = c.append(ino, b"[c]").unwrap();
+    assert_eq!(at, model.len() as u64);
+    model.extend_from_slice(b"[c]");
+    let at = w.d.append(ino, b"[d]").unwrap();
+    assert_eq!(at, model.len() as u64);
+    model.extend_from_slice(b"[d]");
+    assert_eq!(read_all(&c, ino), model);
+    // Many overwrites by the client: its fast GC unlinks pages the daemon's index
+    // still lists; the daemon must notice and replay.
+    let mut rng = Rng(7);
+    for i in 0..3000u32 {
+        let off = rng.below(40_000) as usize;
+        let len = 1 + rng.below(if i % 3 == 0 { 9000 } else { 300 }) as usize;
+        let data: Vec<u8> = (0..len).map(|k| (i as usize + k) as u8).collect();
+        if i % 5 == 0 {
+            w.d.write(ino, off as u64, &data).unwrap();
+        } else {
+            c.write(ino, off as u64, &data).unwrap();
+        }
+        model_write(&mut model, off, &data);
+        if i % 97 == 0 {
+            assert_eq!(read_all(&w.d, ino), model, "daemon view after op {i}");
+            assert_eq!(read_all(&c, ino), model, "client view after op {i}");
+        }
+    }
+    assert!(c.gc_stats().fast_pages.load(Ordering::Relaxed) > 0, "client ran fast GC");
+    // A truncate by the daemon is seen by the client.
+    w.d.setattr(ino, &SetAttr { size: Some(1000), ..Default::default() }).unwrap();
+    model.truncate(1000);
+    assert_eq!(read_all(&c, ino), model);
+    assert_eq!(c.getattr(ino).unwrap().size, 1000);
+    let m = c.detach();
+    drop(m);
+    assert_eq!(w.table.party_state(pid), share::P_ACTIVE);
+    let r = w.d.resolve_party(pid).unwrap();
+    assert_eq!(r.blocks_returned, 0, "a detached client returned its blocks itself");
+    w.quiesce();
+    assert_fsck_clean(&*w.d, "shared daemon");
+    let fs = w.remount_clean();
+    assert_eq!(read_all(&fs, ino), model);
+}
+
+#[test]
+fn dead_client_leaves_no_lock_and_no_leaked_block() {
+    let w = world(64 << 20);
+    let root = w.d.root();
+    let ino = w.d.create(root, b"f", 0o644, 0, 0).unwrap().ino;
+    let free0 = w.d.statfs().bfree;
+    let (pid, c) = w.client();
+    let mut model = Vec::new();
+    for i in 0..200u32 {
+        let data = vec![i as u8; 4096 + 17 * i as usize];
+        let off = (i as usize * 3001) % 60_000;
+        c.write(ino, off as u64, &data).unwrap();
+        model_write(&mut model, off, &data);
+    }
+    // The client dies holding the file's lock, with blocks in its allocator.
+    assert!(w.table.try_lock(ino, pid));
+    drop(c.crash());
+    let r = w.d.resolve_party(pid).unwrap();
+    assert!(r.blocks_returned > 0, "the dead client's free blocks came back");
+    assert_eq!(w.table.holder(ino), None);
+    assert_eq!(w.table.party_state(pid), share::P_FREE);
+    assert_eq!(read_all(&w.d, ino), model, "every acknowledged write survives");
+    // Everything not used by the file is free again.
+    let used = w.d.getattr(ino).unwrap().blocks / 8 + w.d.log_pages(ino).unwrap() as u64;
+    assert_eq!(w.d.statfs().bfree + used, free0 + 1, "blocks leaked or double counted");
+    w.quiesce();
+    assert_fsck_clean(&*w.d, "after a client's death");
+    // The daemon writes on, and a new client can take the file.
+    w.d.write(ino, 0, b"after").unwrap();
+    model_write(&mut model, 0, b"after");
+    let (_pid2, c2) = w.client();
+    assert_eq!(read_all(&c2, ino), model);
+    c2.write(ino, 10, b"second client").unwrap();
+    model_write(&mut model, 10, b"second client");
+    drop(c2.crash());
+    let fs = w.remount_clean();
+    assert_eq!(read_all(&fs, ino), model);
+}
+
+#[test]
+fn revoked_client_commits_nothing_more() {
+    let w = world(32 << 20);
+    let ino = w.d.create(w.d.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    let (pid, c) = w.client();
+    c.write(ino, 0, &[1u8; 10_000]).unwrap();
+    w.d.resolve_party(pid).unwrap();
+    let e = c.write(ino, 0, b"late").unwrap_err();
+    assert_eq!(e.errno(), libc::ENOTCONN, "{e}");
+    assert!(matches!(c.read(ino, 0, &mut [0u8; 4]), Err(Error::Disconnected(_))));
+    assert!(c.create(c.root(), b"x", 0o644, 0, 0).is_err(), "clients do no namespace ops");
+    assert_eq!(read_all(&w.d, ino), vec![1u8; 10_000]);
+    drop(c.crash());
+    w.quiesce();
+    assert_fsck_clean(&*w.d, "after revocation");
+}
+
+#[test]
+fn daemon_gone_ends_a_clients_wait() {
+    let w = world(32 << 20);
+    let ino = w.d.create(w.d.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    let (_pid, c) = w.client();
+    // The daemon holds the lock and dies: the kernel marks its robust futex.
+    assert!(w.table.try_lock(ino, share::DAEMON));
+    let t = w.table.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        t.alive_word().fetch_or(share::OWNER_DIED, Ordering::AcqRel);
+    });
+    let e = c.write(ino, 0, b"x").unwrap_err();
+    assert!(matches!(e, Error::Disconnected(_)), "{e}");
+}
+
+/// Two clients and the daemon write disjoint ranges of one file (ranges share
+/// pages at their edges) and append records to another, while readers in every
+/// party check that each write is seen whole; then every byte is where its writer
+/// left it, on every party and after a crash remount.
+#[test]
+fn parties_write_one_file_at_once() {
+    const RANGE: u64 = 2 * 4096 + 500;
+    const ROUNDS: usize = 300;
+    let w = world(96 << 20);
+    let root = w.d.root();
+    let shared = w.d.create(root, b"shared", 0o644, 0, 0).unwrap().ino;
+    let log = w.d.create(root, b"log", 0o644, 0, 0).unwrap().ino;
+    let whole = w.d.create(root, b"whole", 0o644, 0, 0).unwrap().ino;
+    w.d.write(whole, 0, &[0u8; 9000]).unwrap();
+    w.d.write(shared, 0, &vec![0u8; 3 * RANGE as usize]).unwrap();
+    let (_p1, c1) = w.client();
+    let (_p2, c2) = w.client();
+    let parties: Vec<&Fs<Med>> = vec![&w.d, &c1, &c2];
+    let stop = AtomicBool::new(false);
+    let ranges: Vec<Vec<u8>> = std::thread::scope(|s| {
+        let writers: Vec<_> = parties
+            .iter()
+            .enumerate()
+            .map(|(t, fs)| {
+                let fs: &Fs<Med> = fs;
+                s.spawn(move || {
+                    let base = t as u64 * RANGE;
+                    let mut mine = vec![0u8; RANGE as usize];
+                    let mut rng = Rng(100 + t as u64);
+                    for round in 0..ROUNDS {
+                        let off = rng.below(RANGE);
+                        let len = 1 + rng.below((RANGE - off).min(5000));
+                        let b = (round % 250 + 1) as u8;
+                        let data = vec![b; len as usize];
+                        fs.write(shared, base + off, &data).unwrap();
+                        mine[off as usize..(off + len) as usize].fill(b);
+                        let rec = format!("<{t}:{round}>");
+                        fs.append(log, rec.as_bytes()).unwrap();
+                        fs.write(whole, 0, &vec![(round % 200 + t * 20 + 1) as u8; 9000]).unwrap();
+                    }
+                    mine
+                })
+            })
+            .collect();
+        for fs in &parties {
+            let (fs, stop): (&Fs<Med>, _) = (fs, &stop);
+            s.spawn(move || {
+                let mut buf = vec![0u8; 9000];
+                while !stop.load(Ordering::Relaxed) {
+                    let n = fs.read(whole, 0, &mut buf).unwrap();
+                    assert_eq!(n, 9000);
+                    assert!(buf.iter().all(|&x| x == buf[0]), "torn write seen");
+                }
+            });
+        }
+        let out = writers.into_iter().map(|h| h.join().unwrap()).collect();
+        stop.store(true, Ordering::Relaxed);
+        out
+    });
+    let mut expect = Vec::new();
+    for r in &ranges {
+        expect.extend_from_slice(r);
+    }
+    for fs in &parties {
+        let got = read_all(*fs, shared);
+        assert_eq!(got.len(), expect.len());
+        assert!(got == expect, "shared file differs");
+        let l = String::from_utf8(read_all(*fs, log)).unwrap();
+        for t in 0..3 {
+            for round in 0..ROUNDS {
+                assert_eq!(l.matches(&format!("<{t}:{round}>")).count(), 1, "record {t}:{round}");
+            }
+        }
+    }
+    drop(c1.crash());
+    drop(c2.crash());
+    let d = unique(w.d);
+    let img = d.crash();
+    let fs =
+        Fs::mount(SimMedium::from_image(img.current_image()), &MountOptions::default()).unwrap();
+    assert_fsck_clean(&fs, "after crash with clients");
+    assert!(read_all(&fs, shared) == expect);
+}
