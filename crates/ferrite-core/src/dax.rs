@@ -6,9 +6,17 @@
 //! - MAP_SHARED_VALIDATE|MAP_SYNC is tried first (DAX: stores reach persistence
 //!   domain on flush+fence); otherwise a plain MAP_SHARED mapping is used and the
 //!   durability is reported honestly (see [`Durability`]).
-//! - A pool is owned by one process at a time: an exclusive POSIX record lock on the
-//!   file names the holder's pid to a second opener; a process-wide registry stops a
-//!   second open inside the same process (POSIX locks do not conflict there).
+//! - A pool is owned by one process at a time: an exclusive open-file-description
+//!   lock on its byte 0 (OFD locks survive the close of other descriptors of the file,
+//!   which a daemon receives from its direct-access clients; POSIX locks would not),
+//!   plus a POSIX lock on byte 2 that only names the holder's pid to a second opener;
+//!   a process-wide registry stops a second open inside the same process.
+//! - Direct-access clients of a mount map the pool too ([`MmapMedium::attach`]): each
+//!   holds a shared open-file-description lock on byte 1 for as long as it may store
+//!   to the pool, and an exclusive open refuses the pool while any is held, so a new
+//!   mount never runs beside clients of an earlier one.
+//! - New pool files are created with mode 0600: whoever can open the pool file can
+//!   read and write every file in it (it is the access control of direct access).
 #![allow(unsafe_code)]
 
 use crate::error::{Error, Result};
@@ -59,14 +67,36 @@ unsafe impl Send for MmapMedium {}
 // disjoint ranges and atomics.
 unsafe impl Sync for MmapMedium {}
 
-fn holder_of(file: &File) -> Option<String> {
+/// Byte of the pool file the owning process locks exclusively.
+const OWNER_BYTE: i64 = 0;
+/// Byte of the pool file direct-access clients lock shared.
+const CLIENT_BYTE: i64 = 1;
+/// Byte of the pool file the owner also locks with a POSIX lock, for its pid.
+const PID_BYTE: i64 = 2;
+
+fn flock_on(ty: i32, byte: i64) -> libc::flock {
     // SAFETY: flock is a plain C struct; zeroed is a valid value.
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = libc::F_WRLCK as i16;
+    fl.l_type = ty as i16;
     fl.l_whence = libc::SEEK_SET as i16;
+    fl.l_start = byte;
+    fl.l_len = 1;
+    fl
+}
+
+/// Is a direct-access client of some mount still attached to this pool file?
+fn clients_attached(file: &File) -> bool {
+    let mut fl = flock_on(libc::F_WRLCK, CLIENT_BYTE);
+    // SAFETY: valid fd and a valid pointer to a flock struct.
+    let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) };
+    r == 0 && fl.l_type != libc::F_UNLCK as i16
+}
+
+fn holder_of(file: &File) -> Option<String> {
+    let mut fl = flock_on(libc::F_WRLCK, PID_BYTE);
     // SAFETY: valid fd and a valid pointer to a flock struct.
     let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut fl) };
-    if r != 0 || fl.l_type == libc::F_UNLCK as i16 {
+    if r != 0 || fl.l_type == libc::F_UNLCK as i16 || fl.l_pid <= 0 {
         return None;
     }
     let pid = fl.l_pid;
@@ -77,13 +107,16 @@ fn holder_of(file: &File) -> Option<String> {
 }
 
 fn lock_file(file: &File, exclusive: bool) -> std::io::Result<bool> {
-    // SAFETY: zeroed flock is valid.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = if exclusive { libc::F_WRLCK } else { libc::F_RDLCK } as i16;
-    fl.l_whence = libc::SEEK_SET as i16;
+    let fl = flock_on(if exclusive { libc::F_WRLCK } else { libc::F_RDLCK }, OWNER_BYTE);
     // SAFETY: valid fd, valid pointer.
-    let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl) };
+    let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
     if r == 0 {
+        if exclusive {
+            // Best effort: only tells a second opener who holds the pool.
+            let id = flock_on(libc::F_WRLCK, PID_BYTE);
+            // SAFETY: valid fd, valid pointer.
+            unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &id) };
+        }
         return Ok(true);
     }
     let e = std::io::Error::last_os_error();
@@ -96,11 +129,13 @@ fn lock_file(file: &File, exclusive: bool) -> std::io::Result<bool> {
 impl MmapMedium {
     /// Create (or truncate to) a pool file of `len` bytes and map it.
     pub fn create(path: &Path, len: u64, opts: &MapOptions) -> Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(0o600)
             .open(path)
             .map_err(|e| Error::io(path, e))?;
         let me = Self::lock_and_register(file, path, false)?;
@@ -146,6 +181,22 @@ impl MmapMedium {
         }
         let unmapped = Unmapped { file: Some(file), path: path.to_path_buf(), key };
         match lock_file(unmapped.file(), !shared) {
+            Ok(true) if !shared => {
+                // Clients of an earlier mount go when they notice its daemon is gone.
+                let t0 = std::time::Instant::now();
+                while clients_attached(unmapped.file()) {
+                    if t0.elapsed() > std::time::Duration::from_secs(5) {
+                        return Err(Error::PoolInUse {
+                            path: path.to_path_buf(),
+                            holder: "direct-access clients of an earlier mount (processes \
+                                     started with `ferrite run` that are still running)"
+                                .into(),
+                        });
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Ok(unmapped)
+            }
             Ok(true) => Ok(unmapped),
             Ok(false) => Err(Error::PoolInUse {
                 path: path.to_path_buf(),
@@ -155,9 +206,61 @@ impl MmapMedium {
         }
     }
 
+    /// Map the pool of a running mount as its direct-access client: no ownership
+    /// lock (the daemon has it) but the shared client lock on byte 1, held until
+    /// [`MmapMedium::release_client_lock`] or the last close of this description.
+    /// The error keeps the kind of the open's failure (permission denied tells that
+    /// this process may not have direct access).
+    pub fn attach(path: &Path, opts: &MapOptions) -> std::result::Result<Self, std::io::Error> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file =
+            OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC).open(path)?;
+        let md = file.metadata()?;
+        if !md.is_file() && !is_block_dev(&md) && !is_char_dev(&md) {
+            return Err(std::io::Error::other(format!("{} is not a file", path.display())));
+        }
+        let fl = flock_on(libc::F_RDLCK, CLIENT_BYTE);
+        // SAFETY: valid fd, valid pointer.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let unmapped = Unmapped { file: Some(file), path: path.to_path_buf(), key: (0, 0) };
+        unmapped.map(md.len(), opts).map_err(|e| std::io::Error::other(e.to_string()))
+    }
+
+    /// Drop the client lock taken by [`MmapMedium::attach`] (the mount this client
+    /// used is gone and it stores nothing more), so the pool can be mounted again.
+    pub fn release_client_lock(&self) {
+        let fl = flock_on(libc::F_UNLCK, CLIENT_BYTE);
+        // SAFETY: valid fd, valid pointer.
+        unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
+    }
+
     /// The pool file's path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Take the POSIX lock that names this process as the pool's holder again: the
+    /// kernel drops it when the process closes any descriptor of the pool file (a
+    /// daemon closes the ones its clients send). Exclusion does not depend on it.
+    pub fn renew_holder_lock(&self) {
+        if !self.read_only && self.key != (0, 0) {
+            let id = flock_on(libc::F_WRLCK, PID_BYTE);
+            // SAFETY: valid fd, valid pointer.
+            unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_SETLK, &id) };
+        }
+    }
+
+    /// The pool file's descriptor (sent to a daemon as proof of access).
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
+    }
+
+    /// Identity of the pool file: (device, inode).
+    pub fn file_id(&self) -> std::io::Result<(u64, u64)> {
+        let md = self.file.metadata()?;
+        Ok((md.dev(), md.ino()))
     }
 
     /// Persistence counters of this mapping. Flushed and non-temporal bytes of a

@@ -53,9 +53,12 @@ pub const P_FREE: u32 = 0;
 pub const P_ACTIVE: u32 = 1;
 /// A client the daemon took back (dead, or the mount is ending).
 pub const P_REVOKED: u32 = 2;
-/// Inode flag: kernel page-cache users exist (plain opens or shared mappings);
-/// clients must write through the kernel.
+/// Inode flag: kernel page-cache users exist (plain opens); clients must write
+/// through the kernel. Kept by the daemon.
 pub const NO_DIRECT: u32 = 1;
+/// Inode flag: a client mapped the inode shared through the kernel; the same rule.
+/// Set by that client, cleared by the daemon when no handle of the inode is left.
+pub const MAPPED: u32 = 2;
 
 const MAGIC: [u32; 2] = [u32::from_le_bytes(*b"FRRT"), u32::from_le_bytes(*b"SHM1")];
 const VERSION: u32 = 1;
@@ -612,7 +615,7 @@ impl Party {
 
     /// Must `ino` be written through the kernel (page-cache users exist)?
     pub fn no_direct(&self, ino: u64) -> bool {
-        self.table.flags(ino) & NO_DIRECT != 0
+        self.table.flags(ino) & (NO_DIRECT | MAPPED) != 0
     }
 }
 

@@ -13,7 +13,7 @@
 //!   the pool is then recovered from its logs by the next mount, as after SIGKILL.
 //! - A daemon whose handlers panicked does not write a checkpoint (see `fs`).
 
-use crate::fs::{FerriteFuse, FuseConfig, Health};
+use crate::fs::{DirectState, FerriteFuse, FuseConfig, Health};
 use crate::options::{self, Options};
 use crate::umount;
 use crate::{MountArgs, UmountArgs, DEFAULT_POOL};
@@ -367,17 +367,42 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
     }
     let created = !p.pool.exists();
     let fs = match open_pool(p) {
-        Ok(fs) => Arc::new(fs),
+        Ok(fs) => fs,
         Err(e) => return notify.fail(&e),
+    };
+    // Direct access: processes started with `ferrite run` read and write the pool
+    // themselves (docs/DIRECT-ACCESS.md). Not for read-only mounts, nor with the
+    // kernel buffering writes (its dirty pages would be invisible to clients).
+    let offer = !p.opts.read_only && !p.opts.writeback_cache && !p.opts.no_direct_access;
+    let (fs, shared) = if offer {
+        match ferrite_direct::share(fs) {
+            Ok((fs, sh)) => (Arc::new(fs), Some(sh)),
+            Err(e) => return notify.fail(&format!("setting up direct access: {e}")),
+        }
+    } else {
+        (Arc::new(fs), None)
     };
     let report = fs.mount_report().clone();
     let durability = fs.medium().durability();
     let health = Arc::new(Health::default());
     let cfg = FuseConfig { writeback_cache: p.opts.writeback_cache, direct_io: p.opts.direct_io };
-    let fuse = FerriteFuse::new(fs.clone(), cfg, health.clone());
+    let mut fuse = FerriteFuse::new(fs.clone(), cfg, health.clone());
+    let server = match shared {
+        Some(sh) => match ferrite_direct::Server::start(fs.clone(), sh, &p.pool) {
+            Ok(srv) => {
+                fuse = fuse.with_direct(DirectState::new(srv.info(), srv.table().clone()));
+                Some(srv)
+            }
+            Err(e) => return notify.fail(&format!("starting direct access: {e}")),
+        },
+        None => None,
+    };
     let session = match Session::new(fuse, &p.mountpoint, &fuser_config(p)) {
         Ok(s) => s,
         Err(e) => {
+            if let Some(srv) = server {
+                srv.stop();
+            }
             close_pool(fs, &health, &p.mountpoint);
             return notify.fail(&format!("mounting at {}: {e}", p.mountpoint.display()));
         }
@@ -394,12 +419,13 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
         )
     };
     notify.ready(&format!(
-        "mounted {} at {} ({} threads; pool {how} in {} us; {})",
+        "mounted {} at {} ({} threads; pool {how} in {} us; {}; direct access {})",
         p.pool.display(),
         p.mountpoint.display(),
         p.threads,
         report.micros,
-        durability.describe()
+        durability.describe(),
+        if server.is_some() { "offered" } else { "off" }
     ));
     let mut res = session.run();
     // After an unmount (a lazy one ends when the last file closes) the kernel may
@@ -414,6 +440,21 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
         }
     }
     eprintln!("ferrite: requests served: {}", health.summary());
+    if let Some(srv) = server {
+        // Every client finishes the operation it is in and commits nothing more;
+        // their blocks come back before the checkpoint.
+        srv.stop();
+        let st = srv.stats();
+        eprintln!(
+            "ferrite: direct access: {} clients attached, {} ended without detaching, {} \
+             blocks granted, {} reclaimed",
+            st.attached.load(Ordering::Relaxed),
+            st.died.load(Ordering::Relaxed),
+            st.granted.load(Ordering::Relaxed),
+            st.reclaimed.load(Ordering::Relaxed)
+        );
+        drop(srv);
+    }
     let code = close_pool(fs, &health, &p.mountpoint);
     if res.is_err() {
         1

@@ -126,10 +126,60 @@ impl Health {
 pub struct FerriteFuse {
     fs: Arc<Fs<MmapMedium>>,
     nodes: NodeTable,
-    handles: Mutex<HashMap<u64, u64>>,
+    handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     cfg: FuseConfig,
     health: Arc<Health>,
+    direct: Option<DirectState>,
+}
+
+/// An open file or directory handle.
+#[derive(Clone, Copy)]
+struct Handle {
+    ino: u64,
+    kind: OpenKind,
+}
+
+/// How a file handle uses the kernel's page cache (see [`DirectState`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OpenKind {
+    /// A directory, or no direct access on this mount.
+    Untracked,
+    /// A plain open served through the page cache.
+    Cached,
+    /// An open that bypasses the page cache (O_DIRECT, or FOPEN_DIRECT_IO).
+    Uncached,
+    /// A direct-access client's open for writing (marked with O_DIRECT).
+    DirectWriter,
+}
+
+/// Open handles of a file, by kind.
+#[derive(Default)]
+struct OpenCount {
+    total: u32,
+    cached: u32,
+    direct_writers: u32,
+}
+
+/// Direct access served beside the mount: what a client reads from the root's
+/// [`ferrite_direct::INFO_XATTR`], and the rule that keeps the kernel's page cache
+/// true while clients write the pool themselves. A file is never both cached by the
+/// kernel and written directly: a plain open gets the page cache only while no
+/// client has the file open for writing (else FOPEN_DIRECT_IO), and while plain
+/// cached opens exist the table's NO_DIRECT flag sends clients' writes through the
+/// mount. Clients mark their write opens with O_DIRECT (which also keeps their own
+/// kernel handle out of the page cache).
+pub struct DirectState {
+    info: Vec<u8>,
+    table: Arc<ferrite_core::Table>,
+    opens: Mutex<HashMap<u64, OpenCount>>,
+}
+
+impl DirectState {
+    /// For a server's offer and table.
+    pub fn new(info: String, table: Arc<ferrite_core::Table>) -> DirectState {
+        DirectState { info: info.into_bytes(), table, opens: Mutex::new(HashMap::new()) }
+    }
 }
 
 fn errno(e: &Error) -> Errno {
@@ -207,6 +257,64 @@ impl FerriteFuse {
             next_fh: AtomicU64::new(1),
             cfg,
             health,
+            direct: None,
+        }
+    }
+
+    /// Serve direct access beside the mount.
+    pub fn with_direct(mut self, d: DirectState) -> FerriteFuse {
+        self.direct = Some(d);
+        self
+    }
+
+    /// Page-cache use of a new handle of file `ino` opened with `flags`: its kind
+    /// and the FOPEN flags of the reply.
+    fn open_kind(&self, ino: u64, flags: i32) -> (OpenKind, FopenFlags) {
+        let Some(d) = &self.direct else { return (OpenKind::Untracked, self.open_flags()) };
+        let mut opens = d.opens.lock();
+        let c = opens.entry(ino).or_default();
+        c.total += 1;
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if flags & libc::O_DIRECT != 0 {
+            if write {
+                c.direct_writers += 1;
+                return (OpenKind::DirectWriter, FopenFlags::empty());
+            }
+            return (OpenKind::Uncached, FopenFlags::empty());
+        }
+        if self.cfg.direct_io || c.direct_writers > 0 {
+            return (OpenKind::Uncached, FopenFlags::FOPEN_DIRECT_IO);
+        }
+        c.cached += 1;
+        if c.cached == 1 {
+            d.table.set_flag(ino, ferrite_core::share::NO_DIRECT, true);
+        }
+        (OpenKind::Cached, FopenFlags::empty())
+    }
+
+    /// The handle `h` is gone.
+    fn close_kind(&self, h: Handle) {
+        let Some(d) = &self.direct else { return };
+        if h.kind == OpenKind::Untracked {
+            return;
+        }
+        let mut opens = d.opens.lock();
+        let Some(c) = opens.get_mut(&h.ino) else { return };
+        c.total -= 1;
+        match h.kind {
+            OpenKind::Cached => {
+                c.cached -= 1;
+                if c.cached == 0 {
+                    d.table.set_flag(h.ino, ferrite_core::share::NO_DIRECT, false);
+                }
+            }
+            OpenKind::DirectWriter => c.direct_writers -= 1,
+            _ => {}
+        }
+        if c.total == 0 {
+            // No handle left: no shared mapping of it is left either.
+            d.table.set_flag(h.ino, ferrite_core::share::MAPPED, false);
+            opens.remove(&h.ino);
         }
     }
 
@@ -289,8 +397,12 @@ impl FerriteFuse {
     }
 
     fn add_handle(&self, ino: u64) -> u64 {
+        self.add_handle_kind(ino, OpenKind::Untracked)
+    }
+
+    fn add_handle_kind(&self, ino: u64, kind: OpenKind) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.lock().insert(fh, ino);
+        self.handles.lock().insert(fh, Handle { ino, kind });
         fh
     }
 
@@ -309,8 +421,11 @@ impl FerriteFuse {
 
     /// RELEASE / RELEASEDIR: drop the handle and its core open pin.
     fn close_handle(&self, what: &str, fh: FileHandle, reply: ReplyEmpty) {
-        let ino = self.handles.lock().remove(&fh.0);
-        match ino {
+        let h = self.handles.lock().remove(&fh.0);
+        if let Some(h) = h {
+            self.close_kind(h);
+        }
+        match h.map(|h| h.ino) {
             Some(i) => match self.fs.release(i) {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(self.err(what, e)),
@@ -471,6 +586,10 @@ impl Filesystem for FerriteFuse {
             InitFlags::FUSE_ASYNC_DIO,
         ] {
             let _ = config.add_capabilities(f);
+        }
+        if self.direct.is_some() || self.cfg.direct_io {
+            // Plain processes given FOPEN_DIRECT_IO may still map files shared.
+            let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         }
         if self.cfg.writeback_cache {
             config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE).map_err(|_| {
@@ -711,7 +830,7 @@ impl Filesystem for FerriteFuse {
         })
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.guard("open", || {
             let r = self.node(ino).and_then(|n| {
                 let a = self.fs.open(n.ino).map_err(|e| self.err("open", e))?;
@@ -719,10 +838,11 @@ impl Filesystem for FerriteFuse {
                     let _ = self.fs.release(n.ino);
                     return Err(Errno::EISDIR);
                 }
-                Ok(self.add_handle(n.ino))
+                let (kind, fl) = self.open_kind(n.ino, flags.0);
+                Ok((self.add_handle_kind(n.ino, kind), fl))
             });
             match r {
-                Ok(fh) => reply.opened(FileHandle(fh), self.open_flags()),
+                Ok((fh, fl)) => reply.opened(FileHandle(fh), fl),
                 Err(e) => reply.error(e),
             }
         })
@@ -953,6 +1073,11 @@ impl Filesystem for FerriteFuse {
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         self.guard("getxattr", || {
             let r = self.ino(ino).and_then(|i| {
+                if let Some(d) = self.direct.as_ref().filter(|_| i == self.fs.root()) {
+                    if name.as_bytes() == ferrite_direct::INFO_XATTR.as_bytes() {
+                        return Ok(d.info.clone());
+                    }
+                }
                 self.fs.getxattr(i, name.as_bytes()).map_err(|e| self.err("getxattr", e))
             });
             match r {
@@ -1025,20 +1150,19 @@ impl Filesystem for FerriteFuse {
                 .fs
                 .open(a.ino)
             {
-                Ok(_) => Ok((fa, a, self.add_handle(a.ino))),
+                Ok(_) => {
+                    let (kind, fl) = self.open_kind(a.ino, flags);
+                    Ok((fa, a, self.add_handle_kind(a.ino, kind), fl))
+                }
                 Err(e) => {
                     self.drop_lookups(fa.ino.0, 1);
                     Err(self.err("open", e))
                 }
             });
             match r {
-                Ok((fa, a, fh)) => reply.created(
-                    &TTL,
-                    &fa,
-                    Generation(a.generation),
-                    FileHandle(fh),
-                    self.open_flags(),
-                ),
+                Ok((fa, a, fh, fl)) => {
+                    reply.created(&TTL, &fa, Generation(a.generation), FileHandle(fh), fl)
+                }
                 Err(e) => reply.error(e),
             }
         })

@@ -45,6 +45,7 @@ Options for -o (comma-separated; also what fstab and `mount -t fuse.ferrite` pas
   threads=N              request-serving threads
   msync                  msync at every commit (power-loss durability on non-DAX files)
   direct_io              no kernel page cache for file data
+  nodirect               offer no direct access (processes under `ferrite run` use FUSE)
   writeback_cache        kernel buffers writes: faster, but a write is durable only after
                          fsync/close (weaker than the default; see docs/FUSE.md)
 Ignored: defaults, auto, noauto, user, users, _netdev, nofail, x-*, relatime, ...

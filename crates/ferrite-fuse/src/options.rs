@@ -28,6 +28,8 @@ pub struct Options {
     pub writeback_cache: bool,
     /// `direct_io`: bypass the kernel page cache for file data.
     pub direct_io: bool,
+    /// `nodirect`: offer no direct access to processes started with `ferrite run`.
+    pub no_direct_access: bool,
     /// `msync`: msync at every commit (power-loss durability on non-DAX pool files).
     pub msync: bool,
     /// `threads=N`: request-serving threads.
@@ -47,6 +49,7 @@ impl Default for Options {
             flags: Vec::new(),
             writeback_cache: false,
             direct_io: false,
+            no_direct_access: false,
             msync: false,
             threads: None,
             create: None,
@@ -165,6 +168,10 @@ pub fn parse(lists: &[String]) -> Result<Options, String> {
             "direct_io" => {
                 novalue()?;
                 o.direct_io = true;
+            }
+            "nodirect" => {
+                novalue()?;
+                o.no_direct_access = true;
             }
             "msync" => {
                 novalue()?;

@@ -1,0 +1,351 @@
+//! A direct-access client: attach to a mount's daemon, map the pool and the
+//! coordination table, and run the core's own read and write paths in this process.
+//!
+//! Invariants:
+//! - A process attaches only if it can open the pool file for reading and writing
+//!   itself; otherwise [`AttachError::NoAccess`] (callers then use the mount, quietly).
+//! - The client holds a shared lock on the pool file's byte 1 while it may store to
+//!   the pool. A watcher thread notices the daemon's end (the connection hangs up):
+//!   it waits until no inode lock of this client is held (no operation of it is
+//!   half-committed), then drops that lock, so the pool can be mounted again.
+//! - After `fork`, the child must call [`Client::abandon`] (never detach): the
+//!   allocator and the connection it inherited are the parent's.
+
+use crate::wire::{self, In, Out};
+use ferrite_core::share::{BlockSource, Party, Table, P_ACTIVE, P_REVOKED};
+use ferrite_core::{Error, Fs, MapOptions, MmapMedium};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr};
+use parking_lot::Mutex;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// What a mount says about its direct access.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Info {
+    /// Abstract socket name of the daemon (without the leading '@').
+    pub socket: String,
+    /// The pool file.
+    pub pool: PathBuf,
+}
+
+/// Why a process cannot attach.
+#[derive(Debug)]
+pub enum AttachError {
+    /// The mount offers no direct access (not FerriteFS, or mounted without it).
+    NotOffered(String),
+    /// This process may not open the pool file: it keeps using the mount.
+    NoAccess(String),
+    /// The daemon refused, or something failed on the way.
+    Failed(String),
+}
+
+impl std::fmt::Display for AttachError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AttachError::NotOffered(m) => write!(f, "no direct access offered: {m}"),
+            AttachError::NoAccess(m) => write!(f, "no access to the pool file: {m}"),
+            AttachError::Failed(m) => write!(f, "direct access failed: {m}"),
+        }
+    }
+}
+
+/// Read and parse the mount's [`crate::INFO_XATTR`].
+pub fn info_of(mount: &Path) -> Result<Info, AttachError> {
+    let v =
+        xattr_get(mount, crate::INFO_XATTR).map_err(|e| AttachError::NotOffered(e.to_string()))?;
+    let text = String::from_utf8_lossy(&v);
+    let mut lines = text.lines();
+    let head = lines.next().unwrap_or("");
+    if head != format!("ferrite-direct {}", wire::VERSION) {
+        return Err(AttachError::NotOffered(format!("unknown direct-access offer {head:?}")));
+    }
+    let (mut socket, mut pool) = (None, None);
+    for l in lines {
+        if let Some(s) = l.strip_prefix("socket=@") {
+            socket = Some(s.to_string());
+        } else if let Some(p) = l.strip_prefix("pool=") {
+            pool = Some(PathBuf::from(p));
+        }
+    }
+    match (socket, pool) {
+        (Some(socket), Some(pool)) => Ok(Info { socket, pool }),
+        _ => Err(AttachError::NotOffered("incomplete direct-access offer".into())),
+    }
+}
+
+fn xattr_get(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; 4096];
+    let n = rustix::fs::getxattr(path, name, &mut buf)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// The client's end of the connection: the block source of its allocator.
+struct Conn {
+    fd: OwnedFd,
+    /// One request waiting for its answer at a time.
+    ask: Mutex<()>,
+    detaching: AtomicBool,
+}
+
+impl Conn {
+    fn request(&self, kind: u32, body: &[u8]) -> ferrite_core::Result<wire::Msg> {
+        let _g = self.ask.lock();
+        let gone = |e: std::io::Error| Error::Disconnected(format!("daemon connection: {e}"));
+        wire::send(self.fd.as_raw_fd(), kind, body, &[], false).map_err(gone)?;
+        match wire::recv(self.fd.as_raw_fd()).map_err(gone)? {
+            Some(m) => Ok(m),
+            None => Err(Error::Disconnected("the mount daemon closed the connection".into())),
+        }
+    }
+}
+
+fn refusal(m: &wire::Msg) -> (i32, String) {
+    let mut r = In::new(&m.body);
+    let errno = r.u32().unwrap_or(libc::EIO as u32) as i32;
+    (errno, String::from_utf8_lossy(r.rest()).into_owned())
+}
+
+impl BlockSource for Conn {
+    fn grant(&self, want: u64) -> ferrite_core::Result<Vec<(u64, u64)>> {
+        let m = self.request(wire::GRANT, &Out::default().u64(want).0)?;
+        match m.kind {
+            wire::GRANTED => {
+                In::new(&m.body).runs().map_err(|e| Error::Disconnected(format!("bad grant: {e}")))
+            }
+            wire::REFUSE => match refusal(&m) {
+                (libc::ENOSPC, _) => Err(Error::NoSpace),
+                (_, msg) => Err(Error::Disconnected(msg)),
+            },
+            k => Err(Error::Disconnected(format!("unexpected answer {k} to a grant"))),
+        }
+    }
+
+    fn give_back(&self, runs: &[(u64, u64)]) {
+        for chunk in runs.chunks(wire::MAX_RUNS) {
+            let _ = wire::send(
+                self.fd.as_raw_fd(),
+                wire::RETURN,
+                &Out::default().runs(chunk).0,
+                &[],
+                false,
+            );
+        }
+    }
+
+    fn compact_hint(&self, ino: u64) {
+        // The caller holds the inode's lock: never wait here.
+        let _ =
+            wire::send(self.fd.as_raw_fd(), wire::COMPACT, &Out::default().u64(ino).0, &[], true);
+    }
+}
+
+/// An attached client.
+pub struct Client {
+    fs: Option<Arc<Fs<MmapMedium>>>,
+    conn: Arc<Conn>,
+    watcher: Option<JoinHandle<()>>,
+    dead: Arc<AtomicBool>,
+    mount: PathBuf,
+    info: Info,
+}
+
+impl Client {
+    /// Attach to the daemon serving the FerriteFS mount at `mount`.
+    pub fn attach(mount: &Path) -> Result<Client, AttachError> {
+        let info = info_of(mount)?;
+        let fail =
+            |what: &str, e: &dyn std::fmt::Display| AttachError::Failed(format!("{what}: {e}"));
+        let medium = MmapMedium::attach(&info.pool, &MapOptions::default()).map_err(|e| match e
+            .raw_os_error()
+        {
+            Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS) => {
+                AttachError::NoAccess(format!("{}: {e}", info.pool.display()))
+            }
+            _ => fail(&info.pool.display().to_string(), &e),
+        })?;
+        let sock =
+            socket::socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)
+                .map_err(|e| fail("socket", &e))?;
+        let addr =
+            UnixAddr::new_abstract(info.socket.as_bytes()).map_err(|e| fail("socket name", &e))?;
+        socket::connect(sock.as_raw_fd(), &addr)
+            .map_err(|e| fail("connecting to the daemon", &e))?;
+        let hello = Out::default().u32(wire::VERSION).u32(std::process::id());
+        wire::send(sock.as_raw_fd(), wire::HELLO, &hello.0, &[medium.raw_fd()], false)
+            .map_err(|e| fail("HELLO", &e))?;
+        let m = wire::recv(sock.as_raw_fd())
+            .map_err(|e| fail("waiting for the daemon", &e))?
+            .ok_or_else(|| AttachError::Failed("the daemon closed the connection".into()))?;
+        if m.kind == wire::REFUSE {
+            let (errno, msg) = refusal(&m);
+            return Err(if errno == libc::EACCES {
+                AttachError::NoAccess(msg)
+            } else {
+                AttachError::Failed(format!("the daemon refused: {msg}"))
+            });
+        }
+        if m.kind != wire::WELCOME || m.fds.len() != 1 {
+            return Err(AttachError::Failed(format!("unexpected answer {} to HELLO", m.kind)));
+        }
+        let mut r = In::new(&m.body);
+        let parse = |r: &mut In<'_>| -> std::io::Result<(u32, u64, u64, [u8; 16])> {
+            let party = r.u32()?;
+            r.u32()?;
+            let (ni, nb) = (r.u64()?, r.u64()?);
+            let uuid: [u8; 16] = r.bytes(16)?.try_into().expect("16 bytes");
+            Ok((party, ni, nb, uuid))
+        };
+        let (party, ni, nb, uuid) = parse(&mut r).map_err(|e| fail("WELCOME", &e))?;
+        let region =
+            crate::shm::map(&m.fds[0], ni, nb).map_err(|e| fail("mapping the table", &e))?;
+        drop(m); // the memfd: the mapping keeps the memory
+        let table = Arc::new(Table::open(Box::new(region), &uuid).map_err(|e| fail("table", &e))?);
+        let conn =
+            Arc::new(Conn { fd: sock, ask: Mutex::new(()), detaching: AtomicBool::new(false) });
+        let p = Arc::new(Party::client(table.clone(), party, conn.clone()));
+        let fs = match Fs::attach(medium, p) {
+            Ok(fs) => Arc::new(fs),
+            Err(e) => {
+                let _ = wire::send(conn.fd.as_raw_fd(), wire::BYE, &[], &[], false);
+                return Err(fail("attaching", &e));
+            }
+        };
+        let dead = Arc::new(AtomicBool::new(false));
+        let watcher = {
+            let (fs, conn, dead) = (fs.clone(), conn.clone(), dead.clone());
+            std::thread::Builder::new()
+                .name("ferrite-watch".into())
+                .spawn(move || watch(fs, conn, dead, party))
+                .map_err(|e| fail("watcher thread", &e))?
+        };
+        Ok(Client {
+            fs: Some(fs),
+            conn,
+            watcher: Some(watcher),
+            dead,
+            mount: mount.to_path_buf(),
+            info,
+        })
+    }
+
+    /// The core, in this process.
+    pub fn fs(&self) -> &Fs<MmapMedium> {
+        self.fs.as_ref().expect("client attached")
+    }
+
+    /// The mount this client serves.
+    pub fn mount(&self) -> &Path {
+        &self.mount
+    }
+
+    /// What the mount offered.
+    pub fn info(&self) -> &Info {
+        &self.info
+    }
+
+    /// This client's party.
+    pub fn party(&self) -> &Arc<Party> {
+        self.fs().party().expect("a client has a party")
+    }
+
+    /// Still attached to a live daemon?
+    pub fn usable(&self) -> bool {
+        !self.dead.load(Ordering::Acquire) && self.party().check().is_ok()
+    }
+
+    /// May this process write `ino` directly now? False while kernel page-cache
+    /// users of it exist (plain processes, shared mappings): writes then go through
+    /// the mount so their caches stay true.
+    pub fn may_write_direct(&self, ino: u64) -> bool {
+        !self.party().no_direct(ino)
+    }
+
+    /// Mark `ino` as mapped through the kernel by this process: every client sends
+    /// its writes of `ino` through the mount until the daemon sees it closed.
+    pub fn note_kernel_mapping(&self, ino: u64) {
+        self.party().table().set_flag(ino, ferrite_core::share::MAPPED, true);
+    }
+
+    /// Orderly end: blocks back to the daemon, then BYE.
+    pub fn detach(mut self) {
+        self.finish();
+    }
+
+    fn finish(&mut self) {
+        let Some(fs) = self.fs.take() else { return };
+        self.conn.detaching.store(true, Ordering::Release);
+        let _ = socket::shutdown(self.conn.fd.as_raw_fd(), socket::Shutdown::Read);
+        if let Some(w) = self.watcher.take() {
+            let _ = w.join();
+        }
+        if let Ok(fs) = Arc::try_unwrap(fs) {
+            if !self.dead.load(Ordering::Acquire) {
+                let m = fs.detach();
+                let _ = wire::send(self.conn.fd.as_raw_fd(), wire::BYE, &[], &[], false);
+                m.release_client_lock();
+            }
+        }
+    }
+
+    /// In a child after `fork`: close this process's copies of the connection and
+    /// of the pool file without telling the daemon anything (they are the parent's),
+    /// and forget the rest.
+    pub fn abandon(self) {
+        let fds = [self.conn.fd.as_raw_fd(), self.fs().medium().raw_fd()];
+        for fd in fds {
+            // A plain close of our copy: the parent's connection and lock stay.
+            let _ = nix::unistd::close(fd);
+        }
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// Wait for the connection to hang up. Unless we are detaching, the daemon is gone
+/// (or took direct access back): stop committing, wait for operations in flight,
+/// release the pool.
+fn watch(fs: Arc<Fs<MmapMedium>>, conn: Arc<Conn>, dead: Arc<AtomicBool>, party: u32) {
+    loop {
+        let mut p = [PollFd::new(conn.fd.as_fd(), PollFlags::from_bits_retain(libc::POLLRDHUP))];
+        let r = poll(&mut p, PollTimeout::NONE);
+        if conn.detaching.load(Ordering::Acquire) {
+            return;
+        }
+        let hup = p[0].revents().is_some_and(|r| {
+            r.intersects(
+                PollFlags::from_bits_retain(libc::POLLRDHUP)
+                    | PollFlags::POLLHUP
+                    | PollFlags::POLLERR
+                    | PollFlags::POLLNVAL,
+            )
+        });
+        if r.is_ok() && !hup {
+            continue;
+        }
+        break;
+    }
+    let table = fs.party().expect("party").table().clone();
+    if !table.daemon_alive() && table.party_state(party) == P_ACTIVE {
+        // Nobody can reuse our slot now: revoke ourselves, then let every operation
+        // that holds one of our locks finish.
+        table.set_party_state(party, P_REVOKED);
+        let n = table.ninodes();
+        for ino in 1..=n {
+            while table.holder(ino) == Some(party) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    }
+    dead.store(true, Ordering::Release);
+    fs.medium().release_client_lock();
+}
