@@ -793,7 +793,14 @@ impl<M: Medium> Fs<M> {
             let w = locked.inode(ino).state_word;
             recs.push(Record { addr: self.geo.slot_off(ino) + SLOT_STATE, old: w, new: w + 1 });
         }
-        self.journal_commit(&recs);
+        if let Err(e) = self.journal_commit(&recs) {
+            // Nothing was applied: the new entries and pages are unreachable.
+            self.free_pages(&cleanup_pages);
+            if let Some(a) = &new_app {
+                self.free_pages(&a.new_pages);
+            }
+            return Err(e);
+        }
         // DRAM side.
         let mut all_freed: Freed = Vec::new();
         for (p, a) in parts.iter().zip(&appended) {
@@ -846,22 +853,46 @@ impl<M: Medium> Fs<M> {
 
     /// The journal protocol for `recs` (see `journal`): begin, fence, apply, fence,
     /// finish. Also used by thorough GC.
-    pub(crate) fn journal_commit(&self, recs: &[Record]) {
+    pub(crate) fn journal_commit(&self, recs: &[Record]) -> Result<()> {
         let shard = self.shard();
-        let mut txid = self.txids[shard as usize].lock();
-        *txid += 1;
+        // On a shared pool a journal is locked across processes and its transaction
+        // ids live in the table; otherwise this process's mutex and counter do.
+        let mut local = None;
+        let txid = match &self.share {
+            Some(p) => {
+                let t = p.table();
+                t.lock_journal(shard, p.id(), None, &|| p.check())?;
+                if let Err(e) = p.check() {
+                    t.unlock_journal(shard, p.id());
+                    return Err(e);
+                }
+                t.next_txid(shard)
+            }
+            None => {
+                let mut g = self.txids[shard as usize].lock();
+                *g += 1;
+                let id = *g;
+                local = Some(g);
+                id
+            }
+        };
         if self.fault == Some(CoreFault::JournalOutOfOrder) {
             journal::apply(&self.m, recs);
             self.m.fence();
-            journal::begin(&self.m, &self.geo, shard, *txid, recs);
+            journal::begin(&self.m, &self.geo, shard, txid, recs);
             self.m.fence();
         } else {
-            journal::begin(&self.m, &self.geo, shard, *txid, recs);
+            journal::begin(&self.m, &self.geo, shard, txid, recs);
             self.m.fence();
             journal::apply(&self.m, recs);
             self.m.fence();
         }
-        journal::finish(&self.m, &self.geo, shard, *txid);
+        journal::finish(&self.m, &self.geo, shard, txid);
+        match &self.share {
+            Some(p) => p.table().unlock_journal(shard, p.id()),
+            None => drop(local),
+        }
+        Ok(())
     }
 
     /// Free an inode whose last link is gone and that is no longer open: one

@@ -34,13 +34,7 @@ impl<M: Medium> Fs<M> {
         if grew && (st.log.pages.len() >= st.gc_check_at || low) {
             let need = snapshot_pages(&self.m, st);
             let bound = if low { need + need / 8 + 1 } else { 2 * need + 1 };
-            if st.log.pages.len() > bound && self.is_client() {
-                // Thorough GC is a journaled commit: the daemon runs it.
-                if let Some(p) = &self.share {
-                    p.compact_hint(inode.ino);
-                }
-                st.gc_check_at = st.log.pages.len() + (st.log.pages.len() / 2).max(2);
-            } else if st.log.pages.len() > bound && self.thorough_gc(inode, st).is_ok() {
+            if st.log.pages.len() > bound && self.thorough_gc(inode, st).is_ok() {
                 st.gc_check_at = (st.log.pages.len() * 2).max(4);
             } else {
                 st.gc_check_at = st.log.pages.len() + (st.log.pages.len() / 2).max(2);
@@ -52,7 +46,14 @@ impl<M: Medium> Fs<M> {
     /// times the reserve)? Writes and GC then favour space over speed.
     pub(crate) fn low_space(&self) -> bool {
         let data_blocks = self.geo.nblocks - self.geo.data_start;
-        self.balloc.free_blocks() < (data_blocks / 16).max(4 * self.balloc.reserve())
+        // A client's allocator holds only its grants: the pool's free space is the
+        // daemon's (as it publishes it) plus that.
+        let free = match self.share.as_ref().filter(|p| p.is_client()) {
+            Some(p) => p.table().global_free() + self.balloc.free_blocks(),
+            None => self.balloc.free_blocks(),
+        };
+        let reserve = (self.geo.nblocks / 512).clamp(8, 1024);
+        free < (data_blocks / 16).max(4 * reserve)
     }
 
     /// Unlink and free the dead pages of `st`'s log.
@@ -103,11 +104,10 @@ impl<M: Medium> Fs<M> {
     pub(crate) fn thorough_gc(&self, inode: &Inode, st: &mut InodeState) -> Result<()> {
         let mut entries = snapshot_entries(&self.m, st);
         let shard = self.shard();
-        self.check_namespace()?;
-        let first = self.balloc.alloc_one(shard, true)? * BLOCK;
+        let first = self.alloc_blocks(shard, 1, true)?[0].0 * BLOCK;
         let mut taken = Vec::new();
         let epoch = logptr::epoch(st.log.tail).wrapping_add(1);
-        let mut alloc = || Ok(self.balloc.alloc_one(shard, true)? * BLOCK);
+        let mut alloc = || Ok(self.alloc_blocks(shard, 1, true)?[0].0 * BLOCK);
         let a = match log::write_fresh(
             &self.m,
             epoch,
@@ -131,7 +131,17 @@ impl<M: Medium> Fs<M> {
             Record { addr: slot + SLOT_HEAD, old: st.log.head, new: new_head },
             Record { addr: slot + SLOT_TAIL, old: st.log.tail, new: a.new_tail },
         ];
-        self.journal_commit(&recs);
+        // The old pages are ours once the switch commits (see `share`): marked first.
+        if let Some(p) = &self.share {
+            for pg in st.log.pages.iter() {
+                p.own(pg / BLOCK, 1);
+            }
+        }
+        if let Err(e) = self.journal_commit(&recs) {
+            self.free_pages(&taken);
+            self.free_pages(&[first]);
+            return Err(e);
+        }
         let old_pages = std::mem::take(&mut st.log.pages).to_vec();
         let mut fresh = InodeState::new(st.ftype);
         fresh.log.head = new_head;

@@ -61,7 +61,7 @@ pub const NO_DIRECT: u32 = 1;
 pub const MAPPED: u32 = 2;
 
 const MAGIC: [u32; 2] = [u32::from_le_bytes(*b"FRRT"), u32::from_le_bytes(*b"SHM1")];
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// `FUTEX_OWNER_DIED`: set by the kernel in a robust futex word whose owner died.
 pub const OWNER_DIED: u32 = 0x4000_0000;
 const WAITERS: u32 = 1 << 31;
@@ -80,6 +80,13 @@ const H_FREE: usize = 10; // two words
 const H_UUID: usize = 12; // four words
 const HEADER_WORDS: usize = 64;
 const F_SHUTDOWN: u32 = 1;
+
+// Journal shards: a cross-process lock and the last transaction id of each.
+/// Journal shards a table coordinates (as many as the format allows).
+pub const MAX_JOURNALS: usize = 1024;
+const JOURNAL_WORDS: usize = 4;
+const J_LOCK: usize = 0;
+const J_TXID: usize = 1; // two words
 
 // Party slots.
 const PARTY_WORDS: usize = 16;
@@ -146,8 +153,10 @@ fn lo_hi(v: u64) -> (u32, u32) {
 impl Table {
     /// Words and owner bytes a table needs.
     pub fn sizes(ninodes: u64, nblocks: u64) -> (usize, usize) {
-        let words =
-            HEADER_WORDS + MAX_PARTIES as usize * PARTY_WORDS + ninodes as usize * ENTRY_WORDS;
+        let words = HEADER_WORDS
+            + MAX_JOURNALS * JOURNAL_WORDS
+            + MAX_PARTIES as usize * PARTY_WORDS
+            + ninodes as usize * ENTRY_WORDS;
         (words, nblocks as usize)
     }
 
@@ -218,9 +227,15 @@ impl Table {
         self.ninodes
     }
 
+    fn journal_words(&self, shard: u32) -> &[AtomicU32] {
+        assert!((shard as usize) < MAX_JOURNALS, "journal {shard} out of range");
+        let s = HEADER_WORDS + shard as usize * JOURNAL_WORDS;
+        &self.r.words()[s..s + JOURNAL_WORDS]
+    }
+
     fn party_words(&self, p: u32) -> &[AtomicU32] {
         assert!(p < MAX_PARTIES, "party {p} out of range");
-        let s = HEADER_WORDS + p as usize * PARTY_WORDS;
+        let s = HEADER_WORDS + MAX_JOURNALS * JOURNAL_WORDS + p as usize * PARTY_WORDS;
         &self.r.words()[s..s + PARTY_WORDS]
     }
 
@@ -345,65 +360,53 @@ impl Table {
         steal_from: Option<u32>,
         alive: &dyn Fn() -> Result<()>,
     ) -> Result<()> {
-        let w = &self.entry(ino)[E_LOCK];
-        let me = p + 1;
-        let mut want = me;
-        let mut spins = 0u32;
-        loop {
-            let cur = w.load(Ordering::Relaxed);
-            if cur & HOLDER_MASK == 0 {
-                // Once we have slept, others may sleep too: keep the waiters bit.
-                if w.compare_exchange(
-                    cur,
-                    want | (cur & WAITERS),
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-                {
-                    return Ok(());
-                }
-                continue;
-            }
-            debug_assert!(cur & HOLDER_MASK != me || steal_from.is_none(), "relock by holder");
-            if steal_from.is_some_and(|d| cur & HOLDER_MASK == d + 1) {
-                if w.compare_exchange(
-                    cur,
-                    me | (cur & WAITERS),
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-                {
-                    return Ok(());
-                }
-                continue;
-            }
-            spins += 1;
-            if spins < 100 {
-                std::hint::spin_loop();
-                continue;
-            }
-            if cur & WAITERS == 0
-                && w.compare_exchange(cur, cur | WAITERS, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_err()
-            {
-                continue;
-            }
-            want = me | WAITERS;
-            futex::wait(w, cur | WAITERS, WAIT_SLICE);
-            alive()?;
-        }
+        lock_word(&self.entry(ino)[E_LOCK], p, steal_from, alive)
     }
 
     /// Release `ino`'s lock held by party `p`.
     pub fn unlock(&self, ino: u64, p: u32) {
-        let w = &self.entry(ino)[E_LOCK];
-        let prev = w.swap(0, Ordering::Release);
-        debug_assert_eq!(prev & HOLDER_MASK, p + 1, "unlock of inode {ino} by a non-holder");
-        if prev & WAITERS != 0 {
-            futex::wake_all(w);
-        }
+        unlock_word(&self.entry(ino)[E_LOCK], p);
+    }
+
+    // --------------------------------------------------------------- journals
+
+    /// Take journal `shard`'s lock for party `p` (as [`Table::lock`]).
+    pub fn lock_journal(
+        &self,
+        shard: u32,
+        p: u32,
+        steal_from: Option<u32>,
+        alive: &dyn Fn() -> Result<()>,
+    ) -> Result<()> {
+        lock_word(&self.journal_words(shard)[J_LOCK], p, steal_from, alive)
+    }
+
+    /// Release journal `shard`'s lock.
+    pub fn unlock_journal(&self, shard: u32, p: u32) {
+        unlock_word(&self.journal_words(shard)[J_LOCK], p);
+    }
+
+    /// Holder of journal `shard`'s lock.
+    pub fn journal_holder(&self, shard: u32) -> Option<u32> {
+        let v = self.journal_words(shard)[J_LOCK].load(Ordering::Acquire) & HOLDER_MASK;
+        (v != 0).then(|| v - 1)
+    }
+
+    /// The next transaction id of journal `shard` (under its lock).
+    pub fn next_txid(&self, shard: u32) -> u64 {
+        let w = self.journal_words(shard);
+        let cur = w[J_TXID].load(Ordering::Relaxed) as u64
+            | (w[J_TXID + 1].load(Ordering::Relaxed) as u64) << 32;
+        self.set_txid(shard, cur + 1);
+        cur + 1
+    }
+
+    /// Set journal `shard`'s last transaction id (the daemon, from media).
+    pub fn set_txid(&self, shard: u32, v: u64) {
+        let w = self.journal_words(shard);
+        let (a, b) = lo_hi(v);
+        w[J_TXID].store(a, Ordering::Relaxed);
+        w[J_TXID + 1].store(b, Ordering::Relaxed);
     }
 
     // ------------------------------------------------------------- counters
@@ -503,15 +506,67 @@ impl Table {
     }
 }
 
+/// Take a lock word for party `p` (0 = free, else holder + 1, bit 31 = waiters).
+fn lock_word(
+    w: &AtomicU32,
+    p: u32,
+    steal_from: Option<u32>,
+    alive: &dyn Fn() -> Result<()>,
+) -> Result<()> {
+    let me = p + 1;
+    let mut want = me;
+    let mut spins = 0u32;
+    loop {
+        let cur = w.load(Ordering::Relaxed);
+        if cur & HOLDER_MASK == 0 {
+            // Once we have slept, others may sleep too: keep the waiters bit.
+            if w.compare_exchange(cur, want | (cur & WAITERS), Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Ok(());
+            }
+            continue;
+        }
+        debug_assert!(cur & HOLDER_MASK != me || steal_from.is_none(), "relock by holder");
+        if steal_from.is_some_and(|d| cur & HOLDER_MASK == d + 1) {
+            if w.compare_exchange(cur, me | (cur & WAITERS), Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Ok(());
+            }
+            continue;
+        }
+        spins += 1;
+        if spins < 100 {
+            std::hint::spin_loop();
+            continue;
+        }
+        if cur & WAITERS == 0
+            && w.compare_exchange(cur, cur | WAITERS, Ordering::Relaxed, Ordering::Relaxed).is_err()
+        {
+            continue;
+        }
+        want = me | WAITERS;
+        futex::wait(w, cur | WAITERS, WAIT_SLICE);
+        alive()?;
+    }
+}
+
+/// Release a lock word held by party `p`.
+fn unlock_word(w: &AtomicU32, p: u32) {
+    let prev = w.swap(0, Ordering::Release);
+    debug_assert_eq!(prev & HOLDER_MASK, p + 1, "unlock by a non-holder");
+    if prev & WAITERS != 0 {
+        futex::wake_all(w);
+    }
+}
+
 /// What a client needs from the daemon besides the table: blocks.
 pub trait BlockSource: Send + Sync {
     /// Blocks for this party's allocator (now owned by it), about `want` of them.
     fn grant(&self, want: u64) -> Result<Vec<(u64, u64)>>;
     /// Give blocks back to the daemon (they must be owned by this party and unused).
     fn give_back(&self, runs: &[(u64, u64)]);
-    /// Ask the daemon to compact `ino`'s log (clients do not run thorough GC). The
-    /// caller holds `ino`'s lock: this must not wait for the daemon's answer.
-    fn compact_hint(&self, ino: u64);
 }
 
 /// One party's handle on the table: what the core calls.
@@ -601,13 +656,6 @@ impl Party {
         }
     }
 
-    /// Ask the daemon to compact `ino`.
-    pub fn compact_hint(&self, ino: u64) {
-        if let Some(s) = &self.source {
-            s.compact_hint(ino);
-        }
-    }
-
     /// Publish how many blocks this party's allocator holds.
     pub fn publish_pool(&self, n: u64) {
         self.table.set_party_pool(self.id, n);
@@ -633,7 +681,6 @@ mod tests {
             Err(Error::NoSpace)
         }
         fn give_back(&self, _: &[(u64, u64)]) {}
-        fn compact_hint(&self, _: u64) {}
     }
 
     #[test]

@@ -17,7 +17,9 @@
 //!   not move meanwhile.
 //! - Catching up never frees anything: blocks that other parties' commits released
 //!   were freed by those parties.
-//! - Clients do no namespace operation, no thorough GC and no journaled commit.
+//! - Clients do no namespace operation. Their journaled commits (thorough GC) take
+//!   the journal's cross-process lock; a client that dies holding it leaves the
+//!   journal to the daemon, which finishes or rolls it back as recovery would.
 
 use crate::alloc::{BlockAlloc, InodeAlloc};
 use crate::error::{Error, Result};
@@ -125,6 +127,15 @@ impl<M: Medium> Fs<M> {
         }
         g.count += 1;
         Ok(Some(Hold { fs: self, inode: i }))
+    }
+
+    /// Run `f` while this process holds `ino`'s cross-process lock (operations of
+    /// `f` on `ino` join the hold). A direct client reads and moves an offset that
+    /// other processes share under it, so a `write(2)` stays atomic across them.
+    pub fn locked<T>(&self, ino: u64, f: impl FnOnce() -> T) -> Result<T> {
+        let i = self.inode(ino)?;
+        let _h = self.hold(&i)?;
+        Ok(f())
     }
 
     /// Does `st` describe the committed log of `i` as it is now?
@@ -340,10 +351,14 @@ impl<M: Medium> Fs<M> {
     /// daemon's handle on a table made for this pool).
     pub fn share_with(mut self, party: Arc<Party>) -> Fs<M> {
         assert!(!party.is_client() && party.table().ninodes() == self.geo.ninodes);
+        assert!(self.geo.nshards as usize <= crate::share::MAX_JOURNALS);
         assert!(self.cache.iter().all(|c| c.read().is_empty() || c.read().len() <= 1));
         // Cached inodes (the root after mount) were loaded before sharing; drop them.
         for c in &self.cache {
             c.write().clear();
+        }
+        for (shard, txid) in self.txids.iter().enumerate() {
+            party.table().set_txid(shard as u32, *txid.lock());
         }
         self.share = Some(party);
         self.publish_free();
@@ -412,6 +427,17 @@ impl<M: Medium> Fs<M> {
         }
         t.set_party_state(party, P_REVOKED);
         let mut out = Resolved::default();
+        // A journaled commit (a thorough GC) the party was in the middle of: finish
+        // or roll it back as crash recovery would, before its inode is looked at.
+        for shard in 0..self.geo.nshards {
+            if t.journal_holder(shard) == Some(party) {
+                t.lock_journal(shard, DAEMON, Some(party), &|| Ok(()))?;
+                let r = crate::journal::recover(&self.m, &self.geo, shard);
+                self.m.fence();
+                t.unlock_journal(shard, DAEMON);
+                r?;
+            }
+        }
         for ino in 1..=self.geo.ninodes {
             if !t.is_dirty(ino, party) && t.holder(ino) != Some(party) {
                 continue;

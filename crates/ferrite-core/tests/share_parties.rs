@@ -18,10 +18,7 @@ type Med = Arc<SimMedium>;
 struct Direct {
     daemon: Arc<Fs<Med>>,
     party: u32,
-    compactions: Compactions,
 }
-
-type Compactions = Arc<std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>>;
 
 impl BlockSource for Direct {
     fn grant(&self, want: u64) -> Result<Vec<(u64, u64)>> {
@@ -30,22 +27,12 @@ impl BlockSource for Direct {
     fn give_back(&self, runs: &[(u64, u64)]) {
         self.daemon.take_back(self.party, runs).expect("take back");
     }
-    fn compact_hint(&self, ino: u64) {
-        // As the socket message it stands for: the client holds the inode's lock
-        // now, so the daemon compacts later, on its own thread.
-        let d = self.daemon.clone();
-        let h = std::thread::spawn(move || {
-            let _ = d.compact(ino);
-        });
-        self.compactions.lock().unwrap().push(h);
-    }
 }
 
 struct World {
     m: Med,
     table: Arc<Table>,
     d: Arc<Fs<Med>>,
-    compactions: Compactions,
 }
 
 fn world(size: u64) -> World {
@@ -56,28 +43,16 @@ fn world(size: u64) -> World {
     t.alive_word().store(1, Ordering::Release);
     let table = Arc::new(t);
     let d = Arc::new(fs.share_with(Arc::new(Party::daemon(table.clone()))));
-    World { m, table, d, compactions: Default::default() }
+    World { m, table, d }
 }
 
 impl World {
     fn client(&self) -> (u32, Fs<Med>) {
         let pid = self.table.claim_party(std::process::id()).expect("a free party slot");
-        let src = Arc::new(Direct {
-            daemon: self.d.clone(),
-            party: pid,
-            compactions: self.compactions.clone(),
-        });
+        let src = Arc::new(Direct { daemon: self.d.clone(), party: pid });
         let c = Fs::attach(self.m.clone(), Arc::new(Party::client(self.table.clone(), pid, src)))
             .expect("attach");
         (pid, c)
-    }
-
-    /// Wait for the compactions clients asked for (fsck needs a quiet pool).
-    fn quiesce(&self) {
-        let hs: Vec<_> = std::mem::take(&mut *self.compactions.lock().unwrap());
-        for h in hs {
-            h.join().unwrap();
-        }
     }
 
     /// Clean unmount of the daemon, then mount again (fsck-clean).
@@ -93,17 +68,8 @@ impl World {
     }
 }
 
-/// The daemon's `Fs` once compaction threads started by hints have let go of it.
-fn unique(mut d: Arc<Fs<Med>>) -> Fs<Med> {
-    let t0 = std::time::Instant::now();
-    loop {
-        match Arc::try_unwrap(d) {
-            Ok(fs) => return fs,
-            Err(again) => d = again,
-        }
-        assert!(t0.elapsed().as_secs() < 30, "daemon Fs still shared");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+fn unique(d: Arc<Fs<Med>>) -> Fs<Med> {
+    Arc::try_unwrap(d).ok().expect("daemon Fs still shared")
 }
 
 fn read_all<M: Medium>(fs: &Fs<M>, ino: u64) -> Vec<u8> {
@@ -143,7 +109,8 @@ fn client_and_daemon_see_each_others_writes() {
     model.extend_from_slice(b"[d]");
     assert_eq!(read_all(&c, ino), model);
     // Many overwrites by the client: its fast GC unlinks pages the daemon's index
-    // still lists; the daemon must notice and replay.
+    // still lists, and its thorough GC replaces the log through a journal: the
+    // daemon must notice and replay.
     let mut rng = Rng(7);
     for i in 0..3000u32 {
         let off = rng.below(40_000) as usize;
@@ -161,6 +128,7 @@ fn client_and_daemon_see_each_others_writes() {
         }
     }
     assert!(c.gc_stats().fast_pages.load(Ordering::Relaxed) > 0, "client ran fast GC");
+    assert!(c.gc_stats().thorough_runs.load(Ordering::Relaxed) > 0, "client ran thorough GC");
     // A truncate by the daemon is seen by the client.
     w.d.setattr(ino, &SetAttr { size: Some(1000), ..Default::default() }).unwrap();
     model.truncate(1000);
@@ -171,7 +139,6 @@ fn client_and_daemon_see_each_others_writes() {
     assert_eq!(w.table.party_state(pid), share::P_ACTIVE);
     let r = w.d.resolve_party(pid).unwrap();
     assert_eq!(r.blocks_returned, 0, "a detached client returned its blocks itself");
-    w.quiesce();
     assert_fsck_clean(&*w.d, "shared daemon");
     let fs = w.remount_clean();
     assert_eq!(read_all(&fs, ino), model);
@@ -202,7 +169,6 @@ fn dead_client_leaves_no_lock_and_no_leaked_block() {
     // Everything not used by the file is free again.
     let used = w.d.getattr(ino).unwrap().blocks / 8 + w.d.log_pages(ino).unwrap() as u64;
     assert_eq!(w.d.statfs().bfree + used, free0 + 1, "blocks leaked or double counted");
-    w.quiesce();
     assert_fsck_clean(&*w.d, "after a client's death");
     // The daemon writes on, and a new client can take the file.
     w.d.write(ino, 0, b"after").unwrap();
@@ -229,7 +195,6 @@ fn revoked_client_commits_nothing_more() {
     assert!(c.create(c.root(), b"x", 0o644, 0, 0).is_err(), "clients do no namespace ops");
     assert_eq!(read_all(&w.d, ino), vec![1u8; 10_000]);
     drop(c.crash());
-    w.quiesce();
     assert_fsck_clean(&*w.d, "after revocation");
 }
 

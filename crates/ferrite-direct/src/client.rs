@@ -136,12 +136,6 @@ impl BlockSource for Conn {
             );
         }
     }
-
-    fn compact_hint(&self, ino: u64) {
-        // The caller holds the inode's lock: never wait here.
-        let _ =
-            wire::send(self.fd.as_raw_fd(), wire::COMPACT, &Out::default().u64(ino).0, &[], true);
-    }
 }
 
 /// An attached client.
@@ -269,6 +263,17 @@ impl Client {
     /// its writes of `ino` through the mount until the daemon sees it closed.
     pub fn note_kernel_mapping(&self, ino: u64) {
         self.party().table().set_flag(ino, ferrite_core::share::MAPPED, true);
+    }
+
+    /// The descriptors this client keeps open (its connection and the pool file).
+    pub fn fds(&self) -> [std::os::fd::RawFd; 2] {
+        [self.conn.fd.as_raw_fd(), self.fs().medium().raw_fd()]
+    }
+
+    /// The process is exiting (other threads may still run): tell the daemon this is
+    /// an orderly end, and let it take the blocks back itself.
+    pub fn exiting(&self) {
+        let _ = wire::send(self.conn.fd.as_raw_fd(), wire::BYE, &[], &[], true);
     }
 
     /// Orderly end: blocks back to the daemon, then BYE.

@@ -1,5 +1,5 @@
 //! The daemon's side of direct access: the table, the liveness sentinel, a listening
-//! socket, one thread per client connection, and a compactor.
+//! socket and one thread per client connection.
 //!
 //! Invariants:
 //! - A connection becomes a party only after HELLO proved the peer holds the pool
@@ -9,8 +9,7 @@
 //!   error, the daemon's stop), its party is resolved (`Fs::resolve_party`) before the
 //!   slot can be reused; resolutions run one at a time.
 //! - The connection threads never take an inode lock (grants and returns need none),
-//!   so a client that holds a lock while it asks for blocks is always answered;
-//!   compactions, which lock, run on the compactor thread.
+//!   so a client that holds a lock while it asks for blocks is always answered.
 
 use crate::wire::{self, In, Out};
 use ferrite_core::share::{Party, Table};
@@ -23,7 +22,6 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -72,7 +70,6 @@ struct Inner {
     stop: AtomicBool,
     conns: Mutex<HashMap<u64, RawFd>>,
     resolving: Mutex<()>,
-    compact: Mutex<Option<Sender<u64>>>,
     stats: ServerStats,
 }
 
@@ -96,7 +93,6 @@ impl Server {
         let addr = UnixAddr::new_abstract(name.as_bytes())?;
         socket::bind(listener.as_raw_fd(), &addr)?;
         socket::listen(&listener, Backlog::new(64)?)?;
-        let (tx, rx) = channel::<u64>();
         let inner = Arc::new(Inner {
             fs,
             table: shared.table,
@@ -108,7 +104,6 @@ impl Server {
             stop: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
             resolving: Mutex::new(()),
-            compact: Mutex::new(Some(tx)),
             stats: ServerStats::default(),
         });
         let mut threads = Vec::new();
@@ -118,15 +113,6 @@ impl Server {
                 .name("ferrite-direct".into())
                 .spawn(move || accept_loop(me))?,
         );
-        let me = inner.clone();
-        threads.push(std::thread::Builder::new().name("ferrite-compact".into()).spawn(
-            move || {
-                while let Ok(ino) = rx.recv() {
-                    // A freed inode or a read-only pool: nothing to do.
-                    let _ = me.fs.compact(ino);
-                }
-            },
-        )?);
         Ok(Server { inner, threads: Mutex::new(threads) })
     }
 
@@ -167,7 +153,6 @@ impl Server {
         for (_, fd) in i.conns.lock().iter() {
             let _ = socket::shutdown(*fd, socket::Shutdown::Both);
         }
-        i.compact.lock().take();
         let hs: Vec<_> = std::mem::take(&mut *self.threads.lock());
         for h in hs {
             let _ = h.join();
@@ -313,13 +298,6 @@ fn serve_conn(me: Arc<Inner>, id: u64, fd: OwnedFd) {
                 if let Err(e) = me.fs.take_back(p, &runs) {
                     eprintln!("ferrite: direct-access client (party {p}): {e}; disconnecting it");
                     break;
-                }
-            }
-            (Some(_), wire::COMPACT) => {
-                if let Ok(ino) = In::new(&m.body).u64() {
-                    if let Some(tx) = me.compact.lock().as_ref() {
-                        let _ = tx.send(ino);
-                    }
                 }
             }
             (Some(_), wire::BYE) => {

@@ -10,7 +10,6 @@
 //! | GRANT | client | blocks wanted u64 | |
 //! | GRANTED | daemon | runs | |
 //! | RETURN | client | runs | |
-//! | COMPACT | client | inode u64 | |
 //! | BYE | client | | |
 //!
 //! Runs are a count u32 and that many (first block u64, length u64). A client waits
@@ -34,8 +33,6 @@ pub const GRANT: u32 = 4;
 pub const GRANTED: u32 = 5;
 /// Client: blocks back.
 pub const RETURN: u32 = 6;
-/// Client: please compact this inode's log.
-pub const COMPACT: u32 = 7;
 /// Client: detaching.
 pub const BYE: u32 = 8;
 /// Largest message.

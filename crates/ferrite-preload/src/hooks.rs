@@ -1,0 +1,1289 @@
+//! The interposed C library functions. Fenced unsafe module: this is where C
+//! pointers become Rust slices and errno values become -1 and errno.
+//!
+//! Invariants:
+//! - A hook decides only whether a call is direct; what a direct call does is in
+//!   `ops` (safe code). Anything not direct is passed to the C library unchanged.
+//! - Buffers from the caller are turned into slices only with the caller's length,
+//!   and only when the descriptor is direct (the C library validates the rest).
+//! - A panic never crosses into C: it becomes EIO.
+//! - Variadic C functions (open, openat, fcntl) are defined with their optional
+//!   argument as a fixed one; the x86-64 ABI passes both the same way.
+#![allow(unsafe_code)]
+#![allow(clippy::missing_safety_doc)]
+
+use crate::ops::{self, Do, Side, R};
+use crate::real::{self, real, set_errno};
+use crate::table::{self, Desc};
+use crate::{mounts, stats};
+use ferrite_direct::Client;
+use libc::{c_char, c_int, c_uint, c_void, iovec, mode_t, off64_t, pid_t, size_t, ssize_t, FILE};
+use std::ffi::CStr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Status flags a program can see and set on a description.
+const STATUS: c_int = libc::O_APPEND
+    | libc::O_NONBLOCK
+    | libc::O_DIRECT
+    | libc::O_NOATIME
+    | libc::O_ASYNC
+    | libc::O_SYNC
+    | libc::O_DSYNC;
+
+macro_rules! forward {
+    ($f:ident ( $($a:expr),* ), $fail:expr) => {
+        match real().$f {
+            // SAFETY: the caller's arguments, passed on unchanged.
+            Some(f) => unsafe { f($($a),*) },
+            None => {
+                set_errno(libc::ENOSYS);
+                $fail
+            }
+        }
+    };
+}
+
+/// The direct descriptor `fd` and its client, with the hook entered.
+fn lookup(fd: c_int) -> Option<(table::Entered, Arc<Desc>, &'static Client)> {
+    if table::TRACKED.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let e = table::enter()?;
+    let d = table::get(fd)?;
+    let c = d.mount.client()?;
+    if !c.usable() {
+        return None; // the kernel answers (ENOTCONN once the mount is gone)
+    }
+    Some((e, d, c))
+}
+
+/// Run a direct operation on `fd`; `None` when `fd` is not direct or the operation
+/// goes to the kernel (the caller forwards it).
+fn direct<T>(fd: c_int, f: impl FnOnce(&Desc, &'static Client) -> R<Do<T>>) -> Option<R<T>> {
+    let (_e, d, c) = lookup(fd)?;
+    match catch_unwind(AssertUnwindSafe(|| f(&d, c))) {
+        Ok(Ok(Do::Done(v))) => {
+            stats::direct();
+            Some(Ok(v))
+        }
+        Ok(Ok(Do::KernelDone(v))) => {
+            stats::kernel();
+            Some(Ok(v))
+        }
+        Ok(Ok(Do::Kernel)) => {
+            stats::kernel();
+            d.kernel_io.store(true, Ordering::Relaxed);
+            None
+        }
+        Ok(Err(e)) => {
+            stats::direct();
+            Some(Err(e))
+        }
+        Err(_) => Some(Err(libc::EIO)),
+    }
+}
+
+fn ss(r: R<usize>) -> ssize_t {
+    match r {
+        Ok(n) => n as ssize_t,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+fn int(r: R<c_int>) -> c_int {
+    match r {
+        Ok(n) => n,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+unsafe fn slice<'a>(p: *const c_void, n: size_t) -> &'a [u8] {
+    if n == 0 {
+        return &[];
+    }
+    // SAFETY: the caller gives a readable buffer of n bytes (the C contract).
+    unsafe { std::slice::from_raw_parts(p as *const u8, n) }
+}
+
+unsafe fn slice_mut<'a>(p: *mut c_void, n: size_t) -> &'a mut [u8] {
+    if n == 0 {
+        return &mut [];
+    }
+    // SAFETY: the caller gives a writable buffer of n bytes (the C contract).
+    unsafe { std::slice::from_raw_parts_mut(p as *mut u8, n) }
+}
+
+unsafe fn iovs<'a>(iov: *const iovec, cnt: c_int) -> R<&'a [iovec]> {
+    if !(0..=libc::UIO_MAXIOV).contains(&cnt) {
+        return Err(libc::EINVAL);
+    }
+    if cnt == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: the caller gives `cnt` iovecs (the C contract).
+    Ok(unsafe { std::slice::from_raw_parts(iov, cnt as usize) })
+}
+
+fn gather(v: &[iovec]) -> R<Vec<u8>> {
+    let total = v.iter().try_fold(0usize, |a, x| a.checked_add(x.iov_len)).ok_or(libc::EINVAL)?;
+    if total > isize::MAX as usize {
+        return Err(libc::EINVAL);
+    }
+    let mut buf = Vec::with_capacity(total);
+    for x in v {
+        // SAFETY: each iovec names a readable buffer of its length.
+        buf.extend_from_slice(unsafe { slice(x.iov_base, x.iov_len) });
+    }
+    Ok(buf)
+}
+
+fn scatter(v: &[iovec], data: &[u8]) {
+    let mut at = 0;
+    for x in v {
+        if at >= data.len() {
+            break;
+        }
+        let n = x.iov_len.min(data.len() - at);
+        // SAFETY: each iovec names a writable buffer of its length.
+        unsafe { slice_mut(x.iov_base, n) }.copy_from_slice(&data[at..at + n]);
+        at += n;
+    }
+}
+
+fn iov_len(v: &[iovec]) -> R<usize> {
+    v.iter().try_fold(0usize, |a, x| a.checked_add(x.iov_len)).ok_or(libc::EINVAL)
+}
+
+// ------------------------------------------------------------------- open
+
+/// The absolute (not normalised) path `path` names relative to `dirfd`.
+fn absolute(dirfd: c_int, path: &[u8]) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    if path.first() == Some(&b'/') {
+        return Some(path.to_vec());
+    }
+    let base =
+        if dirfd == libc::AT_FDCWD { std::env::current_dir().ok()? } else { real::fd_path(dirfd)? };
+    let mut v = base.as_os_str().as_bytes().to_vec();
+    if v.last() != Some(&b'/') {
+        v.push(b'/');
+    }
+    v.extend_from_slice(path);
+    Some(v)
+}
+
+fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    let plain = || forward!(openat64(dirfd, path, flags, mode), -1);
+    if table::inside() {
+        return plain();
+    }
+    crate::init();
+    if path.is_null() || mounts::mounts().is_empty() {
+        return plain();
+    }
+    // SAFETY: a non-null C string from the caller.
+    let p = unsafe { CStr::from_ptr(path) };
+    let m = {
+        let Some(_e) = table::enter() else { return plain() };
+        absolute(dirfd, p.to_bytes()).and_then(|a| mounts::for_path(&a))
+    };
+    let Some(m) = m else {
+        let fd = plain();
+        forget_fd(fd);
+        return fd;
+    };
+    let Some(e) = table::enter() else { return plain() };
+    let r = catch_unwind(AssertUnwindSafe(|| open_direct(m, dirfd, p, flags, mode as mode_t)));
+    drop(e);
+    stats::kernel();
+    match r {
+        Ok(r) => int(r),
+        Err(_) => int(Err(libc::EIO)),
+    }
+}
+
+fn open_direct(
+    m: &'static mounts::Mount,
+    dirfd: c_int,
+    p: &CStr,
+    flags: c_int,
+    mode: mode_t,
+) -> R<c_int> {
+    let client = if flags & libc::O_PATH != 0 { None } else { m.client() };
+    let mut marker = client.is_some() && flags & (libc::O_DIRECT | libc::O_DIRECTORY) == 0;
+    let mut r = real::openat(dirfd, p, if marker { flags | libc::O_DIRECT } else { flags }, mode);
+    if marker && r == Err(libc::EINVAL) {
+        // A directory or another file the kernel will not open O_DIRECT.
+        marker = false;
+        r = real::openat(dirfd, p, flags, mode);
+    }
+    let fd = r?;
+    table::set(fd, None);
+    if client.is_some() {
+        if let Ok(st) = real::statx_cached(fd) {
+            let dev = libc::makedev(st.stx_dev_major, st.stx_dev_minor);
+            if st.stx_mode as u32 & libc::S_IFMT == libc::S_IFREG && dev == m.dev {
+                table::set(
+                    fd,
+                    Some(Arc::new(Desc {
+                        mount: m,
+                        ino: st.stx_ino,
+                        dev,
+                        access: flags & libc::O_ACCMODE,
+                        flags: (flags & STATUS).into(),
+                        marker,
+                        pos: Default::default(),
+                        shared: false.into(),
+                        kernel_io: false.into(),
+                    })),
+                );
+            }
+        }
+    }
+    Ok(fd)
+}
+
+/// `fd` was just made by a call this library does not track: make sure no stale
+/// entry names it.
+fn forget_fd(fd: c_int) {
+    if fd >= 0 && table::TRACKED.load(Ordering::Acquire) > 0 {
+        if let Some(_e) = table::enter() {
+            table::set(fd, None);
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    open_at(libc::AT_FDCWD, path, flags, mode)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    open_at(libc::AT_FDCWD, path, flags, mode)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
+    open_at(dirfd, path, flags, mode)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat64(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
+    open_at(dirfd, path, flags, mode)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    open_at(libc::AT_FDCWD, path, flags, 0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    open_at(libc::AT_FDCWD, path, flags, 0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    open_at(dirfd, path, flags, 0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    open_at(dirfd, path, flags, 0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
+    open_at(libc::AT_FDCWD, path, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, mode)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
+    open_at(libc::AT_FDCWD, path, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, mode)
+}
+
+// ------------------------------------------------------------------ close/dup
+
+fn is_internal(fd: c_int) -> bool {
+    mounts::mounts().iter().any(|m| m.attached().is_some_and(|c| c.fds().contains(&fd)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if table::TRACKED.load(Ordering::Acquire) > 0 || mounts::any_attached() {
+        if let Some(e) = table::enter() {
+            if is_internal(fd) {
+                // This library's connection or pool descriptor: not the program's.
+                set_errno(libc::EBADF);
+                return -1;
+            }
+            if table::set(fd, None).is_some() {
+                stats::kernel();
+            }
+            drop(e);
+        }
+    }
+    forward!(close(fd), -1)
+}
+
+/// After a successful dup of `old` to `new`: `new` shares `old`'s description.
+fn dup_done(old: c_int, new: c_int) {
+    if new < 0 || table::TRACKED.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    if let Some(_e) = table::enter() {
+        let d = table::get(old);
+        table::set(new, d);
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    let r = forward!(dup(fd), -1);
+    dup_done(fd, r);
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    if old != new && mounts::any_attached() && is_internal(new) {
+        set_errno(libc::EBUSY);
+        return -1;
+    }
+    let r = forward!(dup2(old, new), -1);
+    if old != new {
+        dup_done(old, r);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    if mounts::any_attached() && is_internal(new) {
+        set_errno(libc::EBUSY);
+        return -1;
+    }
+    let r = forward!(dup3(old, new, flags), -1);
+    dup_done(old, r);
+    r
+}
+
+fn fcntl_any(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    match cmd {
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+            let r = forward!(fcntl64(fd, cmd, arg), -1);
+            dup_done(fd, r);
+            r
+        }
+        libc::F_GETFL | libc::F_SETFL => {
+            let Some((e, d, _)) = lookup(fd) else { return forward!(fcntl64(fd, cmd, arg), -1) };
+            drop(e);
+            if cmd == libc::F_GETFL {
+                let r = forward!(fcntl64(fd, cmd, arg), -1);
+                let mine = d.flags.load(Ordering::Relaxed) & libc::O_DIRECT != 0;
+                if r >= 0 && d.marker && !mine {
+                    return r & !libc::O_DIRECT;
+                }
+                return r;
+            }
+            let want = arg as c_int;
+            let k = if d.marker { want | libc::O_DIRECT } else { want };
+            let r = forward!(fcntl64(fd, cmd, k as usize), -1);
+            if r >= 0 {
+                let settable = libc::O_APPEND
+                    | libc::O_NONBLOCK
+                    | libc::O_DIRECT
+                    | libc::O_NOATIME
+                    | libc::O_ASYNC;
+                let old = d.flags.load(Ordering::Relaxed);
+                d.flags.store((old & !settable) | (want & settable), Ordering::Relaxed);
+            }
+            r
+        }
+        _ => forward!(fcntl64(fd, cmd, arg), -1),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    fcntl_any(fd, cmd, arg)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    fcntl_any(fd, cmd, arg)
+}
+
+/// Close `[first, last]` except this library's own descriptors.
+fn close_span(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    let internal: Vec<c_uint> = {
+        let Some(_e) = table::enter() else { return forward!(close_range(first, last, flags), -1) };
+        if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+            for (fd, _) in table::all() {
+                if (first..=last).contains(&(fd as c_uint)) {
+                    table::set(fd, None);
+                }
+            }
+        }
+        let mut v: Vec<c_uint> = mounts::mounts()
+            .iter()
+            .filter_map(|m| m.attached())
+            .flat_map(|c| c.fds())
+            .map(|fd| fd as c_uint)
+            .filter(|fd| (first..=last).contains(fd))
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let mut lo = first;
+    for fd in internal {
+        if fd > lo {
+            let r = forward!(close_range(lo, fd - 1, flags), -1);
+            if r < 0 {
+                return r;
+            }
+        }
+        lo = fd + 1;
+    }
+    if lo <= last && lo >= first {
+        return forward!(close_range(lo, last, flags), -1);
+    }
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    if first > last {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    close_span(first, last, flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn closefrom(low: c_int) {
+    if low >= 0 {
+        let _ = close_span(low as c_uint, c_uint::MAX, 0);
+    }
+}
+
+// ------------------------------------------------------------------- data
+
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+    // SAFETY: the caller's buffer of n bytes.
+    match direct(fd, |d, c| ops::read(c, d, fd, unsafe { slice_mut(buf, n) })) {
+        Some(r) => ss(r),
+        None => forward!(read(fd, buf, n), -1),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+    // SAFETY: the caller's buffer of n bytes.
+    match direct(fd, |d, c| ops::write(c, d, fd, unsafe { slice(buf, n) })) {
+        Some(r) => ss(r),
+        None => forward!(write(fd, buf, n), -1),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t {
+    // SAFETY: the caller's buffer of n bytes.
+    match direct(fd, |d, c| ops::pread(c, d, unsafe { slice_mut(buf, n) }, off)) {
+        Some(r) => ss(r),
+        None => forward!(pread64(fd, buf, n, off), -1),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t {
+    unsafe { pread(fd, buf, n, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off64_t) -> ssize_t {
+    // SAFETY: the caller's buffer of n bytes.
+    match direct(fd, |d, c| ops::pwrite(c, d, unsafe { slice(buf, n) }, off)) {
+        Some(r) => ss(r),
+        None => forward!(pwrite64(fd, buf, n, off), -1),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwrite64(
+    fd: c_int,
+    buf: *const c_void,
+    n: size_t,
+    off: off64_t,
+) -> ssize_t {
+    unsafe { pwrite(fd, buf, n, off) }
+}
+
+fn readv_at(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    off: Option<off64_t>,
+    flags: c_int,
+) -> Option<R<usize>> {
+    direct(fd, |d, c| {
+        // SAFETY: the caller's iovec array.
+        let v = unsafe { iovs(iov, cnt) }?;
+        let mut buf = vec![0u8; iov_len(v)?];
+        let r = match off {
+            Some(o) if o != -1 => ops::pread(c, d, &mut buf, o)?,
+            _ => ops::read(c, d, fd, &mut buf)?,
+        };
+        let _ = flags;
+        Ok(match r {
+            Do::Done(n) => {
+                scatter(v, &buf[..n]);
+                Do::Done(n)
+            }
+            Do::KernelDone(n) => {
+                scatter(v, &buf[..n]);
+                Do::KernelDone(n)
+            }
+            Do::Kernel => Do::Kernel,
+        })
+    })
+}
+
+fn writev_at(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    off: Option<off64_t>,
+    flags: c_int,
+) -> Option<R<usize>> {
+    direct(fd, |d, c| {
+        // SAFETY: the caller's iovec array.
+        let v = unsafe { iovs(iov, cnt) }?;
+        let data = gather(v)?;
+        if flags & libc::RWF_APPEND != 0 && d.writable() {
+            // An appending write whatever the descriptor's flags.
+            if !c.may_write_direct(d.ino) {
+                return Ok(Do::Kernel);
+            }
+            c.fs().append(d.ino, &data).map_err(|e| e.errno())?;
+            return Ok(Do::Done(data.len()));
+        }
+        match off {
+            Some(o) if o != -1 => ops::pwrite(c, d, &data, o),
+            _ => ops::write(c, d, fd, &data),
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    match readv_at(fd, iov, cnt, None, 0) {
+        Some(r) => ss(r),
+        None => forward!(readv(fd, iov, cnt), -1),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    match writev_at(fd, iov, cnt, None, 0) {
+        Some(r) => ss(r),
+        None => forward!(writev(fd, iov, cnt), -1),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t) -> ssize_t {
+    if off < 0 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    match readv_at(fd, iov, cnt, Some(off), 0) {
+        Some(r) => ss(r),
+        None => forward!(preadv64(fd, iov, cnt, off), -1),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv64(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    off: off64_t,
+) -> ssize_t {
+    unsafe { preadv(fd, iov, cnt, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    off: off64_t,
+) -> ssize_t {
+    if off < 0 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    match writev_at(fd, iov, cnt, Some(off), 0) {
+        Some(r) => ss(r),
+        None => forward!(pwritev64(fd, iov, cnt, off), -1),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    off: off64_t,
+) -> ssize_t {
+    unsafe { pwritev(fd, iov, cnt, off) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv2(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    off: off64_t,
+    flags: c_int,
+) -> ssize_t {
+    match readv_at(fd, iov, cnt, Some(off), flags) {
+        Some(r) => ss(r),
+        None => forward!(preadv64v2(fd, iov, cnt, off, flags), -1),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv64v2(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    off: off64_t,
+    flags: c_int,
+) -> ssize_t {
+    unsafe { preadv2(fd, iov, cnt, off, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev2(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    off: off64_t,
+    flags: c_int,
+) -> ssize_t {
+    match writev_at(fd, iov, cnt, Some(off), flags) {
+        Some(r) => ss(r),
+        None => forward!(pwritev64v2(fd, iov, cnt, off, flags), -1),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64v2(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    off: off64_t,
+    flags: c_int,
+) -> ssize_t {
+    unsafe { pwritev2(fd, iov, cnt, off, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lseek(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
+    match direct(fd, |d, c| ops::lseek(c, d, fd, off, whence)) {
+        Some(Ok(n)) => n,
+        Some(Err(e)) => {
+            set_errno(e);
+            -1
+        }
+        None => forward!(lseek64(fd, off, whence), -1),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
+    unsafe { lseek(fd, off, whence) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
+    match direct(fd, |d, _| ops::sync(d)) {
+        Some(r) => int(r),
+        None => forward!(fsync(fd), -1),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
+    match direct(fd, |d, _| ops::sync(d)) {
+        Some(r) => int(r),
+        None => forward!(fdatasync(fd), -1),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sync_file_range(
+    fd: c_int,
+    off: off64_t,
+    n: off64_t,
+    flags: c_uint,
+) -> c_int {
+    match direct(fd, |d, _| ops::sync(d)) {
+        Some(r) => int(r),
+        None => forward!(sync_file_range(fd, off, n, flags), -1),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate(fd: c_int, len: off64_t) -> c_int {
+    match direct(fd, |d, c| ops::ftruncate(c, d, len)) {
+        Some(r) => int(r),
+        None => forward!(ftruncate64(fd, len), -1),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off64_t) -> c_int {
+    unsafe { ftruncate(fd, len) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int {
+    match direct(fd, |d, c| ops::fallocate(c, d, mode, off, len)) {
+        Some(r) => int(r),
+        None => forward!(fallocate64(fd, mode, off, len), -1),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int {
+    unsafe { fallocate(fd, mode, off, len) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off64_t, len: off64_t) -> c_int {
+    // Returns the error number; errno is left alone.
+    match direct(fd, |d, c| ops::fallocate(c, d, 0, off, len)) {
+        Some(Ok(_)) => 0,
+        Some(Err(e)) => e,
+        None => forward!(posix_fallocate64(fd, off, len), libc::ENOSYS),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t) -> c_int {
+    unsafe { posix_fallocate(fd, off, len) }
+}
+
+// ------------------------------------------------------------------- stat
+
+fn fill_stat(d: &Desc, a: &ferrite_core::Attr, st: &mut libc::stat64) {
+    st.st_dev = d.dev;
+    st.st_ino = a.ino;
+    st.st_mode = a.mode();
+    st.st_nlink = a.nlink as _;
+    st.st_uid = a.uid;
+    st.st_gid = a.gid;
+    st.st_rdev = 0;
+    st.st_size = a.size as i64;
+    st.st_blksize = 4096;
+    st.st_blocks = a.blocks as i64;
+    st.st_atime = a.atime.sec;
+    st.st_atime_nsec = a.atime.nsec as i64;
+    st.st_mtime = a.mtime.sec;
+    st.st_mtime_nsec = a.mtime.nsec as i64;
+    st.st_ctime = a.ctime.sec;
+    st.st_ctime_nsec = a.ctime.nsec as i64;
+}
+
+fn fstat_direct(fd: c_int, st: *mut libc::stat64) -> Option<c_int> {
+    if st.is_null() {
+        return None;
+    }
+    let r = direct(fd, |d, c| {
+        let a = ops::attr(c, d)?;
+        // SAFETY: the caller's stat buffer (checked non-null).
+        fill_stat(d, &a, unsafe { &mut *st });
+        Ok(Do::Done(0))
+    })?;
+    Some(int(r))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat64) -> c_int {
+    match fstat_direct(fd, st) {
+        Some(r) => r,
+        None => forward!(fstat64(fd, st), -1),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstat64(fd: c_int, st: *mut libc::stat64) -> c_int {
+    unsafe { fstat(fd, st) }
+}
+
+unsafe fn empty_path(path: *const c_char, flags: c_int) -> bool {
+    // SAFETY: a non-null C string from the caller.
+    flags & libc::AT_EMPTY_PATH != 0 && (path.is_null() || unsafe { *path } == 0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstatat(
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat64,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the caller's path.
+    if unsafe { empty_path(path, flags) } {
+        if let Some(r) = fstat_direct(dirfd, st) {
+            return r;
+        }
+    }
+    forward!(fstatat64(dirfd, path, st, flags), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstatat64(
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat64,
+    flags: c_int,
+) -> c_int {
+    unsafe { fstatat(dirfd, path, st, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn newfstatat(
+    dirfd: c_int,
+    path: *const c_char,
+    st: *mut libc::stat64,
+    flags: c_int,
+) -> c_int {
+    unsafe { fstatat(dirfd, path, st, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn statx(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mask: c_uint,
+    stx: *mut libc::statx,
+) -> c_int {
+    // SAFETY: the caller's path.
+    if !stx.is_null() && unsafe { empty_path(path, flags) } {
+        let r = direct(dirfd, |d, c| {
+            let a = ops::attr(c, d)?;
+            // SAFETY: the caller's statx buffer (checked non-null).
+            let s = unsafe { &mut *stx };
+            // SAFETY: zeroed statx is valid.
+            *s = unsafe { std::mem::zeroed() };
+            s.stx_mask = libc::STATX_BASIC_STATS;
+            s.stx_blksize = 4096;
+            s.stx_nlink = a.nlink;
+            s.stx_uid = a.uid;
+            s.stx_gid = a.gid;
+            s.stx_mode = a.mode() as u16;
+            s.stx_ino = a.ino;
+            s.stx_size = a.size;
+            s.stx_blocks = a.blocks;
+            let ts = |t: ferrite_core::Ts| {
+                // SAFETY: zeroed statx_timestamp is valid (its padding included).
+                let mut x: libc::statx_timestamp = unsafe { std::mem::zeroed() };
+                x.tv_sec = t.sec;
+                x.tv_nsec = t.nsec;
+                x
+            };
+            s.stx_atime = ts(a.atime);
+            s.stx_mtime = ts(a.mtime);
+            s.stx_ctime = ts(a.ctime);
+            s.stx_dev_major = libc::major(d.dev);
+            s.stx_dev_minor = libc::minor(d.dev);
+            let _ = mask;
+            Ok(Do::Done(0))
+        });
+        if let Some(r) = r {
+            return int(r);
+        }
+    }
+    forward!(statx(dirfd, path, flags, mask, stx), -1)
+}
+
+// ------------------------------------------------------------------ copies
+
+fn side(fd: c_int) -> Option<(Arc<Desc>, &'static Client)> {
+    let d = table::get(fd)?;
+    let c = d.mount.client()?;
+    c.usable().then_some((d, c))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn copy_file_range(
+    fd_in: c_int,
+    off_in: *mut off64_t,
+    fd_out: c_int,
+    off_out: *mut off64_t,
+    len: size_t,
+    flags: c_uint,
+) -> ssize_t {
+    let fwd = || forward!(copy_file_range(fd_in, off_in, fd_out, off_out, len, flags), -1);
+    if table::TRACKED.load(Ordering::Acquire) == 0 {
+        return fwd();
+    }
+    let Some(e) = table::enter() else { return fwd() };
+    let (a, b) = (side(fd_in), side(fd_out));
+    if a.is_none() && b.is_none() {
+        drop(e);
+        return fwd();
+    }
+    if flags != 0 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: the caller's optional offsets.
+    let (mut oi, mut oo) = unsafe {
+        (
+            (!off_in.is_null()).then(|| (*off_in).max(0) as u64),
+            (!off_out.is_null()).then(|| (*off_out).max(0) as u64),
+        )
+    };
+    // SAFETY: checked non-null above where dereferenced.
+    if unsafe { (!off_in.is_null() && *off_in < 0) || (!off_out.is_null() && *off_out < 0) } {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    if let (Some((da, _)), Some((db, _))) = (&a, &b) {
+        if da.ino == db.ino {
+            // Overlapping ranges of one file are refused, as the kernel does.
+            let (i, o) = (oi.unwrap_or(0), oo.unwrap_or(0));
+            if oi.is_some() && oo.is_some() && i < o + len as u64 && o < i + len as u64 {
+                set_errno(libc::EINVAL);
+                return -1;
+            }
+        }
+    }
+    let src = match &a {
+        Some((d, c)) => Side::Direct(c, d, fd_in),
+        None => Side::Kernel(fd_in),
+    };
+    let dst = match &b {
+        Some((d, c)) => Side::Direct(c, d, fd_out),
+        None => Side::Kernel(fd_out),
+    };
+    let r = catch_unwind(AssertUnwindSafe(|| ops::copy(&src, oi.as_mut(), &dst, oo.as_mut(), len)))
+        .unwrap_or(Err(libc::EIO));
+    if r.is_ok() {
+        // SAFETY: the caller's offsets, non-null where written.
+        unsafe {
+            if let Some(v) = oi {
+                *off_in = v as off64_t;
+            }
+            if let Some(v) = oo {
+                *off_out = v as off64_t;
+            }
+        }
+    }
+    stats::direct();
+    ss(r)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendfile(
+    out_fd: c_int,
+    in_fd: c_int,
+    off: *mut off64_t,
+    count: size_t,
+) -> ssize_t {
+    let fwd = || forward!(sendfile64(out_fd, in_fd, off, count), -1);
+    if table::TRACKED.load(Ordering::Acquire) == 0 {
+        return fwd();
+    }
+    let Some(e) = table::enter() else { return fwd() };
+    let (a, b) = (side(in_fd), side(out_fd));
+    if a.is_none() && b.is_none() {
+        drop(e);
+        return fwd();
+    }
+    // SAFETY: the caller's optional offset.
+    let mut oi = unsafe { (!off.is_null()).then(|| *off) };
+    if oi.is_some_and(|o| o < 0) {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    let mut ou = oi.map(|o| o as u64);
+    let src = match &a {
+        Some((d, c)) => Side::Direct(c, d, in_fd),
+        None => Side::Kernel(in_fd),
+    };
+    let dst = match &b {
+        Some((d, c)) => Side::Direct(c, d, out_fd),
+        None => Side::Kernel(out_fd),
+    };
+    let r = catch_unwind(AssertUnwindSafe(|| ops::copy(&src, ou.as_mut(), &dst, None, count)))
+        .unwrap_or(Err(libc::EIO));
+    if let (Ok(_), Some(v)) = (&r, ou) {
+        oi = Some(v as off64_t);
+        // SAFETY: non-null (oi was Some only then).
+        unsafe { *off = oi.expect("set") };
+    }
+    stats::direct();
+    ss(r)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendfile64(
+    out_fd: c_int,
+    in_fd: c_int,
+    off: *mut off64_t,
+    count: size_t,
+) -> ssize_t {
+    unsafe { sendfile(out_fd, in_fd, off, count) }
+}
+
+// ------------------------------------------------------------------- mmap
+
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off64_t,
+) -> *mut c_void {
+    if flags & libc::MAP_SHARED != 0 {
+        if let Some((e, d, c)) = lookup(fd) {
+            // The kernel's page cache now holds the file for this mapping: every
+            // client writes it through the kernel until its last handle closes.
+            c.note_kernel_mapping(d.ino);
+            d.kernel_io.store(true, Ordering::Relaxed);
+            stats::kernel();
+            drop(e);
+        }
+    }
+    forward!(mmap64(addr, len, prot, flags, fd, off), libc::MAP_FAILED)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off64_t,
+) -> *mut c_void {
+    unsafe { mmap(addr, len, prot, flags, fd, off) }
+}
+
+// ------------------------------------------------------------------- stdio
+
+#[no_mangle]
+pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
+    if let Some((e, d, _)) = lookup(fd) {
+        // The stream reads and writes through the kernel at the kernel's offset.
+        crate::sync_desc(fd, &d);
+        drop(e);
+    }
+    forward!(fdopen(fd, mode), std::ptr::null_mut())
+}
+
+fn stream_gone(fp: *mut FILE) {
+    if fp.is_null() || table::TRACKED.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let fd = forward!(fileno(fp), -1);
+    if fd >= 0 {
+        if let Some(_e) = table::enter() {
+            table::set(fd, None);
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fclose(fp: *mut FILE) -> c_int {
+    stream_gone(fp);
+    forward!(fclose(fp), libc::EOF)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn freopen(
+    path: *const c_char,
+    mode: *const c_char,
+    fp: *mut FILE,
+) -> *mut FILE {
+    stream_gone(fp);
+    forward!(freopen64(path, mode, fp), std::ptr::null_mut())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn freopen64(
+    path: *const c_char,
+    mode: *const c_char,
+    fp: *mut FILE,
+) -> *mut FILE {
+    unsafe { freopen(path, mode, fp) }
+}
+
+// ------------------------------------------------------------ new processes
+
+/// Offsets to the kernel before another process can share the descriptors.
+fn before_new_process() {
+    if table::TRACKED.load(Ordering::Acquire) > 0 {
+        if let Some(_e) = table::enter() {
+            crate::sync_all();
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn vfork() -> pid_t {
+    // A vfork child would run on this frame; fork is what a vfork-then-exec
+    // program needs, and keeps this library's state consistent.
+    before_new_process();
+    forward!(fork(), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut pid_t,
+    path: *const c_char,
+    fa: *const c_void,
+    attr: *const c_void,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    before_new_process();
+    forward!(posix_spawn(pid, path, fa, attr, argv, envp), libc::ENOSYS)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut pid_t,
+    file: *const c_char,
+    fa: *const c_void,
+    attr: *const c_void,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    before_new_process();
+    forward!(posix_spawnp(pid, file, fa, attr, argv, envp), libc::ENOSYS)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn system(cmd: *const c_char) -> c_int {
+    before_new_process();
+    forward!(system(cmd), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn popen(cmd: *const c_char, mode: *const c_char) -> *mut FILE {
+    before_new_process();
+    forward!(popen(cmd, mode), std::ptr::null_mut())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    before_new_process();
+    forward!(execve(path, argv, envp), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    before_new_process();
+    forward!(execv(path, argv), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    before_new_process();
+    forward!(execvp(file, argv), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    before_new_process();
+    forward!(execvpe(file, argv, envp), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fexecve(
+    fd: c_int,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    before_new_process();
+    forward!(fexecve(fd, argv, envp), -1)
+}
+
+// ------------------------------------------------------------- process life
+
+pub(crate) extern "C" fn at_fork_prepare() {
+    table::fork_prepare();
+    crate::sync_all();
+}
+
+pub(crate) extern "C" fn at_fork_parent() {
+    table::fork_done(false);
+}
+
+pub(crate) extern "C" fn at_fork_child() {
+    mounts::after_fork_child();
+    stats::reset_after_fork();
+    table::fork_done(true);
+}
+
+pub(crate) extern "C" fn at_exit() {
+    let _e = table::enter();
+    if let Some(path) = std::env::var_os("FERRITE_DIRECT_STATS") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = f.write_all(stats::line().as_bytes());
+        }
+    }
+    for m in mounts::mounts() {
+        if let Some(c) = m.attached() {
+            c.exiting();
+        }
+    }
+}
+
+/// Register the fork and exit handlers.
+pub(crate) fn register_handlers() {
+    // SAFETY: plain registrations of extern "C" functions that live forever.
+    unsafe {
+        libc::pthread_atfork(Some(at_fork_prepare), Some(at_fork_parent), Some(at_fork_child));
+        libc::atexit(at_exit);
+    }
+}

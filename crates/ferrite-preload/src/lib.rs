@@ -1,0 +1,92 @@
+//! `libferrite_preload.so`: started with it (`ferrite run -- CMD`), a program opens,
+//! creates, renames, stats and lists files on FerriteFS mounts through the kernel
+//! as before, and reads and writes their data itself: through the core's own write
+//! path over its own mapping of the pool, coordinated with the mount daemon
+//! (ferrite-direct). Every call it does not take stays correct through the mount.
+//!
+//! Modules: `hooks` (the interposed C functions; unsafe), `real` (the C library's
+//! functions; unsafe), `statics` (process-lifetime objects; unsafe), `table` (direct
+//! descriptors, the fork gate, reentrancy), `ops` (the direct data path, safe),
+//! `mounts`, `stats`. What is intercepted and what is not: docs/DIRECT-ACCESS.md.
+
+mod hooks;
+pub mod mounts;
+mod ops;
+mod real;
+mod statics;
+mod stats;
+mod table;
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+
+pub(crate) use statics::{abandon, leaked};
+
+/// Set up once per process image: find the mounts, take inherited descriptors,
+/// register the fork and exit handlers.
+pub(crate) fn init() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let Some(_e) = table::enter() else { return };
+        let ms = mounts::mounts();
+        if !ms.is_empty() {
+            adopt_inherited();
+        }
+        hooks::register_handlers();
+    });
+}
+
+/// Descriptors this image inherited (across exec) that name regular files of a
+/// mount: direct from now on, with the kernel's offset (the previous image, or
+/// another process, may share them).
+fn adopt_inherited() {
+    for fd in real::open_fds() {
+        let Ok(st) = real::statx_cached(fd) else { continue };
+        let dev = libc::makedev(st.stx_dev_major, st.stx_dev_minor);
+        if st.stx_mode as u32 & libc::S_IFMT != libc::S_IFREG {
+            continue;
+        }
+        let Some(m) = mounts::for_dev(dev) else { continue };
+        let Ok(fl) = real::fcntl(fd, libc::F_GETFL, 0) else { continue };
+        table::set(
+            fd,
+            Some(Arc::new(table::Desc {
+                mount: m,
+                ino: st.stx_ino,
+                dev,
+                access: fl & libc::O_ACCMODE,
+                flags: (fl & (libc::O_APPEND | libc::O_NONBLOCK | libc::O_DIRECT)).into(),
+                marker: false,
+                pos: Default::default(),
+                shared: true.into(),
+                kernel_io: false.into(),
+            })),
+        );
+    }
+}
+
+/// Give the kernel a private description's offset and make the kernel's the truth
+/// (another process may share the description from now on).
+pub(crate) fn sync_desc(fd: i32, d: &table::Desc) {
+    let p = d.pos.lock();
+    if !d.shared.load(Ordering::Acquire) {
+        let _ = real::lseek(fd, *p as i64, libc::SEEK_SET);
+        d.shared.store(true, Ordering::Release);
+    }
+}
+
+/// [`sync_desc`] for every direct descriptor.
+pub(crate) fn sync_all() {
+    for (fd, d) in table::all() {
+        sync_desc(fd, &d);
+    }
+}
+
+extern "C" fn constructor() {
+    init();
+}
+
+/// Run `init` when the library is loaded (before the program's main).
+#[used]
+#[link_section = ".init_array"]
+static CONSTRUCTOR: extern "C" fn() = constructor;

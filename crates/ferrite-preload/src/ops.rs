@@ -1,0 +1,347 @@
+//! The data path of direct descriptors, in safe code: each call is one core
+//! operation on the process's own mapping of the pool, or a decision to let the
+//! kernel do it.
+//!
+//! Invariants:
+//! - The semantics are the kernel's: EBADF for a read of a write-only descriptor
+//!   and the reverse, EINVAL for a negative offset, `pwrite` on an O_APPEND
+//!   descriptor appends (as Linux does), `write` moves the offset by what it wrote,
+//!   an O_APPEND `write` leaves it at the end of what it wrote.
+//! - A private description's offset is read and moved under its own mutex; a shared
+//!   one's (the kernel's) under the inode's cross-process lock.
+//! - While the kernel's page cache may hold the file (plain opens or shared
+//!   mappings: the table's flags), writes go through the kernel.
+
+use crate::real;
+use crate::table::Desc;
+use ferrite_core::{FallocMode, SetAttr};
+use ferrite_direct::Client;
+use std::sync::atomic::Ordering;
+
+/// An errno.
+pub type R<T> = Result<T, i32>;
+
+/// What became of a call.
+pub enum Do<T> {
+    /// Served here.
+    Done(T),
+    /// Served here, through the kernel descriptor.
+    KernelDone(T),
+    /// Let the caller forward it to the kernel unchanged.
+    Kernel,
+}
+
+fn e(err: ferrite_core::Error) -> i32 {
+    err.errno()
+}
+
+fn writes_direct(d: &Desc, c: &Client) -> bool {
+    let ok = c.may_write_direct(d.ino);
+    if !ok {
+        d.kernel_io.store(true, Ordering::Relaxed);
+    }
+    ok
+}
+
+/// Run `f` on the shared offset of `fd` under the inode's lock: `f` gets the
+/// offset and returns the count it moved it by.
+fn with_kernel_pos(
+    c: &Client,
+    d: &Desc,
+    fd: i32,
+    f: impl FnOnce(u64) -> R<(usize, u64)>,
+) -> R<usize> {
+    c.fs()
+        .locked(d.ino, || {
+            let pos = real::lseek(fd, 0, libc::SEEK_CUR)? as u64;
+            let (n, new) = f(pos)?;
+            real::lseek(fd, new as i64, libc::SEEK_SET)?;
+            Ok(n)
+        })
+        .map_err(e)?
+}
+
+/// pread.
+pub fn pread(c: &Client, d: &Desc, buf: &mut [u8], off: i64) -> R<Do<usize>> {
+    if !d.readable() {
+        return Err(libc::EBADF);
+    }
+    if off < 0 {
+        return Err(libc::EINVAL);
+    }
+    Ok(Do::Done(c.fs().read(d.ino, off as u64, buf).map_err(e)?))
+}
+
+/// read.
+pub fn read(c: &Client, d: &Desc, fd: i32, buf: &mut [u8]) -> R<Do<usize>> {
+    if !d.readable() {
+        return Err(libc::EBADF);
+    }
+    let fs = c.fs();
+    if d.shared.load(Ordering::Acquire) {
+        let n = with_kernel_pos(c, d, fd, |pos| {
+            let n = fs.read(d.ino, pos, buf).map_err(e)?;
+            Ok((n, pos + n as u64))
+        })?;
+        return Ok(Do::Done(n));
+    }
+    let mut p = d.pos.lock();
+    let n = fs.read(d.ino, *p, buf).map_err(e)?;
+    *p += n as u64;
+    Ok(Do::Done(n))
+}
+
+/// pwrite.
+pub fn pwrite(c: &Client, d: &Desc, data: &[u8], off: i64) -> R<Do<usize>> {
+    if !d.writable() {
+        return Err(libc::EBADF);
+    }
+    if off < 0 {
+        return Err(libc::EINVAL);
+    }
+    if !writes_direct(d, c) {
+        return Ok(Do::Kernel);
+    }
+    if d.append() {
+        c.fs().append(d.ino, data).map_err(e)?;
+    } else {
+        c.fs().write(d.ino, off as u64, data).map_err(e)?;
+    }
+    Ok(Do::Done(data.len()))
+}
+
+/// write.
+pub fn write(c: &Client, d: &Desc, fd: i32, data: &[u8]) -> R<Do<usize>> {
+    if !d.writable() {
+        return Err(libc::EBADF);
+    }
+    let fs = c.fs();
+    let n = data.len();
+    let append = d.append();
+    if d.shared.load(Ordering::Acquire) {
+        if !writes_direct(d, c) {
+            return Ok(Do::Kernel);
+        }
+        let n = with_kernel_pos(c, d, fd, |pos| {
+            let at = if append {
+                fs.append(d.ino, data).map_err(e)?
+            } else {
+                fs.write(d.ino, pos, data).map_err(e)?;
+                pos
+            };
+            Ok((n, at + n as u64))
+        })?;
+        return Ok(Do::Done(n));
+    }
+    let mut p = d.pos.lock();
+    if !writes_direct(d, c) {
+        // Through the kernel descriptor, keeping the offset here.
+        if append {
+            let w = real::write(fd, data)?;
+            *p = real::lseek(fd, 0, libc::SEEK_CUR)? as u64;
+            return Ok(Do::KernelDone(w));
+        }
+        let w = real::pwrite(fd, data, *p)?;
+        *p += w as u64;
+        return Ok(Do::KernelDone(w));
+    }
+    if append {
+        let at = fs.append(d.ino, data).map_err(e)?;
+        *p = at + n as u64;
+    } else {
+        fs.write(d.ino, *p, data).map_err(e)?;
+        *p += n as u64;
+    }
+    Ok(Do::Done(n))
+}
+
+/// lseek.
+pub fn lseek(c: &Client, d: &Desc, fd: i32, off: i64, whence: i32) -> R<Do<i64>> {
+    let shared = d.shared.load(Ordering::Acquire);
+    if shared && (whence == libc::SEEK_SET || whence == libc::SEEK_CUR) {
+        return Ok(Do::Kernel);
+    }
+    let size = || -> R<i64> { Ok(c.fs().getattr(d.ino).map_err(e)?.size as i64) };
+    let mut p = d.pos.lock();
+    let new = match whence {
+        libc::SEEK_SET => off,
+        libc::SEEK_CUR => (*p as i64).checked_add(off).ok_or(libc::EOVERFLOW)?,
+        libc::SEEK_END => size()?.checked_add(off).ok_or(libc::EOVERFLOW)?,
+        // Every byte below the size counts as data (holes are not reported).
+        libc::SEEK_DATA => {
+            if off < 0 {
+                return Err(libc::EINVAL);
+            }
+            if off >= size()? {
+                return Err(libc::ENXIO);
+            }
+            off
+        }
+        libc::SEEK_HOLE => {
+            if off < 0 {
+                return Err(libc::EINVAL);
+            }
+            let s = size()?;
+            if off >= s {
+                return Err(libc::ENXIO);
+            }
+            s
+        }
+        _ => return Err(libc::EINVAL),
+    };
+    if new < 0 {
+        return Err(libc::EINVAL);
+    }
+    if shared {
+        real::lseek(fd, new, libc::SEEK_SET)?;
+    } else {
+        *p = new as u64;
+    }
+    Ok(Do::Done(new))
+}
+
+/// fsync, fdatasync, sync_file_range: every direct operation was durable when it
+/// returned; only what went through the kernel may need the kernel.
+pub fn sync(d: &Desc) -> R<Do<i32>> {
+    if d.kernel_io.load(Ordering::Relaxed) {
+        return Ok(Do::Kernel);
+    }
+    Ok(Do::Done(0))
+}
+
+/// ftruncate.
+pub fn ftruncate(c: &Client, d: &Desc, len: i64) -> R<Do<i32>> {
+    if len < 0 {
+        return Err(libc::EINVAL);
+    }
+    if !d.writable() {
+        return Err(libc::EINVAL);
+    }
+    if !writes_direct(d, c) {
+        return Ok(Do::Kernel);
+    }
+    let ch = SetAttr { size: Some(len as u64), ..Default::default() };
+    c.fs().setattr(d.ino, &ch).map_err(e)?;
+    Ok(Do::Done(0))
+}
+
+/// fallocate (the modes the core has; others go to the kernel).
+pub fn fallocate(c: &Client, d: &Desc, mode: i32, off: i64, len: i64) -> R<Do<i32>> {
+    let m = match mode {
+        0 => FallocMode::default(),
+        libc::FALLOC_FL_KEEP_SIZE => FallocMode { keep_size: true, punch_hole: false },
+        x if x == libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE => {
+            FallocMode { keep_size: true, punch_hole: true }
+        }
+        _ => return Ok(Do::Kernel),
+    };
+    if off < 0 || len <= 0 {
+        return Err(libc::EINVAL);
+    }
+    if !d.writable() {
+        return Err(libc::EBADF);
+    }
+    if !writes_direct(d, c) {
+        return Ok(Do::Kernel);
+    }
+    c.fs().fallocate(d.ino, m, off as u64, len as u64).map_err(e)?;
+    Ok(Do::Done(0))
+}
+
+/// Attributes for fstat / statx.
+pub fn attr(c: &Client, d: &Desc) -> R<ferrite_core::Attr> {
+    c.fs().getattr(d.ino).map_err(e)
+}
+
+/// A read or a write of one side of a copy.
+pub enum Side<'a> {
+    /// A direct descriptor.
+    Direct(&'a Client, &'a Desc, i32),
+    /// A kernel descriptor.
+    Kernel(i32),
+}
+
+impl Side<'_> {
+    /// Read at `off`, or at (and moving) the descriptor's offset.
+    pub fn read(&self, buf: &mut [u8], off: Option<u64>) -> R<usize> {
+        match (self, off) {
+            (Side::Direct(c, d, _), Some(o)) => match pread(c, d, buf, o as i64)? {
+                Do::Done(n) | Do::KernelDone(n) => Ok(n),
+                Do::Kernel => Err(libc::EIO),
+            },
+            (Side::Direct(c, d, fd), None) => match read(c, d, *fd, buf)? {
+                Do::Done(n) | Do::KernelDone(n) => Ok(n),
+                Do::Kernel => Err(libc::EIO),
+            },
+            (Side::Kernel(fd), Some(o)) => real::pread(*fd, buf, o),
+            (Side::Kernel(fd), None) => real::read(*fd, buf),
+        }
+    }
+
+    /// Write at `off`, or at (and moving) the descriptor's offset.
+    pub fn write(&self, data: &[u8], off: Option<u64>) -> R<usize> {
+        let kernel = |fd: i32| match off {
+            Some(o) => real::pwrite(fd, data, o),
+            None => real::write(fd, data),
+        };
+        match self {
+            Side::Direct(c, d, fd) => {
+                let r = match off {
+                    Some(o) => pwrite(c, d, data, o as i64)?,
+                    None => write(c, d, *fd, data)?,
+                };
+                match r {
+                    Do::Done(n) | Do::KernelDone(n) => Ok(n),
+                    Do::Kernel => kernel(*fd),
+                }
+            }
+            Side::Kernel(fd) => kernel(*fd),
+        }
+    }
+}
+
+/// copy_file_range / sendfile between sides, at least one direct: a loop of reads
+/// and writes through a buffer (no kernel copy of a direct side). `off_in` /
+/// `off_out` are advanced when given; otherwise the descriptors' offsets move.
+pub fn copy(
+    src: &Side<'_>,
+    mut off_in: Option<&mut u64>,
+    dst: &Side<'_>,
+    mut off_out: Option<&mut u64>,
+    len: usize,
+) -> R<usize> {
+    const CHUNK: usize = 1 << 20;
+    let mut buf = vec![0u8; len.min(CHUNK)];
+    let mut done = 0usize;
+    while done < len {
+        let want = (len - done).min(buf.len());
+        let n = src.read(&mut buf[..want], off_in.as_deref().copied())?;
+        if n == 0 {
+            break;
+        }
+        let mut w = 0;
+        while w < n {
+            let at = off_out.as_deref().map(|o| o + w as u64);
+            let k = match dst.write(&buf[w..n], at) {
+                Ok(k) => k,
+                Err(err) if done + w == 0 => return Err(err),
+                Err(_) => break,
+            };
+            if k == 0 {
+                break;
+            }
+            w += k;
+        }
+        if let Some(o) = off_in.as_deref_mut() {
+            *o += w as u64;
+        }
+        if let Some(o) = off_out.as_deref_mut() {
+            *o += w as u64;
+        }
+        done += w;
+        if w < n {
+            break;
+        }
+    }
+    Ok(done)
+}

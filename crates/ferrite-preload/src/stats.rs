@@ -1,0 +1,65 @@
+//! Counts of calls on FerriteFS files served here (`direct_calls`) and passed to the
+//! kernel (`kernel_calls`); with `FERRITE_DIRECT_STATS=FILE` each process appends one
+//! JSON line to FILE when it exits.
+//!
+//! Invariants: each thread counts in its own counters (one writer each, no locked
+//! instruction on the hot path); the exit report sums every thread's, live or gone.
+
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+#[derive(Default)]
+struct Counters {
+    direct: AtomicU64,
+    kernel: AtomicU64,
+}
+
+static ALL: Mutex<Vec<Arc<Counters>>> = Mutex::new(Vec::new());
+
+thread_local! {
+    static MINE: Arc<Counters> = {
+        let c = Arc::new(Counters::default());
+        ALL.lock().push(c.clone());
+        c
+    };
+}
+
+fn bump(f: impl Fn(&Counters) -> &AtomicU64) {
+    let _ = MINE.try_with(|c| {
+        let a = f(c);
+        a.store(a.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    });
+}
+
+/// A call on a FerriteFS file served without the kernel.
+pub fn direct() {
+    bump(|c| &c.direct);
+}
+
+/// A call on a FerriteFS file that went to the kernel.
+pub fn kernel() {
+    bump(|c| &c.kernel);
+}
+
+/// (direct, kernel) summed over every thread.
+pub fn totals() -> (u64, u64) {
+    ALL.lock().iter().fold((0, 0), |(d, k), c| {
+        (d + c.direct.load(Ordering::Relaxed), k + c.kernel.load(Ordering::Relaxed))
+    })
+}
+
+/// After fork, in the child: the parent's counters are not ours.
+pub fn reset_after_fork() {
+    crate::statics::unlock_after_fork(&ALL);
+    for c in ALL.lock().iter() {
+        c.direct.store(0, Ordering::Relaxed);
+        c.kernel.store(0, Ordering::Relaxed);
+    }
+}
+
+/// The exit report line.
+pub fn line() -> String {
+    let (d, k) = totals();
+    format!("{{\"pid\":{},\"direct_calls\":{d},\"kernel_calls\":{k}}}\n", std::process::id())
+}
