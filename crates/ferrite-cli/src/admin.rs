@@ -37,6 +37,44 @@ pub struct MkfsArgs {
     /// Inode slots (default: one per 8 KiB of pool).
     #[arg(long, default_value_t = 0)]
     inodes: u64,
+    /// Give this group (name or number) direct access: the pool file becomes mode
+    /// 0660 with that group (default 0600: only the owner may map the pool).
+    #[arg(long, value_name = "GROUP")]
+    group: Option<String>,
+}
+
+/// The pool file's permissions decide who may map it, and so read and write every
+/// file in it whatever their own modes: a warning when others may.
+pub fn access_warning(pool: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(pool).ok()?.permissions().mode();
+    (mode & 0o007 != 0).then(|| {
+        format!(
+            "pool file {} is {} by others (mode {:04o}): any local user can read or change every \
+             file in the pool through it, whatever the files' own modes; `chmod o-rwx` it",
+            pool.display(),
+            match (mode & 0o004 != 0, mode & 0o002 != 0) {
+                (true, true) => "readable and writable",
+                (true, false) => "readable",
+                _ => "writable",
+            },
+            mode & 0o7777
+        )
+    })
+}
+
+fn group_id(g: &str) -> Result<u32, String> {
+    if let Ok(n) = g.parse::<u32>() {
+        return Ok(n);
+    }
+    let text = std::fs::read_to_string("/etc/group").map_err(|e| format!("/etc/group: {e}"))?;
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() >= 3 && f[0] == g).then(|| f[2].parse().ok()).flatten()
+        })
+        .next()
+        .ok_or_else(|| format!("no group named {g:?}"))
 }
 
 pub fn mkfs(a: &MkfsArgs) -> i32 {
@@ -55,6 +93,13 @@ pub fn mkfs(a: &MkfsArgs) -> i32 {
         return 1;
     }
     let size = a.size / 4096 * 4096;
+    let gid = match a.group.as_deref().map(group_id).transpose() {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("ferrite mkfs: --group: {e}");
+            return 1;
+        }
+    };
     let m = match MmapMedium::create(&a.pool, size, &MapOptions::default()) {
         Ok(m) => m,
         Err(e) => {
@@ -72,6 +117,16 @@ pub fn mkfs(a: &MkfsArgs) -> i32 {
     };
     match Fs::mkfs(m, &opts).and_then(|fs| fs.unmount()) {
         Ok(_) => {
+            if let Some(g) = gid {
+                use std::os::unix::fs::PermissionsExt;
+                let r = std::os::unix::fs::chown(&a.pool, None, Some(g)).and_then(|_| {
+                    std::fs::set_permissions(&a.pool, std::fs::Permissions::from_mode(0o660))
+                });
+                if let Err(e) = r {
+                    eprintln!("ferrite mkfs: giving group {g} access: {e}");
+                    return 1;
+                }
+            }
             println!(
                 "formatted {} ({} bytes, {} shards, mode: {})",
                 a.pool.display(),
@@ -128,6 +183,7 @@ struct Info {
     flush_instruction: String,
     nt_threshold: usize,
     geometry: ferrite_core::layout::Geometry,
+    warnings: Vec<String>,
 }
 
 pub fn info(a: &InfoArgs) -> i32 {
@@ -185,6 +241,7 @@ pub fn info(a: &InfoArgs) -> i32 {
         flush_instruction: format!("{:?}", cfg.flush),
         nt_threshold: cfg.nt_threshold,
         geometry: g,
+        warnings: access_warning(&a.pool).into_iter().collect(),
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&info).expect("serialisable"));
@@ -215,6 +272,9 @@ pub fn info(a: &InfoArgs) -> i32 {
             "flush:         {} (non-temporal copies from {} bytes)",
             info.flush_instruction, info.nt_threshold
         );
+        for w in &info.warnings {
+            println!("warning:       {w}");
+        }
     }
     0
 }
@@ -253,6 +313,9 @@ pub fn fsck(a: &FsckArgs) -> i32 {
         }
     };
     let mount = fs.mount_report().clone();
+    if let Some(w) = access_warning(&a.pool) {
+        eprintln!("ferrite fsck: warning: {w}");
+    }
     let r = match fs.fsck() {
         Ok(r) => r,
         Err(e) => {

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+mod run;
 mod tools;
 
 use clap::{Parser, Subcommand};
@@ -56,6 +57,9 @@ enum Cmd {
     Export(tools::ExportArgs),
     /// Mount a pool with FUSE (creating it with --create SIZE); see docs/FUSE.md.
     Mount(ferrite_fuse::MountArgs),
+    /// Run a command with direct access to FerriteFS mounts (the preload library);
+    /// see docs/DIRECT-ACCESS.md.
+    Run(run::RunArgs),
     /// Unmount a FUSE mount and wait until its daemon has released the pool.
     Umount(ferrite_fuse::UmountArgs),
     /// Benchmark FerriteFS against tmpfs, ext4, its FUSE mount and the hardware limit;
@@ -81,6 +85,7 @@ fn main() -> ExitCode {
         Cmd::Import(a) => tools::import(&a),
         Cmd::Export(a) => tools::export(&a),
         Cmd::Mount(a) => ferrite_fuse::run_mount(&a),
+        Cmd::Run(a) => run::run(&a),
         Cmd::Umount(a) => ferrite_fuse::run_umount(&a),
         Cmd::Bench(a) => ferrite_bench::run(&a),
         Cmd::Crashtest(a) => ferrite_crash::run(&a),

@@ -439,11 +439,11 @@ impl Side {
                                         " a={}.{}/{}.{}",
                                         sec, ns, s.st_atime, s.st_atime_nsec
                                     );
-                                    let same = s.st_atime == sec && s.st_atime_nsec as i64 == ns;
+                                    let same = s.st_atime == sec && s.st_atime_nsec == ns;
                                     out += if same { " a-same" } else { " a-DIFF" };
                                 }
                                 if let Some((sec, ns)) = mtime.filter(|t| t.1 != rfs::UTIME_NOW) {
-                                    let same = s.st_mtime == sec && s.st_mtime_nsec as i64 == ns;
+                                    let same = s.st_mtime == sec && s.st_mtime_nsec == ns;
                                     out += if same { " m-same" } else { " m-DIFF" };
                                 }
                                 stat = Some(s);
@@ -580,10 +580,15 @@ impl History {
                 self.fwd.insert(ri, mi);
             }
         }
-        let now = [
-            ((r.st_mtime, r.st_mtime_nsec), (r.st_ctime, r.st_ctime_nsec)),
-            ((m.st_mtime, m.st_mtime_nsec), (m.st_ctime, m.st_ctime_nsec)),
-        ];
+        // (The nanosecond fields' type depends on rustix's backend.)
+        #[allow(clippy::unnecessary_cast)]
+        let t = |s: &rfs::Stat| -> Times {
+            (
+                (s.st_mtime as i64, s.st_mtime_nsec as u64),
+                (s.st_ctime as i64, s.st_ctime_nsec as u64),
+            )
+        };
+        let now = [t(r), t(m)];
         if let Some(old) = self.times.insert(ri, now) {
             for (k, name) in [(0usize, "mtime"), (1, "ctime")] {
                 let pick = |x: &Times| if k == 0 { x.0 } else { x.1 };

@@ -861,7 +861,12 @@ impl<M: Medium> Fs<M> {
         let txid = match &self.share {
             Some(p) => {
                 let t = p.table();
-                t.lock_journal(shard, p.id(), None, &|| p.check())?;
+                t.lock_journal(shard, p.id(), None, &|slept| {
+                    if slept == crate::share::LONG_WAIT {
+                        p.report_wait(&format!("journal {shard}"), t.journal_holder(shard));
+                    }
+                    p.check()
+                })?;
                 if let Err(e) = p.check() {
                     t.unlock_journal(shard, p.id());
                     return Err(e);

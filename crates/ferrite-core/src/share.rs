@@ -104,6 +104,8 @@ const E_DIRTY: usize = 4; // two words
 
 /// How long a waiter sleeps before it checks again that the holder's side is alive.
 const WAIT_SLICE: Duration = Duration::from_millis(20);
+/// Sleeps after which a waiter says who it waits for.
+pub(crate) const LONG_WAIT: u32 = 250;
 
 /// Memory shared by the parties: 32-bit words and one owner byte per block.
 pub trait Region: Send + Sync + 'static {
@@ -241,8 +243,10 @@ impl Table {
 
     fn entry(&self, ino: u64) -> &[AtomicU32] {
         assert!(ino >= 1 && ino <= self.ninodes, "inode {ino} out of range");
-        let s =
-            HEADER_WORDS + MAX_PARTIES as usize * PARTY_WORDS + (ino - 1) as usize * ENTRY_WORDS;
+        let s = HEADER_WORDS
+            + MAX_JOURNALS * JOURNAL_WORDS
+            + MAX_PARTIES as usize * PARTY_WORDS
+            + (ino - 1) as usize * ENTRY_WORDS;
         &self.r.words()[s..s + ENTRY_WORDS]
     }
 
@@ -358,7 +362,7 @@ impl Table {
         ino: u64,
         p: u32,
         steal_from: Option<u32>,
-        alive: &dyn Fn() -> Result<()>,
+        alive: &dyn Fn(u32) -> Result<()>,
     ) -> Result<()> {
         lock_word(&self.entry(ino)[E_LOCK], p, steal_from, alive)
     }
@@ -376,7 +380,7 @@ impl Table {
         shard: u32,
         p: u32,
         steal_from: Option<u32>,
-        alive: &dyn Fn() -> Result<()>,
+        alive: &dyn Fn(u32) -> Result<()>,
     ) -> Result<()> {
         lock_word(&self.journal_words(shard)[J_LOCK], p, steal_from, alive)
     }
@@ -507,15 +511,17 @@ impl Table {
 }
 
 /// Take a lock word for party `p` (0 = free, else holder + 1, bit 31 = waiters).
+/// `alive` is asked after every sleep, with the number of sleeps so far.
 fn lock_word(
     w: &AtomicU32,
     p: u32,
     steal_from: Option<u32>,
-    alive: &dyn Fn() -> Result<()>,
+    alive: &dyn Fn(u32) -> Result<()>,
 ) -> Result<()> {
     let me = p + 1;
     let mut want = me;
     let mut spins = 0u32;
+    let mut slept = 0u32;
     loop {
         let cur = w.load(Ordering::Relaxed);
         if cur & HOLDER_MASK == 0 {
@@ -548,17 +554,35 @@ fn lock_word(
         }
         want = me | WAITERS;
         futex::wait(w, cur | WAITERS, WAIT_SLICE);
-        alive()?;
+        slept += 1;
+        alive(slept)?;
     }
 }
 
 /// Release a lock word held by party `p`.
 fn unlock_word(w: &AtomicU32, p: u32) {
-    let prev = w.swap(0, Ordering::Release);
-    debug_assert_eq!(prev & HOLDER_MASK, p + 1, "unlock by a non-holder");
-    if prev & WAITERS != 0 {
+    let mut cur = w.load(Ordering::Relaxed);
+    loop {
+        if cur & HOLDER_MASK != p + 1 {
+            // Never release another party's lock: that would let two parties write
+            // one log. A programming error, loud in tests.
+            debug_assert!(false, "party {p} releases a lock held by {}", cur & HOLDER_MASK);
+            eprintln!("ferrite: party {p} released a lock it does not hold ({cur:#x}); ignored");
+            return;
+        }
+        match w.compare_exchange_weak(cur, 0, Ordering::Release, Ordering::Relaxed) {
+            Ok(_) => break,
+            Err(c) => cur = c,
+        }
+    }
+    if cur & WAITERS != 0 {
         futex::wake_all(w);
     }
+}
+
+fn debug_locks() -> bool {
+    static D: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *D.get_or_init(|| std::env::var_os("FERRITE_DEBUG_LOCKS").is_some())
 }
 
 /// What a client needs from the daemon besides the table: blocks.
@@ -619,7 +643,20 @@ impl Party {
 
     /// Take `ino`'s write lock (then check this party may still commit).
     pub fn lock(&self, ino: u64) -> Result<()> {
-        self.table.lock(ino, self.id, None, &|| self.check())?;
+        if debug_locks() {
+            eprintln!(
+                "lock {} ino {ino} by party {} thread {:?}",
+                std::process::id(),
+                self.id,
+                std::thread::current().id()
+            );
+        }
+        self.table.lock(ino, self.id, None, &|slept| {
+            if slept == LONG_WAIT {
+                self.report_wait(&format!("inode {ino}"), self.table.holder(ino));
+            }
+            self.check()
+        })?;
         if let Err(e) = self.check() {
             self.table.unlock(ino, self.id);
             return Err(e);
@@ -630,8 +667,29 @@ impl Party {
         Ok(())
     }
 
+    /// Say who keeps this party waiting (once per long wait: a stopped process
+    /// holding a lock is a reason a user can act on).
+    pub fn report_wait(&self, what: &str, holder: Option<u32>) {
+        if let Some(h) = holder {
+            eprintln!(
+                "ferrite: pid {} has waited {} s for {what}, held by pid {} (party {h})",
+                std::process::id(),
+                (WAIT_SLICE * LONG_WAIT).as_secs(),
+                self.table.party_pid(h),
+            );
+        }
+    }
+
     /// Release `ino`'s write lock.
     pub fn unlock(&self, ino: u64) {
+        if debug_locks() {
+            eprintln!(
+                "unlock {} ino {ino} by party {} thread {:?}",
+                std::process::id(),
+                self.id,
+                std::thread::current().id()
+            );
+        }
         self.table.unlock(ino, self.id);
     }
 
@@ -726,9 +784,25 @@ mod tests {
         let t = table();
         let p = t.claim_party(1).unwrap();
         assert!(t.try_lock(5, p));
-        t.lock(5, DAEMON, Some(p), &|| Ok(())).unwrap();
+        t.lock(5, DAEMON, Some(p), &|_| Ok(())).unwrap();
         assert_eq!(t.holder(5), Some(DAEMON));
         t.unlock(5, DAEMON);
+    }
+
+    /// Regression: the inode entries once ignored the journal section and overlapped
+    /// the party slots (a client waited forever on a party state it took for a lock).
+    #[test]
+    fn regions_do_not_overlap() {
+        let t = table();
+        let base = |w: &AtomicU32| w as *const AtomicU32 as usize;
+        let last_journal = base(&t.journal_words(MAX_JOURNALS as u32 - 1)[JOURNAL_WORDS - 1]);
+        let first_party = base(&t.party_words(0)[0]);
+        let last_party = base(&t.party_words(MAX_PARTIES - 1)[PARTY_WORDS - 1]);
+        let first_entry = base(&t.entry(1)[0]);
+        let last_entry = base(&t.entry(t.ninodes())[ENTRY_WORDS - 1]);
+        assert!(last_journal < first_party && last_party < first_entry);
+        let (w, _) = Table::sizes(t.ninodes(), 64);
+        assert_eq!((last_entry - base(&t.r.words()[0])) / 4, w - 1, "entries end the word area");
     }
 
     #[test]

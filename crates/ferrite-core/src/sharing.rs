@@ -431,7 +431,7 @@ impl<M: Medium> Fs<M> {
         // or roll it back as crash recovery would, before its inode is looked at.
         for shard in 0..self.geo.nshards {
             if t.journal_holder(shard) == Some(party) {
-                t.lock_journal(shard, DAEMON, Some(party), &|| Ok(()))?;
+                t.lock_journal(shard, DAEMON, Some(party), &|_| Ok(()))?;
                 let r = crate::journal::recover(&self.m, &self.geo, shard);
                 self.m.fence();
                 t.unlock_journal(shard, DAEMON);
@@ -445,7 +445,7 @@ impl<M: Medium> Fs<M> {
             out.inodes += 1;
             // Wait for (or take over) the party's lock: after this, nothing of it runs
             // on this inode.
-            t.lock(ino, DAEMON, Some(party), &|| Ok(()))?;
+            t.lock(ino, DAEMON, Some(party), &|_| Ok(()))?;
             let r = self.adopt_inode(ino, party);
             t.clear_dirty(ino, party);
             t.unlock(ino, DAEMON);

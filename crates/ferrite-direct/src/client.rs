@@ -320,6 +320,12 @@ impl Drop for Client {
 /// (or took direct access back): stop committing, wait for operations in flight,
 /// release the pool.
 fn watch(fs: Arc<Fs<MmapMedium>>, conn: Arc<Conn>, dead: Arc<AtomicBool>, party: u32) {
+    // The program's signal handlers must run on its own threads, not on this one.
+    let _ = nix::sys::signal::pthread_sigmask(
+        nix::sys::signal::SigmaskHow::SIG_BLOCK,
+        Some(&nix::sys::signal::SigSet::all()),
+        None,
+    );
     loop {
         let mut p = [PollFd::new(conn.fd.as_fd(), PollFlags::from_bits_retain(libc::POLLRDHUP))];
         let r = poll(&mut p, PollTimeout::NONE);

@@ -1082,6 +1082,11 @@ pub unsafe extern "C" fn mmap(
             d.kernel_io.store(true, Ordering::Relaxed);
             stats::kernel();
             drop(e);
+            // The kernel's size of the file predates the direct writes: have it ask
+            // the daemon again, or the mapping would fault (SIGBUS) past its old end.
+            // SAFETY: a zeroed stat buffer, valid for the call.
+            let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+            let _ = forward!(fstat64(fd, &mut st), -1);
         }
     }
     forward!(mmap64(addr, len, prot, flags, fd, off), libc::MAP_FAILED)
@@ -1259,12 +1264,25 @@ pub(crate) extern "C" fn at_fork_parent() {
 }
 
 pub(crate) extern "C" fn at_fork_child() {
+    table::fork_done(true);
+    // What follows closes descriptors: those calls must go straight to the C library.
+    let _inside = table::inside_guard();
+    exit_reset();
     mounts::after_fork_child();
     stats::reset_after_fork();
-    table::fork_done(true);
+}
+
+static EXITED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A forked child has its own exit report to write.
+pub(crate) fn exit_reset() {
+    EXITED.store(false, Ordering::Release);
 }
 
 pub(crate) extern "C" fn at_exit() {
+    if EXITED.swap(true, Ordering::AcqRel) {
+        return;
+    }
     let _e = table::enter();
     if let Some(path) = std::env::var_os("FERRITE_DIRECT_STATS") {
         use std::io::Write;
@@ -1277,6 +1295,21 @@ pub(crate) extern "C" fn at_exit() {
             c.exiting();
         }
     }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _exit(code: c_int) -> ! {
+    // Programs that end their worker processes with _exit (fio does) still report.
+    at_exit();
+    // SAFETY: ends the process; nothing runs after it.
+    unsafe { libc::syscall(libc::SYS_exit_group, code) };
+    unreachable!("exit_group returned")
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(code: c_int) -> ! {
+    // SAFETY: same as _exit.
+    unsafe { _exit(code) }
 }
 
 /// Register the fork and exit handlers.

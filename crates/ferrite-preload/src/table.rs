@@ -174,6 +174,21 @@ impl Drop for Entered {
     }
 }
 
+/// Marks this thread inside a hook (without the fork gate) while it lives: for this
+/// library's own work outside any hook (fork handlers).
+pub struct Inside(bool);
+
+/// See [`Inside`].
+pub fn inside_guard() -> Inside {
+    Inside(IN_HOOK.try_with(|c| c.replace(true)).unwrap_or(true))
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        let _ = IN_HOOK.try_with(|c| c.set(self.0));
+    }
+}
+
 /// Is this thread inside a hook?
 pub fn inside() -> bool {
     IN_HOOK.try_with(|c| c.get()).unwrap_or(true)

@@ -296,3 +296,48 @@ impl Rng {
         v
     }
 }
+
+/// The preload library built beside the `ferrite` binary under test (scripts/test.sh
+/// builds the workspace first). A library older than the binary is refused: it
+/// would test old code.
+pub fn preload_lib() -> PathBuf {
+    let bin = Path::new(ferrite());
+    let lib = bin.with_file_name("libferrite_preload.so");
+    let age = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    match (age(&lib), age(bin)) {
+        (Some(l), Some(b)) if l + Duration::from_secs(600) >= b => lib,
+        (Some(_), _) => panic!(
+            "{} is older than {}: run `cargo build --workspace`",
+            lib.display(),
+            bin.display()
+        ),
+        (None, _) => panic!("{} is missing: run `cargo build --workspace`", lib.display()),
+    }
+}
+
+/// One process's line of FERRITE_DIRECT_STATS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirectStats {
+    /// Process id.
+    pub pid: u64,
+    /// Calls served by the library.
+    pub direct: u64,
+    /// Calls on FerriteFS files passed to the kernel.
+    pub kernel: u64,
+}
+
+/// Every line of a FERRITE_DIRECT_STATS file.
+pub fn direct_stats(path: &Path) -> Vec<DirectStats> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("stats line {l:?}: {e}"));
+            DirectStats {
+                pid: v["pid"].as_u64().expect("pid"),
+                direct: v["direct_calls"].as_u64().expect("direct_calls"),
+                kernel: v["kernel_calls"].as_u64().expect("kernel_calls"),
+            }
+        })
+        .collect()
+}

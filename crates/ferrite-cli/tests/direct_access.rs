@@ -1,0 +1,667 @@
+//! Direct access (docs/DIRECT-ACCESS.md): processes started with the preload library
+//! read and write files of a mount through their own mapping of the pool, while
+//! plain processes keep using the mount, and every POSIX promise holds across them:
+//! one offset per open file description across dup, fork and exec; O_APPEND writers
+//! in several processes losing nothing; a write seen at once by every reader, the
+//! kernel's page cache included; a client killed mid-write losing no acknowledged
+//! write and no block; a daemon killed under its clients leaving them with errors,
+//! not hangs; a process that may not open the pool file quietly using the mount.
+//!
+//! The preloaded processes are this test binary run again (`child_*` tests, ignored
+//! in a normal run) with LD_PRELOAD set; they take their arguments from FT_*
+//! variables and talk to the parent in lines starting with `FT `.
+
+mod fuse_util;
+
+use fuse_util::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+/// This binary, running the ignored test `name` with the preload library.
+fn child(name: &str) -> Command {
+    let mut c = Command::new(std::env::current_exe().expect("test binary"));
+    c.args([name, "--exact", "--ignored", "--nocapture", "--test-threads=1", "-q"]);
+    c.env("LD_PRELOAD", preload_lib());
+    c.env_remove("FERRITE_MOUNTS");
+    c
+}
+
+fn env(k: &str) -> String {
+    std::env::var(k).unwrap_or_else(|_| panic!("{k} not set"))
+}
+
+fn env_n(k: &str) -> u64 {
+    env(k).parse().expect("a number")
+}
+
+/// Send a protocol line to the parent.
+fn say(msg: &str) {
+    let mut o = std::io::stdout();
+    writeln!(o, "FT {msg}").unwrap();
+    o.flush().unwrap();
+}
+
+/// Read protocol lines from a child until `f` says stop; returns the last one.
+fn listen(out: &mut BufReader<ChildStdout>, mut f: impl FnMut(&str) -> bool) -> String {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if out.read_line(&mut line).expect("child output") == 0 {
+            return String::new();
+        }
+        if let Some(msg) = line.trim_end().strip_prefix("FT ") {
+            if !f(msg) {
+                return msg.to_string();
+            }
+        }
+    }
+}
+
+fn wait_ok(mut c: Child, what: &str) {
+    let st = c.wait().expect("wait");
+    let mut err = String::new();
+    if let Some(mut e) = c.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    assert!(st.success(), "{what} failed ({st}):\n{err}");
+}
+
+fn run_child(c: &mut Command, what: &str) -> String {
+    let out = c.output().expect("spawn child");
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn statvfs_free(p: &Path) -> u64 {
+    let s = rustix::fs::statvfs(p).expect("statvfs");
+    s.f_bfree
+}
+
+// ------------------------------------------------------------ basic data path
+
+#[test]
+#[ignore = "run by preloaded_process_reads_and_writes_directly"]
+fn child_rw() {
+    let p = PathBuf::from(env("FT_PATH"));
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    let mut model = Vec::new();
+    let put = |m: &mut Vec<u8>, off: usize, d: &[u8]| {
+        if m.len() < off + d.len() {
+            m.resize(off + d.len(), 0);
+        }
+        m[off..off + d.len()].copy_from_slice(d);
+    };
+    for i in 0..300usize {
+        let d: Vec<u8> = (0..(i * 37 % 9000 + 1)).map(|k| (i + k) as u8).collect();
+        let off = i * 1013 % 50_000;
+        f.write_all_at(&d, off as u64).unwrap();
+        put(&mut model, off, &d);
+    }
+    // Sequential writes and reads move the offset.
+    use std::io::Seek;
+    f.seek(std::io::SeekFrom::Start(10)).unwrap();
+    f.write_all(b"offset ten").unwrap();
+    put(&mut model, 10, b"offset ten");
+    assert_eq!(f.stream_position().unwrap(), 20);
+    f.seek(std::io::SeekFrom::Start(10)).unwrap();
+    let mut b = [0u8; 10];
+    f.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"offset ten");
+    assert_eq!(f.seek(std::io::SeekFrom::End(0)).unwrap(), model.len() as u64);
+    // Vectored writes land together.
+    let n = f
+        .write_vectored(&[std::io::IoSlice::new(b"vec"), std::io::IoSlice::new(b"tored")])
+        .unwrap();
+    assert_eq!(n, 8);
+    let end = model.len();
+    put(&mut model, end, b"vectored");
+    // fstat is current, truncation too.
+    assert_eq!(f.metadata().unwrap().len(), model.len() as u64);
+    f.set_len(40_000).unwrap();
+    model.resize(40_000, 0);
+    assert_eq!(f.metadata().unwrap().len(), 40_000);
+    f.sync_all().unwrap();
+    let mut all = Vec::new();
+    f.seek(std::io::SeekFrom::Start(0)).unwrap();
+    f.read_to_end(&mut all).unwrap();
+    assert!(all == model, "read back differs");
+    // A copy inside the mount (copy_file_range) and an append-only descriptor.
+    let q = p.with_extension("copy");
+    let mut g = std::fs::File::create(&q).unwrap();
+    f.seek(std::io::SeekFrom::Start(0)).unwrap();
+    assert_eq!(std::io::copy(&mut f, &mut g).unwrap(), 40_000);
+    let mut a = std::fs::OpenOptions::new().append(true).open(&q).unwrap();
+    a.write_all(b"tail").unwrap();
+    assert_eq!(std::fs::read(&q).unwrap().len(), 40_004);
+    drop((f, g, a));
+    std::fs::write(p.with_extension("model"), &model).unwrap();
+}
+
+#[test]
+fn preloaded_process_reads_and_writes_directly() {
+    let mut m = Mount::new("direct-rw", "256M", "");
+    let stats = m.scratch().join("stats");
+    let p = m.path("data");
+    run_child(
+        child("child_rw").env("FT_PATH", &p).env("FERRITE_DIRECT_STATS", &stats),
+        "preloaded child",
+    );
+    // A plain process (this one) sees what the preloaded one wrote.
+    let model = std::fs::read(p.with_extension("model")).unwrap();
+    assert!(std::fs::read(&p).unwrap() == model, "plain read differs from what was written");
+    let copy = std::fs::read(p.with_extension("copy")).unwrap();
+    assert_eq!(&copy[..40_000], &model[..]);
+    assert_eq!(&copy[40_000..], b"tail");
+    let s = direct_stats(&stats);
+    assert_eq!(s.len(), 1, "one stats line per process: {s:?}");
+    assert!(s[0].direct > 300, "the data path was served directly: {s:?}");
+    assert!(s[0].kernel < s[0].direct / 10, "few calls reached the kernel: {s:?}");
+    // Few writes reached the daemon (the test process's own reads did).
+    m.umount();
+    assert!(m.log_text().contains("1 clients attached"), "{}", m.log_text());
+    let (_, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "{:?}", fsck.errors);
+}
+
+// ------------------------------------------------------- dup, fork and exec
+
+#[test]
+#[ignore = "run by descriptions_are_shared_across_dup_fork_and_exec"]
+fn child_descriptions() {
+    let p = std::ffi::CString::new(env("FT_PATH")).unwrap();
+    // SAFETY: plain libc calls with valid arguments; fork's child only writes, then _exits.
+    unsafe {
+        let fd = libc::open(
+            p.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+            0o644,
+        );
+        assert!(fd >= 0);
+        let w = |fd: i32, s: &[u8]| {
+            assert_eq!(libc::write(fd, s.as_ptr() as *const _, s.len()), s.len() as isize)
+        };
+        w(fd, b"abc");
+        let d = libc::dup(fd);
+        w(d, b"def");
+        let d2 = libc::dup2(fd, 100);
+        assert_eq!(d2, 100);
+        w(100, b"ghi");
+        let d3 = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 200);
+        assert!(d3 >= 200);
+        w(d3, b"jkl");
+        // fork: one description, one offset, shared with the child.
+        let pid = libc::fork();
+        if pid == 0 {
+            w(fd, b"mno");
+            libc::_exit(0);
+        }
+        let mut st = 0;
+        assert_eq!(libc::waitpid(pid, &mut st, 0), pid);
+        assert_eq!(libc::WEXITSTATUS(st), 0);
+        w(fd, b"pqr");
+        assert_eq!(libc::lseek(d, 0, libc::SEEK_CUR), 18);
+        // exec: a descriptor without FD_CLOEXEC survives and keeps working there.
+        let keep = libc::dup(fd);
+        let gone = libc::dup(fd);
+        libc::fcntl(gone, libc::F_SETFD, libc::FD_CLOEXEC);
+        let mut c = Command::new(std::env::current_exe().unwrap());
+        c.args(["child_exec_writer", "--exact", "--ignored", "--nocapture", "-q"])
+            .env("FT_FD", keep.to_string())
+            .env("FT_GONE", gone.to_string());
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "exec'd child: {}", String::from_utf8_lossy(&out.stderr));
+        w(fd, b"vwx");
+        assert_eq!(libc::lseek(fd, 0, libc::SEEK_CUR), 24);
+        // The flags the program set are what it reads back.
+        assert_eq!(libc::fcntl(fd, libc::F_GETFL) & libc::O_DIRECT, 0);
+        let mut buf = [0u8; 64];
+        let n = libc::pread(d, buf.as_mut_ptr() as *mut _, 64, 0);
+        assert_eq!(&buf[..n as usize], b"abcdefghijklmnopqrstuvwx");
+        for x in [fd, d, d2, d3, keep, gone] {
+            assert_eq!(libc::close(x), 0);
+        }
+    }
+}
+
+#[test]
+#[ignore = "run by child_descriptions"]
+fn child_exec_writer() {
+    let fd: i32 = env("FT_FD").parse().unwrap();
+    let gone: i32 = env("FT_GONE").parse().unwrap();
+    // SAFETY: plain libc calls on inherited descriptors.
+    unsafe {
+        assert_eq!(libc::fcntl(gone, libc::F_GETFD), -1, "an O_CLOEXEC descriptor survived exec");
+        assert_eq!(libc::lseek(fd, 0, libc::SEEK_CUR), 18, "inherited offset");
+        assert_eq!(libc::write(fd, b"stu".as_ptr() as *const _, 3), 3);
+    }
+}
+
+#[test]
+fn descriptions_are_shared_across_dup_fork_and_exec() {
+    let m = Mount::new("direct-desc", "128M", "");
+    let p = m.path("shared");
+    let stats = m.scratch().join("stats");
+    run_child(
+        child("child_descriptions").env("FT_PATH", &p).env("FERRITE_DIRECT_STATS", &stats),
+        "descriptions",
+    );
+    assert_eq!(std::fs::read(&p).unwrap(), b"abcdefghijklmnopqrstuvwx");
+    let s = direct_stats(&stats);
+    assert_eq!(s.len(), 3, "parent, fork child and exec'd child each report: {s:?}");
+    assert!(s.iter().all(|x| x.direct > 0), "every process wrote directly: {s:?}");
+}
+
+// -------------------------------------------------------- O_APPEND writers
+
+#[test]
+#[ignore = "run by appends_from_four_processes_interleave_whole"]
+fn child_appender() {
+    let p = PathBuf::from(env("FT_PATH"));
+    let me = env_n("FT_ID");
+    let n = env_n("FT_N");
+    let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+    for i in 0..n {
+        let rec = format!("<{me}:{i:06}>");
+        let mut r = rec.into_bytes();
+        r.resize(63, b'.');
+        r.push(b'\n');
+        f.write_all(&r).unwrap();
+    }
+}
+
+#[test]
+fn appends_from_four_processes_interleave_whole() {
+    const N: u64 = 800;
+    let m = Mount::new("direct-append", "128M", "");
+    let p = m.path("log");
+    std::fs::write(&p, b"").unwrap();
+    let kids: Vec<Child> = (0..4)
+        .map(|id| {
+            child("child_appender")
+                .env("FT_PATH", &p)
+                .env("FT_ID", id.to_string())
+                .env("FT_N", N.to_string())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for k in kids {
+        wait_ok(k, "appender");
+    }
+    let data = std::fs::read(&p).unwrap();
+    assert_eq!(data.len() as u64, 4 * N * 64, "records lost or torn");
+    let mut seen = std::collections::HashSet::new();
+    for rec in data.chunks(64) {
+        assert_eq!(rec[63], b'\n', "a record was torn: {:?}", String::from_utf8_lossy(rec));
+        let s = String::from_utf8_lossy(rec).trim_end_matches(['.', '\n']).to_string();
+        assert!(seen.insert(s.clone()), "record {s} twice");
+    }
+    assert_eq!(seen.len() as u64, 4 * N);
+}
+
+// --------------------------------------- plain and preloaded processes mixed
+
+#[test]
+#[ignore = "run by plain_and_preloaded_processes_see_each_other_at_once"]
+fn child_step_writer() {
+    let p = PathBuf::from(env("FT_PATH"));
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    for step in 0..env_n("FT_STEPS") {
+        let d = vec![b'a' + (step % 26) as u8; 5000];
+        f.write_all_at(&d, 0).unwrap();
+        say(&format!("wrote {step}"));
+        let l = lines.next().unwrap().unwrap();
+        assert_eq!(l, "next");
+        // And read what the plain process wrote meanwhile.
+        let mut b = vec![0u8; 100];
+        f.read_exact_at(&mut b, 10_000).unwrap();
+        assert!(b.iter().all(|&x| x == b'A' + (step % 26) as u8), "stale read of the plain write");
+    }
+}
+
+#[test]
+fn plain_and_preloaded_processes_see_each_other_at_once() {
+    const STEPS: u64 = 20;
+    let m = Mount::new("direct-mixed", "128M", "");
+    let p = m.path("f");
+    std::fs::write(&p, vec![0u8; 20_000]).unwrap();
+    // A plain reader with the kernel's page cache, open before and during the
+    // preloaded writer's life, and one opened after it.
+    let early = std::fs::File::open(&p).unwrap();
+    let mut warm = vec![0u8; 5000];
+    early.read_exact_at(&mut warm, 0).unwrap();
+    let plain_w = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    let mut c = child("child_step_writer")
+        .env("FT_PATH", &p)
+        .env("FT_STEPS", STEPS.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut inp = c.stdin.take().unwrap();
+    for step in 0..STEPS {
+        let got = listen(&mut out, |_| false);
+        assert_eq!(got, format!("wrote {step}"), "child stopped");
+        let want = b'a' + (step % 26) as u8;
+        let mut b = vec![0u8; 5000];
+        early.read_exact_at(&mut b, 0).unwrap();
+        assert!(b.iter().all(|&x| x == want), "page-cached reader saw stale data at step {step}");
+        let late = std::fs::File::open(&p).unwrap();
+        late.read_exact_at(&mut b, 0).unwrap();
+        assert!(b.iter().all(|&x| x == want), "new reader saw stale data at step {step}");
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 20_000);
+        plain_w.write_all_at(&[b'A' + (step % 26) as u8; 100], 10_000).unwrap();
+        writeln!(inp, "next").unwrap();
+        inp.flush().unwrap();
+    }
+    drop(inp);
+    wait_ok(c, "step writer");
+}
+
+// ---------------------------------------------------------------- deaths
+
+#[test]
+#[ignore = "run by a_client_killed_mid_write_loses_nothing_acknowledged"]
+fn child_acked_writer() {
+    let p = PathBuf::from(env("FT_PATH"));
+    let f = std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(&p).unwrap();
+    for i in 0u64.. {
+        let rec = vec![(i % 251) as u8 + 1; 4096];
+        match f.write_all_at(&rec, i * 4096) {
+            Ok(()) => say(&format!("ack {i}")),
+            Err(e) => {
+                say(&format!("error {}", e.raw_os_error().unwrap_or(0)));
+                return;
+            }
+        }
+    }
+}
+
+fn acked_child(p: &Path) -> (Child, BufReader<ChildStdout>) {
+    let mut c = child("child_acked_writer")
+        .env("FT_PATH", p)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(c.stdout.take().unwrap());
+    (c, out)
+}
+
+fn check_acked(data: &[u8], acked: u64) {
+    for i in 0..=acked {
+        let r = &data[(i * 4096) as usize..((i + 1) * 4096) as usize];
+        assert!(r.iter().all(|&x| x == (i % 251) as u8 + 1), "acknowledged write {i} lost");
+    }
+}
+
+#[test]
+fn a_client_killed_mid_write_loses_nothing_acknowledged() {
+    let mut m = Mount::new("direct-kill", "256M", "");
+    let free0 = statvfs_free(&m.mnt);
+    let p = m.path("f");
+    let (mut c, mut out) = acked_child(&p);
+    let mut acked = 0;
+    listen(&mut out, |msg| {
+        acked = msg.strip_prefix("ack ").and_then(|n| n.parse().ok()).unwrap_or(acked);
+        acked < 3000
+    });
+    c.kill().unwrap();
+    c.wait().unwrap();
+    // Writes the client returned from are all there, seen through the mount.
+    let data = std::fs::read(&p).unwrap();
+    check_acked(&data, acked);
+    // The daemon noticed and took the file and the unused blocks back: with the file
+    // gone, the free space is what it was, without a remount.
+    assert!(
+        wait_for(30, || m.log_text().contains("ended without detaching")),
+        "the daemon did not notice the client's death:\n{}",
+        m.log_text()
+    );
+    std::fs::write(m.path("after"), b"the daemon serves on").unwrap();
+    std::fs::remove_file(&p).unwrap();
+    std::fs::remove_file(m.path("after")).unwrap();
+    assert!(
+        wait_for(30, || statvfs_free(&m.mnt) == free0),
+        "blocks lost: {} free, {} before",
+        statvfs_free(&m.mnt),
+        free0
+    );
+    // Another client takes over at once.
+    let (mut c2, mut out2) = acked_child(&p);
+    listen(&mut out2, |msg| msg != "ack 100");
+    c2.kill().unwrap();
+    c2.wait().unwrap();
+    m.umount();
+    let (_, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "{:?}", fsck.errors);
+}
+
+#[test]
+fn a_daemon_killed_under_its_clients_leaves_errors_not_hangs() {
+    let mut m = Mount::foreground("direct-daemon-kill", "256M", "");
+    let p = m.path("f");
+    let (c, mut out) = acked_child(&p);
+    let mut acked = 0;
+    listen(&mut out, |msg| {
+        acked = msg.strip_prefix("ack ").and_then(|n| n.parse().ok()).unwrap_or(acked);
+        acked < 500
+    });
+    m.signal(rustix::process::Signal::KILL);
+    let _ = m.wait_child(30);
+    // The client's next write fails (ENOTCONN or EIO), it does not hang.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let last = listen(&mut out, |msg| msg.starts_with("ack "));
+        let _ = tx.send(last);
+    });
+    let last =
+        rx.recv_timeout(Duration::from_secs(60)).expect("the client hung after the daemon died");
+    let errno: i32 = last.strip_prefix("error ").and_then(|e| e.parse().ok()).unwrap_or(-1);
+    assert!(
+        errno == libc::ENOTCONN || errno == libc::EIO,
+        "client ended with {last:?}, not ENOTCONN/EIO"
+    );
+    wait_ok(c, "client after the daemon's death");
+    // The pool mounts again as after any crash, with every acknowledged write.
+    m.start_foreground("");
+    let data = std::fs::read(&p).unwrap();
+    check_acked(&data, acked);
+    m.umount();
+    let (_, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "{:?}", fsck.errors);
+}
+
+// ------------------------------------------------------------- no access
+
+#[test]
+#[ignore = "run by a_process_that_may_not_open_the_pool_uses_the_mount"]
+fn child_plain_user() {
+    let p = PathBuf::from(env("FT_PATH"));
+    std::fs::write(&p, b"written by a user without access to the pool").unwrap();
+    let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+    f.write_all(b"; appended").unwrap();
+    assert_eq!(
+        std::fs::read(&p).unwrap(),
+        b"written by a user without access to the pool; appended"
+    );
+}
+
+#[test]
+fn a_process_that_may_not_open_the_pool_uses_the_mount() {
+    let m = Mount::new("direct-noaccess", "128M", "allow_other");
+    assert_eq!(std::fs::metadata(&m.pool).unwrap().permissions().mode() & 0o777, 0o600);
+    let dir = m.path("pub");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // The other user runs copies of this binary and of the library from a directory
+    // it can reach.
+    let pub_dir = tempfile::Builder::new().prefix("ferrite-noaccess").tempdir_in("/tmp").unwrap();
+    std::fs::set_permissions(pub_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = pub_dir.path().join("t");
+    let lib = pub_dir.path().join("libferrite_preload.so");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    std::fs::copy(preload_lib(), &lib).unwrap();
+    let stats = pub_dir.path().join("stats");
+    std::fs::write(&stats, b"").unwrap();
+    for f in [&exe, &lib, &stats] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let mut c = Command::new(&exe);
+    c.args(["child_plain_user", "--exact", "--ignored", "--nocapture", "-q"])
+        .env("LD_PRELOAD", &lib)
+        .env("FT_PATH", dir.join("f"))
+        .env("FERRITE_DIRECT_STATS", &stats)
+        .current_dir("/");
+    std::os::unix::process::CommandExt::uid(&mut c, 65534);
+    std::os::unix::process::CommandExt::gid(&mut c, 65534);
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "child as another user: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("ferrite"), "noise on stderr");
+    let s = direct_stats(&stats);
+    assert_eq!(s.len(), 1, "{s:?}");
+    assert_eq!(s[0].direct, 0, "no direct access without the pool file: {s:?}");
+    assert!(s[0].kernel > 0, "{s:?}");
+    assert_eq!(std::fs::metadata(dir.join("f")).unwrap().uid(), 65534);
+}
+
+// ------------------------------------------------------- real programs
+
+fn have(tool: &str) -> bool {
+    Command::new(tool).arg("--version").output().is_ok()
+}
+
+fn ferrite_run(m: &Mount, stats: &Path) -> Command {
+    let mut c = Command::new(ferrite());
+    c.arg("run").arg("--mount").arg(&m.mnt).arg("--stats").arg(stats).arg("--");
+    c
+}
+
+#[test]
+fn fio_with_verify_under_ferrite_run() {
+    assert!(have("fio"), "fio is needed (scripts/apt-packages.txt)");
+    let m = Mount::new("direct-fio", "512M", "");
+    let stats = m.scratch().join("stats");
+    for (rw, bs) in [("randwrite", "4k"), ("write", "64k"), ("randrw", "16k")] {
+        let out = run(ferrite_run(&m, &stats).args([
+            "fio",
+            "--name=v",
+            &format!("--directory={}", m.mnt.display()),
+            "--ioengine=psync",
+            &format!("--rw={rw}"),
+            &format!("--bs={bs}"),
+            "--size=32m",
+            "--verify=crc32c",
+            "--do_verify=1",
+            "--verify_fatal=1",
+            "--fsync=4",
+            "--output-format=terse",
+        ]));
+        assert!(out.status.success());
+    }
+    let s = direct_stats(&stats);
+    assert!(s.iter().map(|x| x.direct).sum::<u64>() > 10_000, "fio ran directly: {s:?}");
+}
+
+#[test]
+fn sqlite_under_ferrite_run() {
+    assert!(have("sqlite3"), "sqlite3 is needed (scripts/apt-packages.txt)");
+    let m = Mount::new("direct-sqlite", "256M", "");
+    let stats = m.scratch().join("stats");
+    let db = m.path("t.db");
+    let mut sql =
+        String::from("PRAGMA journal_mode=WAL; CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT);\n");
+    for b in 0..20 {
+        sql.push_str("BEGIN;\n");
+        for i in 0..200 {
+            sql.push_str(&format!(
+                "INSERT INTO t(v) VALUES('row {b} {i} {}');\n",
+                "x".repeat(i % 50)
+            ));
+        }
+        sql.push_str("COMMIT;\n");
+    }
+    sql.push_str("SELECT count(*), sum(length(v)) FROM t; PRAGMA integrity_check;\n");
+    let mut c = ferrite_run(&m, &stats);
+    c.arg("sqlite3").arg(&db).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut ch = c.spawn().unwrap();
+    ch.stdin.take().unwrap().write_all(sql.as_bytes()).unwrap();
+    let out = ch.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "sqlite3: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("4000|"), "{text}");
+    assert!(text.contains("\nok"), "integrity: {text}");
+    // A plain sqlite3 reads the same database through the mount.
+    let out = run(Command::new("sqlite3")
+        .arg(&db)
+        .arg("SELECT count(*) FROM t; PRAGMA integrity_check;"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "4000\nok\n");
+    let s = direct_stats(&stats);
+    assert!(s.iter().map(|x| x.direct).sum::<u64>() > 100, "sqlite wrote directly: {s:?}");
+}
+
+#[test]
+fn git_under_ferrite_run() {
+    assert!(have("git"), "git is needed (scripts/apt-packages.txt)");
+    let m = Mount::new("direct-git", "512M", "");
+    let stats = m.scratch().join("stats");
+    let src = m.scratch().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..60 {
+        std::fs::write(src.join(format!("f{i}.txt")), format!("file {i}\n").repeat(50 + i))
+            .unwrap();
+    }
+    let g = |dir: &Path| {
+        let mut c = Command::new("git");
+        c.arg("-C")
+            .arg(dir)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t");
+        c
+    };
+    run(g(&src).arg("init").arg("-q"));
+    run(g(&src).args(["add", "."]));
+    run(g(&src).args(["commit", "-q", "-m", "one"]));
+    let dst = m.path("clone");
+    run(ferrite_run(&m, &stats).args(["git", "clone", "-q"]).arg(&src).arg(&dst));
+    let dstc = dst.clone();
+    let mut c = ferrite_run(&m, &stats);
+    c.args(["git", "-C"]).arg(&dstc).args(["fsck", "--full"]);
+    run(&mut c);
+    for i in 0..60 {
+        assert_eq!(
+            std::fs::read(dst.join(format!("f{i}.txt"))).unwrap(),
+            format!("file {i}\n").repeat(50 + i).as_bytes()
+        );
+    }
+    let s = direct_stats(&stats);
+    assert!(s.iter().map(|x| x.direct).sum::<u64>() > 100, "git wrote directly: {s:?}");
+}
