@@ -370,10 +370,27 @@ impl Side {
             Op::CopyRange { src, dst, off_in, off_out, len } => {
                 match (&self.fds[*src], &self.fds[*dst]) {
                     (Some(a), Some(b)) => {
-                        let (mut i, mut o) = (*off_in, *off_out);
-                        match rfs::copy_file_range(a, Some(&mut i), b, Some(&mut o), *len) {
-                            Ok(n) => format!("{n} {i} {o}"),
-                            Err(x) => e(x),
+                        // Through the C library (rustix makes this system call itself,
+                        // which a preload library cannot see).
+                        let (mut i, mut o) = (*off_in as i64, *off_out as i64);
+                        use std::os::fd::AsRawFd;
+                        // SAFETY: two open descriptors and two live offsets.
+                        let n = unsafe {
+                            libc::copy_file_range(
+                                a.as_raw_fd(),
+                                &mut i,
+                                b.as_raw_fd(),
+                                &mut o,
+                                *len,
+                                0,
+                            )
+                        };
+                        if n < 0 {
+                            e(Errno::from_raw_os_error(
+                                std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+                            ))
+                        } else {
+                            format!("{n} {i} {o}")
                         }
                     }
                     _ => "closed".into(),
@@ -812,6 +829,54 @@ fn random_syscall_sequences_match_tmpfs() {
     }
     let (_, fsck) = m.check_pool();
     assert!(fsck.is_clean(), "fsck after the sequences: {:?}", fsck.errors);
+}
+
+/// The same sequences with the preload library in the test process (this binary run
+/// again with LD_PRELOAD): file data is then read and written directly through the
+/// pool, everything else through the mount, and the results must still be tmpfs's.
+#[test]
+fn random_syscall_sequences_match_tmpfs_with_the_preload_library() {
+    let seeds = env_range("FERRITE_CONFORMANCE_SEEDS", 1..9);
+    let mut m = Mount::new("conformance-direct", "512M", "");
+    let tmp =
+        tempfile::Builder::new().prefix("ferrite-ref").tempdir_in("/dev/shm").expect("tmpfs dir");
+    let stats = m.scratch().join("stats");
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["child_conformance", "--exact", "--ignored", "--nocapture", "-q"])
+        .env("LD_PRELOAD", fuse_util::preload_lib())
+        .env("FERRITE_DIRECT_STATS", &stats)
+        .env("FT_MNT", &m.mnt)
+        .env("FT_REF", tmp.path())
+        .env("FERRITE_CONFORMANCE_SEEDS", format!("{}..{}", seeds.start, seeds.end))
+        .output()
+        .expect("run the preloaded child");
+    assert!(
+        out.status.success(),
+        "preloaded sequences differ from tmpfs:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = fuse_util::direct_stats(&stats);
+    assert_eq!(s.len(), 1, "{s:?}");
+    assert!(s[0].direct > 1000, "the data calls went direct: {s:?}");
+    m.umount();
+    let (_, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "fsck after the preloaded sequences: {:?}", fsck.errors);
+}
+
+#[test]
+#[ignore = "run by random_syscall_sequences_match_tmpfs_with_the_preload_library"]
+fn child_conformance() {
+    let seeds = env_range("FERRITE_CONFORMANCE_SEEDS", 1..2);
+    let ops: usize =
+        std::env::var("FERRITE_CONFORMANCE_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(2500);
+    let mnt = PathBuf::from(std::env::var_os("FT_MNT").expect("FT_MNT"));
+    let reference = PathBuf::from(std::env::var_os("FT_REF").expect("FT_REF"));
+    for seed in seeds {
+        if let Err(msg) = run_seed(seed, ops, &reference, &mnt) {
+            panic!("seed {seed}: {msg}");
+        }
+    }
 }
 
 #[test]

@@ -955,7 +955,17 @@ pub unsafe extern "C" fn copy_file_range(
     }
     let Some(e) = table::enter() else { return fwd() };
     let (a, b) = (side(fd_in), side(fd_out));
-    if a.is_none() && b.is_none() {
+    let same = matches!((&a, &b), (Some((x, _)), Some((y, _))) if x.ino == y.ino);
+    if a.is_none() || b.is_none() || same {
+        // Not between two direct files: the kernel checks and copies (through the
+        // daemon), once it knows the direct side's current size.
+        for (side, fd) in [(&a, fd_in), (&b, fd_out)] {
+            if let Some((d, _)) = side {
+                d.kernel_io.store(true, Ordering::Relaxed);
+                real::refresh_kernel_attrs(fd);
+                stats::kernel();
+            }
+        }
         drop(e);
         return fwd();
     }
@@ -975,15 +985,17 @@ pub unsafe extern "C" fn copy_file_range(
         set_errno(libc::EINVAL);
         return -1;
     }
-    if let (Some((da, _)), Some((db, _))) = (&a, &b) {
-        if da.ino == db.ino {
-            // Overlapping ranges of one file are refused, as the kernel does.
-            let (i, o) = (oi.unwrap_or(0), oo.unwrap_or(0));
-            if oi.is_some() && oo.is_some() && i < o + len as u64 && o < i + len as u64 {
-                set_errno(libc::EINVAL);
-                return -1;
-            }
-        }
+    // The kernel's checks, in its order: access modes, then offsets that wrap.
+    let readable = a.as_ref().map_or(true, |(d, _)| d.readable());
+    let writable = b.as_ref().map_or(true, |(d, _)| d.writable() && !d.append());
+    if !readable || !writable {
+        set_errno(libc::EBADF);
+        return -1;
+    }
+    let wraps = |o: Option<u64>| o.is_some_and(|o| (o as i64).checked_add(len as i64).is_none());
+    if wraps(oi) || wraps(oo) {
+        set_errno(libc::EOVERFLOW);
+        return -1;
     }
     let src = match &a {
         Some((d, c)) => Side::Direct(c, d, fd_in),
@@ -1084,9 +1096,7 @@ pub unsafe extern "C" fn mmap(
             drop(e);
             // The kernel's size of the file predates the direct writes: have it ask
             // the daemon again, or the mapping would fault (SIGBUS) past its old end.
-            // SAFETY: a zeroed stat buffer, valid for the call.
-            let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
-            let _ = forward!(fstat64(fd, &mut st), -1);
+            real::refresh_kernel_attrs(fd);
         }
     }
     forward!(mmap64(addr, len, prot, flags, fd, off), libc::MAP_FAILED)

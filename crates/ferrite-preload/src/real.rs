@@ -211,6 +211,23 @@ pub fn statx_cached(fd: c_int) -> Result<libc::statx, c_int> {
     check(r).map(|_| st)
 }
 
+/// Make the kernel ask the daemon for a file's attributes now (its cached size
+/// predates this process's direct writes): `statx` with AT_STATX_FORCE_SYNC.
+pub fn refresh_kernel_attrs(fd: c_int) {
+    let Some(f) = real().statx else { return };
+    // SAFETY: a zeroed statx is valid; the path is the empty C string.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    unsafe {
+        f(
+            fd,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_STATX_FORCE_SYNC,
+            libc::STATX_SIZE,
+            &mut st,
+        )
+    };
+}
+
 /// Enumerate this process's open descriptors (from /proc/self/fd).
 pub fn open_fds() -> Vec<c_int> {
     match std::fs::read_dir("/proc/self/fd") {
