@@ -986,8 +986,8 @@ pub unsafe extern "C" fn copy_file_range(
         return -1;
     }
     // The kernel's checks, in its order: access modes, then offsets that wrap.
-    let readable = a.as_ref().map_or(true, |(d, _)| d.readable());
-    let writable = b.as_ref().map_or(true, |(d, _)| d.writable() && !d.append());
+    let readable = a.as_ref().is_none_or(|(d, _)| d.readable());
+    let writable = b.as_ref().is_none_or(|(d, _)| d.writable() && !d.append());
     if !readable || !writable {
         set_errno(libc::EBADF);
         return -1;
