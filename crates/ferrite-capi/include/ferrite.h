@@ -1,0 +1,126 @@
+#ifndef FERRITE_H
+#define FERRITE_H
+
+/* Generated from crates/ferrite-capi/src by cbindgen (build.rs); do not edit. */
+
+#include <stdint.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+// A FerriteFS handle: a direct-access client of a mounted pool, or a pool the
+// process opened alone.
+struct ferrite;
+
+// File attributes as the C API reports them.
+struct ferrite_stat {
+  // Inode number.
+  uint64_t ino;
+  // Type and permission bits (st_mode).
+  uint32_t mode;
+  // Links.
+  uint32_t nlink;
+  // Owner.
+  uint32_t uid;
+  // Group.
+  uint32_t gid;
+  // Size in bytes.
+  uint64_t size;
+  // 512-byte blocks.
+  uint64_t blocks;
+  // Access time, seconds.
+  int64_t atime_sec;
+  // Modification time, seconds.
+  int64_t mtime_sec;
+  // Change time, seconds.
+  int64_t ctime_sec;
+  // Access time, nanoseconds.
+  uint32_t atime_nsec;
+  // Modification time, nanoseconds.
+  uint32_t mtime_nsec;
+  // Change time, nanoseconds.
+  uint32_t ctime_nsec;
+  // Zero.
+  uint32_t pad;
+};
+
+// Called by `ferrite_readdir` for each entry; return non-zero to stop.
+typedef int (*ferrite_dirent_fn)(void *ctx, const char *name, uint64_t ino, uint8_t dtype);
+
+#ifdef __cplusplus
+extern "C" {
+#endif // __cplusplus
+
+// Attach to the FerriteFS mount at `mount` as a direct-access client: names go
+// through the mount, file data through this process's own mapping of the pool.
+// NULL and errno on failure (EACCES: this process may not open the pool file;
+// ENOTSUP: the mount offers no direct access).
+struct ferrite *ferrite_attach(const char *mount);
+
+// Open the pool file `pool` in this process alone (no daemon, no mount), formatting
+// it with `create_size` bytes if it does not exist and `create_size` is not 0.
+// NULL and errno on failure (EBUSY: another process holds the pool).
+struct ferrite *ferrite_open_pool(const char *pool, uint64_t create_size);
+
+// End a handle: a client detaches; a pool opened alone is unmounted cleanly. Its
+// open files are closed. 0, or -1 and errno.
+int ferrite_release(struct ferrite *f);
+
+// Open a regular file (`flags` and `mode` as open(2); O_CREAT, O_EXCL, O_TRUNC,
+// O_APPEND and the access mode are understood). A descriptor of this handle, or -1.
+int ferrite_open(struct ferrite *f, const char *path, int flags, unsigned int mode);
+
+// Close a descriptor.
+int ferrite_close(struct ferrite *f, int fd);
+
+// read(2): bytes read (0 at the end), or -1.
+ptrdiff_t ferrite_read(struct ferrite *f, int fd, void *b, size_t n);
+
+// write(2): durable when it returns.
+ptrdiff_t ferrite_write(struct ferrite *f, int fd, const void *b, size_t n);
+
+// pread(2).
+ptrdiff_t ferrite_pread(struct ferrite *f, int fd, void *b, size_t n, int64_t off);
+
+// pwrite(2): durable when it returns.
+ptrdiff_t ferrite_pwrite(struct ferrite *f, int fd, const void *b, size_t n, int64_t off);
+
+// lseek(2) with SEEK_SET, SEEK_CUR or SEEK_END: the new offset, or -1.
+int64_t ferrite_lseek(struct ferrite *f, int fd, int64_t off, int whence);
+
+// fsync(2): every write was durable already; 0.
+int ferrite_fsync(struct ferrite *f, int fd);
+
+// ftruncate(2).
+int ferrite_ftruncate(struct ferrite *f, int fd, int64_t len);
+
+// fstat(2) into `st`.
+int ferrite_fstat(struct ferrite *f, int fd, struct ferrite_stat *st);
+
+// stat(2) of a path inside the pool into `st`.
+int ferrite_stat(struct ferrite *f, const char *path, struct ferrite_stat *st);
+
+// mkdir(2).
+int ferrite_mkdir(struct ferrite *f, const char *path, unsigned int mode);
+
+// unlink(2).
+int ferrite_unlink(struct ferrite *f, const char *path);
+
+// rmdir(2).
+int ferrite_rmdir(struct ferrite *f, const char *path);
+
+// rename(2).
+int ferrite_rename(struct ferrite *f, const char *from, const char *to);
+
+// Call `cb` for each entry of a directory (without "." and ".."), with its name,
+// inode and d_type (DT_REG, DT_DIR, DT_LNK); stops early when `cb` returns
+// non-zero. 0, or -1 and errno.
+int ferrite_readdir(struct ferrite *f, const char *path, ferrite_dirent_fn cb, void *ctx);
+
+// The library's version, a static string.
+const char *ferrite_version(void);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif  // __cplusplus
+
+#endif  /* FERRITE_H */

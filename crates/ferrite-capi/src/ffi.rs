@@ -1,0 +1,306 @@
+//! The exported C functions: C strings and buffers become slices, errno values
+//! become -1 (or NULL) and errno. Fenced unsafe module; the logic is in `api`.
+//!
+//! Invariants: every pointer is checked for NULL before use (EFAULT rather than a
+//! crash for the obvious mistake; other bad pointers are the caller's, as in libc),
+//! and a panic never crosses into C (it becomes EIO).
+#![allow(unsafe_code)]
+#![allow(clippy::missing_safety_doc)]
+
+use crate::api::{ferrite_stat, Handle, R};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// A FerriteFS handle: a direct-access client of a mounted pool, or a pool the
+/// process opened alone.
+#[allow(non_camel_case_types)]
+pub struct ferrite(Handle);
+
+/// Called by `ferrite_readdir` for each entry; return non-zero to stop.
+#[allow(non_camel_case_types)]
+pub type ferrite_dirent_fn = Option<
+    unsafe extern "C" fn(ctx: *mut c_void, name: *const c_char, ino: u64, dtype: u8) -> c_int,
+>;
+
+fn set_errno(e: i32) {
+    // SAFETY: this thread's errno slot.
+    unsafe { *libc::__errno_location() = e };
+}
+
+fn guard<T>(fail: T, f: impl FnOnce() -> R<T>) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            set_errno(e);
+            fail
+        }
+        Err(_) => {
+            set_errno(libc::EIO);
+            fail
+        }
+    }
+}
+
+unsafe fn cstr<'a>(p: *const c_char) -> R<&'a [u8]> {
+    if p.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: a NUL-terminated string from the caller.
+    Ok(unsafe { CStr::from_ptr(p) }.to_bytes())
+}
+
+unsafe fn handle<'a>(f: *mut ferrite) -> R<&'a Handle> {
+    if f.is_null() {
+        return Err(libc::EBADF);
+    }
+    // SAFETY: a handle from ferrite_attach / ferrite_open_pool, not yet released.
+    Ok(unsafe { &(*f).0 })
+}
+
+unsafe fn buf_mut<'a>(p: *mut c_void, n: usize) -> R<&'a mut [u8]> {
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: the caller's writable buffer of n bytes.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, n) })
+}
+
+unsafe fn buf<'a>(p: *const c_void, n: usize) -> R<&'a [u8]> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: the caller's readable buffer of n bytes.
+    Ok(unsafe { std::slice::from_raw_parts(p as *const u8, n) })
+}
+
+fn boxed(h: R<Handle>) -> R<*mut ferrite> {
+    h.map(|h| Box::into_raw(Box::new(ferrite(h))))
+}
+
+/// Attach to the FerriteFS mount at `mount` as a direct-access client: names go
+/// through the mount, file data through this process's own mapping of the pool.
+/// NULL and errno on failure (EACCES: this process may not open the pool file;
+/// ENOTSUP: the mount offers no direct access).
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_attach(mount: *const c_char) -> *mut ferrite {
+    // SAFETY: the caller's C string.
+    guard(std::ptr::null_mut(), || boxed(Handle::attach(unsafe { cstr(mount) }?)))
+}
+
+/// Open the pool file `pool` in this process alone (no daemon, no mount), formatting
+/// it with `create_size` bytes if it does not exist and `create_size` is not 0.
+/// NULL and errno on failure (EBUSY: another process holds the pool).
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_open_pool(pool: *const c_char, create_size: u64) -> *mut ferrite {
+    // SAFETY: the caller's C string.
+    guard(std::ptr::null_mut(), || boxed(Handle::open_pool(unsafe { cstr(pool) }?, create_size)))
+}
+
+/// End a handle: a client detaches; a pool opened alone is unmounted cleanly. Its
+/// open files are closed. 0, or -1 and errno.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_release(f: *mut ferrite) -> c_int {
+    guard(-1, || {
+        if f.is_null() {
+            return Err(libc::EBADF);
+        }
+        // SAFETY: a handle from ferrite_attach / ferrite_open_pool, released once.
+        let h = unsafe { Box::from_raw(f) };
+        h.0.close().map(|()| 0)
+    })
+}
+
+/// Open a regular file (`flags` and `mode` as open(2); O_CREAT, O_EXCL, O_TRUNC,
+/// O_APPEND and the access mode are understood). A descriptor of this handle, or -1.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_open(
+    f: *mut ferrite,
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
+    // SAFETY: the caller's handle and C string.
+    guard(-1, || unsafe { handle(f)?.open(cstr(path)?, flags, mode) })
+}
+
+/// Close a descriptor.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_close(f: *mut ferrite, fd: c_int) -> c_int {
+    // SAFETY: the caller's handle.
+    guard(-1, || unsafe { handle(f)?.close_fd(fd).map(|()| 0) })
+}
+
+/// read(2): bytes read (0 at the end), or -1.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_read(
+    f: *mut ferrite,
+    fd: c_int,
+    b: *mut c_void,
+    n: usize,
+) -> isize {
+    // SAFETY: the caller's handle and buffer.
+    guard(-1, || unsafe { handle(f)?.read(fd, buf_mut(b, n)?).map(|x| x as isize) })
+}
+
+/// write(2): durable when it returns.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_write(
+    f: *mut ferrite,
+    fd: c_int,
+    b: *const c_void,
+    n: usize,
+) -> isize {
+    // SAFETY: the caller's handle and buffer.
+    guard(-1, || unsafe { handle(f)?.write(fd, buf(b, n)?).map(|x| x as isize) })
+}
+
+/// pread(2).
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_pread(
+    f: *mut ferrite,
+    fd: c_int,
+    b: *mut c_void,
+    n: usize,
+    off: i64,
+) -> isize {
+    // SAFETY: the caller's handle and buffer.
+    guard(-1, || unsafe { handle(f)?.pread(fd, buf_mut(b, n)?, off).map(|x| x as isize) })
+}
+
+/// pwrite(2): durable when it returns.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_pwrite(
+    f: *mut ferrite,
+    fd: c_int,
+    b: *const c_void,
+    n: usize,
+    off: i64,
+) -> isize {
+    // SAFETY: the caller's handle and buffer.
+    guard(-1, || unsafe { handle(f)?.pwrite(fd, buf(b, n)?, off).map(|x| x as isize) })
+}
+
+/// lseek(2) with SEEK_SET, SEEK_CUR or SEEK_END: the new offset, or -1.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_lseek(f: *mut ferrite, fd: c_int, off: i64, whence: c_int) -> i64 {
+    // SAFETY: the caller's handle.
+    guard(-1, || unsafe { handle(f)?.lseek(fd, off, whence) })
+}
+
+/// fsync(2): every write was durable already; 0.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_fsync(f: *mut ferrite, fd: c_int) -> c_int {
+    // SAFETY: the caller's handle.
+    guard(-1, || unsafe { handle(f)?.fsync(fd).map(|()| 0) })
+}
+
+/// ftruncate(2).
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_ftruncate(f: *mut ferrite, fd: c_int, len: i64) -> c_int {
+    // SAFETY: the caller's handle.
+    guard(-1, || unsafe { handle(f)?.ftruncate(fd, len).map(|()| 0) })
+}
+
+/// fstat(2) into `st`.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_fstat(f: *mut ferrite, fd: c_int, st: *mut ferrite_stat) -> c_int {
+    guard(-1, || {
+        if st.is_null() {
+            return Err(libc::EFAULT);
+        }
+        // SAFETY: the caller's handle and stat buffer.
+        unsafe { *st = handle(f)?.fstat(fd)? };
+        Ok(0)
+    })
+}
+
+/// stat(2) of a path inside the pool into `st`.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_stat(
+    f: *mut ferrite,
+    path: *const c_char,
+    st: *mut ferrite_stat,
+) -> c_int {
+    guard(-1, || {
+        if st.is_null() {
+            return Err(libc::EFAULT);
+        }
+        // SAFETY: the caller's handle, C string and stat buffer.
+        unsafe { *st = handle(f)?.stat(cstr(path)?)? };
+        Ok(0)
+    })
+}
+
+/// mkdir(2).
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_mkdir(
+    f: *mut ferrite,
+    path: *const c_char,
+    mode: c_uint,
+) -> c_int {
+    // SAFETY: the caller's handle and C string.
+    guard(-1, || unsafe { handle(f)?.mkdir(cstr(path)?, mode).map(|()| 0) })
+}
+
+/// unlink(2).
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_unlink(f: *mut ferrite, path: *const c_char) -> c_int {
+    // SAFETY: the caller's handle and C string.
+    guard(-1, || unsafe { handle(f)?.unlink(cstr(path)?).map(|()| 0) })
+}
+
+/// rmdir(2).
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_rmdir(f: *mut ferrite, path: *const c_char) -> c_int {
+    // SAFETY: the caller's handle and C string.
+    guard(-1, || unsafe { handle(f)?.rmdir(cstr(path)?).map(|()| 0) })
+}
+
+/// rename(2).
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_rename(
+    f: *mut ferrite,
+    from: *const c_char,
+    to: *const c_char,
+) -> c_int {
+    // SAFETY: the caller's handle and C strings.
+    guard(-1, || unsafe { handle(f)?.rename(cstr(from)?, cstr(to)?).map(|()| 0) })
+}
+
+/// Call `cb` for each entry of a directory (without "." and ".."), with its name,
+/// inode and d_type (DT_REG, DT_DIR, DT_LNK); stops early when `cb` returns
+/// non-zero. 0, or -1 and errno.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_readdir(
+    f: *mut ferrite,
+    path: *const c_char,
+    cb: ferrite_dirent_fn,
+    ctx: *mut c_void,
+) -> c_int {
+    guard(-1, || {
+        let cb = cb.ok_or(libc::EFAULT)?;
+        // SAFETY: the caller's handle and C string.
+        let list = unsafe { handle(f)?.readdir(cstr(path)?)? };
+        for (name, ino, dt) in list {
+            let Ok(c) = std::ffi::CString::new(name) else { continue };
+            // SAFETY: the caller's callback with its own context; the name lives
+            // for the call.
+            if unsafe { cb(ctx, c.as_ptr(), ino, dt) } != 0 {
+                break;
+            }
+        }
+        Ok(0)
+    })
+}
+
+/// The library's version, a static string.
+#[no_mangle]
+pub extern "C" fn ferrite_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr() as *const c_char
+}
