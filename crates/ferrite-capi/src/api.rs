@@ -37,7 +37,7 @@ pub enum Backend {
     /// A direct-access client of a mount.
     Client(Client),
     /// A pool this process opened exclusively.
-    Pool(Fs<MmapMedium>),
+    Pool(Box<Fs<MmapMedium>>),
 }
 
 /// An open file.
@@ -156,7 +156,7 @@ impl Handle {
             let m = MmapMedium::open(&p, &MapOptions::default()).map_err(e)?;
             Fs::mount(m, &Default::default()).map_err(e)?
         };
-        Ok(Handle { backend: Backend::Pool(fs), files: Mutex::new(Vec::new()) })
+        Ok(Handle { backend: Backend::Pool(Box::new(fs)), files: Mutex::new(Vec::new()) })
     }
 
     /// End the handle: a client detaches (its blocks back to the daemon), an
