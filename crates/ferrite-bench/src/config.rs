@@ -8,10 +8,10 @@
 use std::path::PathBuf;
 
 /// Experiments, in the order they run.
-pub const EXPERIMENTS: [&str; 7] =
-    ["micro", "append", "meta", "filebench", "recovery", "gc", "memory"];
+pub const EXPERIMENTS: [&str; 8] =
+    ["micro", "append", "meta", "filebench", "programs", "recovery", "gc", "memory"];
 /// Target selectors.
-pub const TARGETS: [&str; 5] = ["lib", "fuse", "tmpfs", "ext4", "hw"];
+pub const TARGETS: [&str; 6] = ["lib", "fuse", "direct", "tmpfs", "ext4", "hw"];
 /// Micro access patterns.
 pub const PATTERNS: [&str; 4] = ["randwrite", "seqwrite", "randread", "seqread"];
 
@@ -26,11 +26,13 @@ pub struct BenchArgs {
     /// its numbers mean nothing.
     #[arg(long)]
     pub smoke: bool,
-    /// Experiments to run, comma-separated: micro, append, meta, filebench, recovery,
-    /// gc, memory [default: all]. Write amplification is measured with micro and append.
+    /// Experiments to run, comma-separated: micro, append, meta, filebench, programs
+    /// (real fio and sqlite3), recovery, gc, memory [default: all]. Write amplification
+    /// is measured with micro and append.
     #[arg(long, value_delimiter = ',')]
     pub experiments: Vec<String>,
-    /// Targets, comma-separated: lib, fuse, tmpfs, ext4, hw [default: all available].
+    /// Targets, comma-separated: lib, fuse, direct (the mount through the preload
+    /// library), tmpfs, ext4, hw [default: all available].
     #[arg(long, value_delimiter = ',')]
     pub targets: Vec<String>,
     /// Extra library targets on emulated slower media, comma-separated:
@@ -405,7 +407,10 @@ impl Config {
         c.work_dir = a.work_dir.clone().unwrap_or_else(|| {
             PathBuf::from(format!("/dev/shm/ferrite-bench-{}", std::process::id()))
         });
-        c.out = a.out.clone().unwrap_or_else(|| {
+        // The preloaded re-run of a bench with the direct target writes where its
+        // parent decided.
+        let out_env = std::env::var_os("FERRITE_BENCH_OUT").map(PathBuf::from);
+        c.out = a.out.clone().or(out_env).unwrap_or_else(|| {
             PathBuf::from("bench-results")
                 .join(crate::report::utc_stamp(std::time::SystemTime::now()))
         });

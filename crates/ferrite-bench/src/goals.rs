@@ -12,7 +12,20 @@ use crate::results::{Goal, GoalStatus, Results, TextTable};
 const LIB: &str = "ferrite-lib";
 
 fn vs(res: &mut Results, goal: &str, exp: &str, case: &str, peer: &str, min: f64) -> Goal {
-    let a = res.summary(exp, case, LIB);
+    vs_of(res, LIB, goal, exp, case, peer, min)
+}
+
+/// `who`'s median over `peer`'s (throughputs) at least `min`.
+fn vs_of(
+    res: &mut Results,
+    who: &str,
+    goal: &str,
+    exp: &str,
+    case: &str,
+    peer: &str,
+    min: f64,
+) -> Goal {
+    let a = res.summary(exp, case, who);
     let b = res.summary(exp, case, peer);
     match (a, b) {
         (Some(a), Some(b)) if b.median > 0.0 => {
@@ -31,7 +44,7 @@ fn vs(res: &mut Results, goal: &str, exp: &str, case: &str, peer: &str, min: f64
         }
         _ => Goal {
             goal: goal.into(),
-            measured: format!("needs {exp} {case} on {LIB} and {peer}"),
+            measured: format!("needs {exp} {case} on {who} and {peer}"),
             status: GoalStatus::NotMeasured,
         },
     }
@@ -72,6 +85,65 @@ pub fn evaluate(res: &mut Results) -> Vec<Goal> {
         vs(res, "create in a private directory, 1 thread, library >= 3x tmpfs", "meta", "create/t1", "tmpfs", 3.0),
         vs(res, "unlink in a private directory, 1 thread, library >= 3x tmpfs", "meta", "unlink/t1", "tmpfs", 3.0),
     ];
+    // Direct access (the preload library): the mount's speed reaches programs.
+    let d = crate::DIRECT;
+    let ap = append::case_key("extend", 64);
+    g.extend([
+        vs_of(
+            res,
+            d,
+            &format!("{k4} random write + fsync, direct >= 10x the FUSE mount"),
+            "micro",
+            &rw,
+            "ferrite-fuse",
+            10.0,
+        ),
+        vs_of(
+            res,
+            d,
+            &format!("{k4} random write + fsync, direct within 1.2x the library's time"),
+            "micro",
+            &rw,
+            LIB,
+            1.0 / 1.2,
+        ),
+        vs_of(
+            res,
+            d,
+            "64 B appends + fsync, direct >= 10x the FUSE mount",
+            "append",
+            &ap,
+            "ferrite-fuse",
+            10.0,
+        ),
+        vs_of(
+            res,
+            d,
+            "64 B appends + fsync, direct within 1.2x the library's time",
+            "append",
+            &ap,
+            LIB,
+            1.0 / 1.2,
+        ),
+        vs_of(
+            res,
+            d,
+            &format!("{k4} random read, direct >= 1.2x tmpfs"),
+            "micro",
+            &rr,
+            "tmpfs",
+            1.2,
+        ),
+        vs_of(
+            res,
+            d,
+            "open + close of an existing file, direct within 1.2x the FUSE mount's time",
+            "meta",
+            "open/t1",
+            "ferrite-fuse",
+            1.0 / 1.2,
+        ),
+    ]);
     // Clean mount: milliseconds whatever the data size.
     let sets = crate::exp::recovery::datasets(1 << 30);
     let mut clean = Vec::new();

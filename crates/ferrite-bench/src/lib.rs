@@ -46,6 +46,13 @@ use target::{TResult, Target};
 
 /// Name of the FerriteFS library target.
 pub const LIB: &str = "ferrite-lib";
+/// Name of the direct-access target.
+pub const DIRECT: &str = "ferrite-direct";
+/// Set in the preloaded re-run of a bench with the direct target: its mount point.
+const DIRECT_ENV: &str = "FERRITE_BENCH_DIRECT";
+const DIRECT_DESC: &str = "FerriteFS through the preload library (`ferrite run`): names through \
+    the FUSE mount, data read and written by this process through its own mapping of the pool; \
+    every write durable when it returns, fsync a no-op";
 
 fn open_or_create(p: &Path, n: u64, create: bool) -> ferrite_core::Result<MmapMedium> {
     if create {
@@ -111,7 +118,7 @@ struct Built {
     status: Vec<TargetStatus>,
 }
 
-fn build_targets(cfg: &Config) -> Built {
+fn build_targets(cfg: &Config, direct_skip: Option<String>) -> Built {
     let w = &cfg.work_dir;
     let mut targets: Vec<Box<dyn Target>> = Vec::new();
     let mut status = Vec::new();
@@ -152,6 +159,15 @@ fn build_targets(cfg: &Config) -> Built {
             }
         };
         add("ferrite-fuse", r);
+    }
+    if cfg.wants("direct") {
+        let r = match (std::env::var_os(DIRECT_ENV), direct_skip) {
+            (Some(mnt), _) => DirTarget::borrowed(DIRECT, DIRECT_DESC, PathBuf::from(mnt))
+                .map(|t| Box::new(t) as Box<dyn Target>),
+            (None, Some(why)) => Err(why),
+            (None, None) => Err("runs only in the preloaded re-run".into()),
+        };
+        add(DIRECT, r);
     }
     if cfg.wants("tmpfs") {
         add("tmpfs", DirTarget::tmpfs(w.join("tmpfs")).map(|t| Box::new(t) as Box<dyn Target>));
@@ -345,6 +361,16 @@ pub fn run(args: &BenchArgs) -> i32 {
             return 2;
         }
     };
+    let mut direct_skip = None;
+    if cfg.wants("direct") && std::env::var_os(DIRECT_ENV).is_none() {
+        match rerun_with_direct(&cfg) {
+            Ok(code) => return code,
+            Err(why) => {
+                eprintln!("  {DIRECT:<22} skipped: {why}");
+                direct_skip = Some(why);
+            }
+        }
+    }
     let started = Instant::now();
     cleanup_stale_runs();
     if let Err(e) = std::fs::create_dir_all(cfg.out.join("plots")) {
@@ -380,7 +406,7 @@ pub fn run(args: &BenchArgs) -> i32 {
         ..Default::default()
     };
     eprintln!("ferrite bench ({} preset): targets", cfg.preset);
-    let Built { mut targets, status } = build_targets(&cfg);
+    let Built { mut targets, status } = build_targets(&cfg, direct_skip);
     res.targets = status;
     res.target_kinds = targets.iter().map(|t| (t.name().to_string(), t.kind())).collect();
     let mut failed = false;
@@ -397,6 +423,7 @@ pub fn run(args: &BenchArgs) -> i32 {
                 "append" => exp::append::run(&mut ctx),
                 "meta" => exp::meta::run(&mut ctx),
                 "filebench" => exp::filebench::run(&mut ctx),
+                "programs" => exp::programs::run(&mut ctx),
                 "recovery" => exp::recovery::run(&mut ctx),
                 "memory" => exp::memory::run(&mut ctx),
                 _ => Ok(()),
@@ -444,6 +471,33 @@ pub fn run(args: &BenchArgs) -> i32 {
     };
     cleanup_work_dir(&cfg.work_dir);
     code
+}
+
+/// The direct target measures the preload library, which must be loaded when the
+/// process starts and its mount exist then: mount a pool with direct access, run
+/// this bench again with the library preloaded (every target in that one process,
+/// interleaved as always), then unmount. The library only serves that mount
+/// (FERRITE_MOUNTS); the FUSE target's mount offers no direct access.
+fn rerun_with_direct(cfg: &Config) -> Result<i32, String> {
+    let bin = ferrite_bin(cfg).ok_or("no `ferrite` binary found (build ferrite-cli)")?;
+    let lib = ferrite_direct::preload_library(&bin)
+        .ok_or_else(|| format!("no libferrite_preload.so beside {}", bin.display()))?;
+    let w = &cfg.work_dir;
+    std::fs::create_dir_all(w).map_err(|e| format!("{}: {e}", w.display()))?;
+    let mnt = w.join("mnt-direct");
+    let mount = DirTarget::direct_mount(&bin, w.join("direct.pool"), mnt.clone(), cfg.pool_size)?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let st = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env("LD_PRELOAD", &lib)
+        .env("FERRITE_MOUNTS", &mnt)
+        .env(DIRECT_ENV, &mnt)
+        .env("FERRITE_BENCH_OUT", &cfg.out)
+        .status()
+        .map_err(|e| format!("re-running with the preload library: {e}"))?;
+    drop(mount);
+    cleanup_work_dir(w);
+    Ok(st.code().unwrap_or(1))
 }
 
 fn run_gc(cfg: &Config, targets: &mut Vec<Box<dyn Target>>, res: &mut Results) -> TResult<()> {

@@ -144,12 +144,13 @@ fn table_md(res: &mut Results, t: &Table, out: &mut String) {
 }
 
 /// Experiment titles, in report order.
-pub const SECTIONS: [(&str, &str); 8] = [
+pub const SECTIONS: [(&str, &str); 9] = [
     ("micro", "fio-style micro benchmarks"),
     ("append", "Appends with a sync after each (FLEX, Figure 5)"),
     ("wa", "Write amplification and fences (counted in software)"),
     ("meta", "Metadata"),
     ("filebench", "Filebench-style personalities"),
+    ("programs", "Real programs: fio and sqlite3"),
     ("recovery", "Recovery"),
     ("gc", "GC under pressure"),
     ("memory", "Memory"),

@@ -28,12 +28,7 @@ const LIB: &str = "libferrite_preload.so";
 
 /// Where the preload library is: beside this executable, or in ../lib of it.
 pub fn find_preload() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?;
-    [dir.join(LIB), dir.join("../lib").join(LIB), dir.join("../lib/ferrite").join(LIB)]
-        .into_iter()
-        .find(|p| p.is_file())
-        .and_then(|p| p.canonicalize().ok())
+    ferrite_direct::preload_library(&std::env::current_exe().ok()?)
 }
 
 pub fn run(a: &RunArgs) -> i32 {

@@ -533,7 +533,8 @@ fn lock_word(
             }
             continue;
         }
-        debug_assert!(cur & HOLDER_MASK != me || steal_from.is_none(), "relock by holder");
+        // Held by this same party is normal: a party is a process, and another of its
+        // threads holds the lock; wait like anyone else.
         if steal_from.is_some_and(|d| cur & HOLDER_MASK == d + 1) {
             if w.compare_exchange(cur, me | (cur & WAITERS), Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()

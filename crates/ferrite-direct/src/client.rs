@@ -23,6 +23,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+/// The preload library installed with the `ferrite` binary `exe`: beside it, or in
+/// `../lib` (an install prefix), or `../lib/ferrite`.
+pub fn preload_library(exe: &Path) -> Option<PathBuf> {
+    const LIB: &str = "libferrite_preload.so";
+    let dir = exe.parent()?;
+    [dir.join(LIB), dir.join("../lib").join(LIB), dir.join("../lib/ferrite").join(LIB)]
+        .into_iter()
+        .find(|p| p.is_file())
+        .and_then(|p| p.canonicalize().ok())
+}
+
 /// What a mount says about its direct access.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Info {

@@ -18,7 +18,7 @@ pub mod server;
 mod shm;
 pub mod wire;
 
-pub use client::{info_of, AttachError, Client, Info};
+pub use client::{info_of, preload_library, AttachError, Client, Info};
 pub use server::{share, Server, Shared, INFO_XATTR};
 
 pub(crate) use shm::own_fd;

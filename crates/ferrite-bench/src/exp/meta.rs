@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// Per-file phases, in order.
-pub const PHASES: [&str; 4] = ["create", "stat", "rename", "unlink"];
+pub const PHASES: [&str; 5] = ["create", "stat", "open", "rename", "unlink"];
 
 /// Directory layouts: (id, threads, shared).
 fn layouts(threads: &[usize]) -> Vec<(String, usize, bool)> {
@@ -72,6 +72,11 @@ fn one_rep(
                     }
                     "stat" => {
                         t.stat(f)?;
+                    }
+                    "open" => {
+                        // Open and close an existing file.
+                        let h = t.open(f, false)?;
+                        t.close(h)?;
                     }
                     "rename" => t.rename(f, g)?,
                     _ => t.unlink(g)?,
@@ -254,7 +259,8 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
             } else {
                 format!("{threads} threads, private directories")
             };
-            rows.push(Row { label: format!("{name}, {how}"), case: format!("{name}/{lid}") });
+            let what = if name == "open" { "open + close of an existing file" } else { name };
+            rows.push(Row { label: format!("{what}, {how}"), case: format!("{name}/{lid}") });
         }
     }
     rows.push(Row { label: format!("readdir of {n} entries (entries/s)"), case: "readdir".into() });

@@ -25,6 +25,9 @@ enum Backing {
     Ext4 { image: PathBuf, size: u64, mounted: bool },
     /// The FerriteFS FUSE mount, served by a child process.
     Fuse { child: Option<Child>, pool: PathBuf },
+    /// A mount another process made and removes (the direct target in the
+    /// preloaded process: its parent holds the mount).
+    Borrowed,
 }
 
 /// A directory target.
@@ -136,6 +139,49 @@ impl DirTarget {
     /// The FerriteFS FUSE mount: formats a pre-faulted pool of `size` bytes at `pool`,
     /// runs `bin mount POOL MNT -f` and waits for the mount to appear.
     pub fn fuse(bin: &Path, pool: PathBuf, mnt: PathBuf, size: u64) -> Result<Self, String> {
+        let desc =
+            "FerriteFS through its FUSE mount (kernel VFS -> /dev/fuse -> `ferrite mount`); \
+                    fsync reaches the library's fsync";
+        Self::ferrite_mount("ferrite-fuse", desc, bin, pool, mnt, size, &["-o", "nodirect"])
+    }
+
+    /// A mount of `bin` serving the direct target: mounted with direct access
+    /// offered; the preloaded process measures it ([`DirTarget::borrowed`]).
+    pub fn direct_mount(
+        bin: &Path,
+        pool: PathBuf,
+        mnt: PathBuf,
+        size: u64,
+    ) -> Result<Self, String> {
+        Self::ferrite_mount("ferrite-direct-mount", "", bin, pool, mnt, size, &[])
+    }
+
+    /// The direct target: a mount this process did not make, used through the preload
+    /// library loaded in this process.
+    pub fn borrowed(name: &str, desc: &str, mnt: PathBuf) -> Result<Self, String> {
+        if !is_mounted(&mnt) {
+            return Err(format!("{} is not mounted", mnt.display()));
+        }
+        let mut t = DirTarget {
+            name: name.into(),
+            desc: desc.into(),
+            kind: Kind::Ferrite,
+            root: mnt,
+            backing: Backing::Borrowed,
+        };
+        t.reset().map_err(|e| e.to_string())?;
+        Ok(t)
+    }
+
+    fn ferrite_mount(
+        name: &str,
+        desc: &str,
+        bin: &Path,
+        pool: PathBuf,
+        mnt: PathBuf,
+        size: u64,
+        opts: &[&str],
+    ) -> Result<Self, String> {
         if !Path::new("/dev/fuse").exists() {
             return Err("/dev/fuse is missing".into());
         }
@@ -165,16 +211,18 @@ impl DirTarget {
             .arg(&pool)
             .arg(&mnt)
             .arg("-f")
+            .args(opts)
+            // A preloaded bench must not preload its daemons.
+            .env_remove("LD_PRELOAD")
+            .env_remove("FERRITE_MOUNTS")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| format!("{}: {e}", bin.display()))?;
         let mut t = DirTarget {
-            name: "ferrite-fuse".into(),
-            desc: "FerriteFS through its FUSE mount (kernel VFS -> /dev/fuse -> `ferrite mount`); \
-                   fsync reaches the library's fsync"
-                .into(),
+            name: name.into(),
+            desc: desc.into(),
             kind: Kind::Ferrite,
             root: mnt.clone(),
             backing: Backing::Fuse { child: Some(child), pool },
@@ -243,6 +291,9 @@ impl Drop for DirTarget {
             Backing::Plain => {
                 let _ = std::fs::remove_dir_all(&self.root);
             }
+            Backing::Borrowed => {
+                let _ = clear_dir(&self.root);
+            }
             Backing::Ext4 { image, .. } => {
                 let image = image.clone();
                 self.ext4_umount();
@@ -280,6 +331,10 @@ impl Target for DirTarget {
         &self.name
     }
 
+    fn dir(&self) -> Option<&Path> {
+        Some(&self.root)
+    }
+
     fn describe(&self) -> String {
         self.desc.clone()
     }
@@ -290,7 +345,7 @@ impl Target for DirTarget {
 
     fn reset(&mut self) -> TResult<()> {
         match &self.backing {
-            Backing::Plain | Backing::Fuse { .. } => clear_dir(&self.root),
+            Backing::Plain | Backing::Fuse { .. } | Backing::Borrowed => clear_dir(&self.root),
             Backing::Ext4 { image, size, .. } => {
                 let (image, size) = (image.clone(), *size);
                 self.ext4_umount();

@@ -146,6 +146,13 @@ pub trait Target: Send + Sync {
     fn readdir_count(&self, path: &str) -> TResult<usize>;
 
     /// Space in use, for targets with a bounded capacity.
+    /// The directory a file-system target works in (for the experiments that run
+    /// real programs: fio, sqlite3).
+    fn dir(&self) -> Option<&std::path::Path> {
+        None
+    }
+
+    /// Space use.
     fn usage(&self) -> TResult<Usage> {
         Err(TargetError::Unsupported("usage"))
     }
