@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cargo build --release -q -p ferrite-cli
+cargo build --release -q -p ferrite-cli -p ferrite-preload -p ferrite-capi
 F=target/release/ferrite
 POOL=${FERRITE_POOL:-/dev/shm/ferrite.pool}
 MNT=${FERRITE_MNT:-/mnt/ferrite}
@@ -20,6 +20,7 @@ if $F help mount >/dev/null 2>&1 && [ -e /dev/fuse ]; then
   else
     $F mount "$POOL" "$MNT"
     echo "mounted $POOL at $MNT; unmount with: $F umount $MNT"
+    echo "run a program with direct access: $F run -- CMD"
   fi
   df -h "$MNT"
 else
