@@ -266,6 +266,56 @@ fn descriptions_are_shared_across_dup_fork_and_exec() {
     assert!(s.iter().all(|x| x.direct > 0), "every process wrote directly: {s:?}");
 }
 
+/// The kernel's offset of `fd` in this process (from /proc/self/fdinfo).
+fn kernel_pos(fd: i32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap();
+    let l = s.lines().find(|l| l.starts_with("pos:")).unwrap();
+    l[4..].trim().parse().unwrap()
+}
+
+#[test]
+#[ignore = "run by spawned_programs_share_only_what_they_inherit"]
+fn child_spawns() {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let dir = PathBuf::from(env("FT_PATH"));
+    // Rust opens files close-on-exec; `keep` is made inheritable.
+    let mut private = std::fs::File::create(dir.join("private")).unwrap();
+    let mut keep = std::fs::File::create(dir.join("keep")).unwrap();
+    // SAFETY: clearing FD_CLOEXEC on a descriptor this function owns.
+    assert_eq!(unsafe { libc::fcntl(keep.as_raw_fd(), libc::F_SETFD, 0) }, 0);
+    private.write_all(b"aaaaa").unwrap();
+    keep.write_all(b"aaaaa").unwrap();
+    assert!(Command::new("true").status().unwrap().success());
+    private.write_all(b"bbbbb").unwrap();
+    keep.write_all(b"bbbbb").unwrap();
+    // The spawned program could have used `keep`: its offset lives in the kernel.
+    assert_eq!(kernel_pos(keep.as_raw_fd()), 10);
+    // Nothing else could use `private`: it stayed in this process (no system call
+    // per write moved the kernel's offset).
+    assert_eq!(kernel_pos(private.as_raw_fd()), 0);
+    // A spawn that hands `private` over (a dup2 file action) shares it.
+    let out = Command::new("echo").arg("hi").stdout(private.try_clone().unwrap()).status();
+    assert!(out.unwrap().success());
+    private.write_all(b"c").unwrap();
+    assert_eq!(kernel_pos(private.as_raw_fd()), 14);
+    drop((private, keep));
+    assert_eq!(std::fs::read(dir.join("private")).unwrap(), b"aaaaabbbbbhi\nc");
+}
+
+#[test]
+fn spawned_programs_share_only_what_they_inherit() {
+    let m = Mount::new("direct-spawn", "128M", "");
+    let dir = m.path("");
+    let stats = m.scratch().join("stats");
+    run_child(
+        child("child_spawns").env("FT_PATH", &dir).env("FERRITE_DIRECT_STATS", &stats),
+        "spawns",
+    );
+    let s = direct_stats(&stats);
+    assert!(s.iter().any(|x| x.direct >= 5), "the writes were direct: {s:?}");
+}
+
 // -------------------------------------------------------- O_APPEND writers
 
 #[test]

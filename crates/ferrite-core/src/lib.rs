@@ -26,6 +26,7 @@ mod ops;
 pub mod path;
 pub mod pmem;
 pub mod recovery;
+mod region;
 pub mod share;
 mod sharing;
 pub mod sim;

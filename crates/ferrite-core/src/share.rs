@@ -39,7 +39,7 @@
 
 use crate::error::{Error, Result};
 use crate::futex;
-use std::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,43 +107,20 @@ const WAIT_SLICE: Duration = Duration::from_millis(20);
 /// Sleeps after which a waiter says who it waits for.
 pub(crate) const LONG_WAIT: u32 = 250;
 
-/// Memory shared by the parties: 32-bit words and one owner byte per block.
-pub trait Region: Send + Sync + 'static {
-    /// The coordination words.
-    fn words(&self) -> &[AtomicU32];
-    /// Owner bytes, one per pool block.
-    fn owners(&self) -> &[AtomicU8];
-}
-
-/// A table in this process's heap (parties are threads: tests, the simulator).
-pub struct HeapRegion {
-    words: Box<[AtomicU32]>,
-    owners: Box<[AtomicU8]>,
-}
+use crate::region::Mem;
+pub use crate::region::{HeapRegion, Region};
 
 impl HeapRegion {
-    /// A zeroed region for `ninodes` inodes and `nblocks` blocks.
+    /// A zeroed region for a table of `ninodes` inodes and `nblocks` blocks.
     pub fn new(ninodes: u64, nblocks: u64) -> HeapRegion {
         let (w, o) = Table::sizes(ninodes, nblocks);
-        HeapRegion {
-            words: (0..w).map(|_| AtomicU32::new(0)).collect(),
-            owners: (0..o).map(|_| AtomicU8::new(0)).collect(),
-        }
-    }
-}
-
-impl Region for HeapRegion {
-    fn words(&self) -> &[AtomicU32] {
-        &self.words
-    }
-    fn owners(&self) -> &[AtomicU8] {
-        &self.owners
+        HeapRegion::zeroed(w, o)
     }
 }
 
 /// The coordination table.
 pub struct Table {
-    r: Box<dyn Region>,
+    r: Mem,
     ninodes: u64,
     nblocks: u64,
 }
@@ -171,7 +148,7 @@ impl Table {
     pub fn create(r: Box<dyn Region>, ninodes: u64, nblocks: u64, uuid: &[u8; 16]) -> Table {
         let (w, o) = Self::sizes(ninodes, nblocks);
         assert!(r.words().len() >= w && r.owners().len() >= o, "region too small");
-        let t = Table { r, ninodes, nblocks };
+        let t = Table { r: Mem::new(r), ninodes, nblocks };
         let ws = t.r.words();
         let (a, b) = lo_hi(ninodes);
         ws[H_NINODES].store(a, Ordering::Relaxed);
@@ -221,7 +198,7 @@ impl Table {
         if r.words().len() < w || r.owners().len() < o {
             return Err(Error::Foreign("coordination table is truncated".into()));
         }
-        Ok(Table { r, ninodes, nblocks })
+        Ok(Table { r: Mem::new(r), ninodes, nblocks })
     }
 
     /// Inodes covered.

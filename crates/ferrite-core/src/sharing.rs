@@ -156,11 +156,20 @@ impl<M: Medium> Fs<M> {
     /// [`Self::catch_up`]; with `replay`, rebuild from the head whatever changed.
     fn catch_up_as(&self, i: &Inode, st: &mut InodeState, replay: bool) -> Result<()> {
         let Some(p) = &self.share else { return Ok(()) };
+        let gen = p.table().chain_gen(i.ino);
+        if !replay && gen == st.chain_gen {
+            // The common case, nobody else committed: two loads, no slot decode.
+            let off = self.geo.slot_off(i.ino);
+            if self.m.load_u64(off + SLOT_STATE) == i.state_word
+                && self.m.load_u64(off + SLOT_TAIL) == st.log.tail
+            {
+                return Ok(());
+            }
+        }
         let slot = self.read_slot(i.ino);
         if slot.state != i.state_word || !slot.in_use() {
             return Err(Error::NotFound); // freed (and maybe reused) meanwhile
         }
-        let gen = p.table().chain_gen(i.ino);
         if slot.tail == st.log.tail && gen == st.chain_gen && !replay {
             return Ok(());
         }

@@ -38,7 +38,9 @@ impl Drop for ShmRegion {
     }
 }
 
-impl Region for ShmRegion {
+// SAFETY: the slices are the fixed parts of one mapping that lives as long as the
+// region (see the module invariants).
+unsafe impl Region for ShmRegion {
     fn words(&self) -> &[AtomicU32] {
         // SAFETY: `words` u32 slots fit in the mapping (checked in `map`), the
         // mapping is page aligned, and AtomicU32 has the layout of u32.

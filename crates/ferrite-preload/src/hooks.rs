@@ -62,27 +62,33 @@ fn lookup(fd: c_int) -> Option<(table::Entered, Arc<Desc>, &'static Client)> {
 /// Run a direct operation on `fd`; `None` when `fd` is not direct or the operation
 /// goes to the kernel (the caller forwards it).
 fn direct<T>(fd: c_int, f: impl FnOnce(&Desc, &'static Client) -> R<Do<T>>) -> Option<R<T>> {
-    let (_e, d, c) = lookup(fd)?;
-    match catch_unwind(AssertUnwindSafe(|| f(&d, c))) {
-        Ok(Ok(Do::Done(v))) => {
-            stats::direct();
-            Some(Ok(v))
-        }
-        Ok(Ok(Do::KernelDone(v))) => {
-            stats::kernel();
-            Some(Ok(v))
-        }
-        Ok(Ok(Do::Kernel)) => {
-            stats::kernel();
-            d.kernel_io.store(true, Ordering::Relaxed);
-            None
-        }
-        Ok(Err(e)) => {
-            stats::direct();
-            Some(Err(e))
-        }
-        Err(_) => Some(Err(libc::EIO)),
+    if table::TRACKED.load(Ordering::Acquire) == 0 {
+        return None;
     }
+    table::with_desc(fd, |d, cx| {
+        let c = d.mount.client().filter(|c| c.usable())?;
+        match catch_unwind(AssertUnwindSafe(|| f(d, c))) {
+            Ok(Ok(Do::Done(v))) => {
+                cx.counters.direct();
+                Some(Ok(v))
+            }
+            Ok(Ok(Do::KernelDone(v))) => {
+                cx.counters.kernel();
+                Some(Ok(v))
+            }
+            Ok(Ok(Do::Kernel)) => {
+                cx.counters.kernel();
+                d.kernel_io.store(true, Ordering::Relaxed);
+                None
+            }
+            Ok(Err(e)) => {
+                cx.counters.direct();
+                Some(Err(e))
+            }
+            Err(_) => Some(Err(libc::EIO)),
+        }
+    })
+    .flatten()
 }
 
 fn ss(r: R<usize>) -> ssize_t {
@@ -1165,11 +1171,13 @@ pub unsafe extern "C" fn freopen64(
 
 // ------------------------------------------------------------ new processes
 
-/// Offsets to the kernel before another process can share the descriptors.
+/// Before a new program image that inherits this process's descriptors (spawn,
+/// exec): offsets to the kernel for the descriptors it inherits (those without
+/// close-on-exec).
 fn before_new_process() {
     if table::TRACKED.load(Ordering::Acquire) > 0 {
         if let Some(_e) = table::enter() {
-            crate::sync_all();
+            crate::sync_inherited();
         }
     }
 }
@@ -1177,9 +1185,23 @@ fn before_new_process() {
 #[no_mangle]
 pub unsafe extern "C" fn vfork() -> pid_t {
     // A vfork child would run on this frame; fork is what a vfork-then-exec
-    // program needs, and keeps this library's state consistent.
-    before_new_process();
+    // program needs, and keeps this library's state consistent (the fork handlers
+    // give every direct description's offset to the kernel).
     forward!(fork(), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn_file_actions_adddup2(
+    fa: *mut c_void,
+    fd: c_int,
+    newfd: c_int,
+) -> c_int {
+    // The spawned program gets `fd`'s description whatever its close-on-exec flag.
+    if let Some((e, d, _)) = lookup(fd) {
+        crate::sync_desc(fd, &d);
+        drop(e);
+    }
+    forward!(posix_spawn_file_actions_adddup2(fa, fd, newfd), libc::ENOSYS)
 }
 
 #[no_mangle]

@@ -72,13 +72,28 @@ pub(crate) fn sync_desc(fd: i32, d: &table::Desc) {
     if !d.shared.load(Ordering::Acquire) {
         let _ = real::lseek(fd, *p as i64, libc::SEEK_SET);
         d.shared.store(true, Ordering::Release);
+        if mounts::debug() {
+            eprintln!("ferrite-preload: fd {fd} (inode {}) may now be shared", d.ino);
+        }
     }
 }
 
-/// [`sync_desc`] for every direct descriptor.
+/// [`sync_desc`] for every direct descriptor (before fork: the child has them all).
 pub(crate) fn sync_all() {
     for (fd, d) in table::all() {
         sync_desc(fd, &d);
+    }
+}
+
+/// [`sync_desc`] for the direct descriptors a new program image inherits: those
+/// without close-on-exec (a descriptor whose flags cannot be read counts as
+/// inherited).
+pub(crate) fn sync_inherited() {
+    for (fd, d) in table::all() {
+        let cloexec = real::fcntl(fd, libc::F_GETFD, 0).is_ok_and(|f| f & libc::FD_CLOEXEC != 0);
+        if !cloexec {
+            sync_desc(fd, &d);
+        }
     }
 }
 

@@ -85,6 +85,7 @@ reals! {
     posix_spawnp: fn(*mut pid_t, *const c_char, *const c_void, *const c_void, *const *mut c_char, *const *mut c_char) -> c_int;
     system: fn(*const c_char) -> c_int;
     popen: fn(*const c_char, *const c_char) -> *mut FILE;
+    posix_spawn_file_actions_adddup2: fn(*mut c_void, c_int, c_int) -> c_int;
     fork: fn() -> pid_t;
     execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
     execv: fn(*const c_char, *const *const c_char) -> c_int;

@@ -9,37 +9,45 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// One thread's counts.
 #[derive(Default)]
-struct Counters {
+pub struct Counters {
     direct: AtomicU64,
     kernel: AtomicU64,
 }
 
-static ALL: Mutex<Vec<Arc<Counters>>> = Mutex::new(Vec::new());
-
-thread_local! {
-    static MINE: Arc<Counters> = {
-        let c = Arc::new(Counters::default());
-        ALL.lock().push(c.clone());
-        c
-    };
+impl Counters {
+    /// A call on a FerriteFS file served without the kernel.
+    pub fn direct(&self) {
+        bump(&self.direct);
+    }
+    /// A call on a FerriteFS file that went to the kernel.
+    pub fn kernel(&self) {
+        bump(&self.kernel);
+    }
 }
 
-fn bump(f: impl Fn(&Counters) -> &AtomicU64) {
-    let _ = MINE.try_with(|c| {
-        let a = f(c);
-        a.store(a.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-    });
+fn bump(a: &AtomicU64) {
+    a.store(a.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+static ALL: Mutex<Vec<Arc<Counters>>> = Mutex::new(Vec::new());
+
+/// New counters for a thread (kept in its hook context).
+pub fn register() -> Arc<Counters> {
+    let c = Arc::new(Counters::default());
+    ALL.lock().push(c.clone());
+    c
 }
 
 /// A call on a FerriteFS file served without the kernel.
 pub fn direct() {
-    bump(|c| &c.direct);
+    crate::table::with_ctx(|cx| cx.counters.direct());
 }
 
 /// A call on a FerriteFS file that went to the kernel.
 pub fn kernel() {
-    bump(|c| &c.kernel);
+    crate::table::with_ctx(|cx| cx.counters.kernel());
 }
 
 /// (direct, kernel) summed over every thread.

@@ -17,8 +17,8 @@
 
 use crate::mounts::Mount;
 use parking_lot::Mutex;
-use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicUsize, Ordering};
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 /// An open file description served directly.
@@ -97,7 +97,12 @@ pub fn set(fd: i32, d: Option<Arc<Desc>>) -> Option<Arc<Desc>> {
         (Some(_), None) => return None, // beyond the table: stays a kernel descriptor
     };
     let new = d.is_some();
-    let old = std::mem::replace(&mut *s.lock(), d);
+    let old = {
+        let mut g = s.lock();
+        let old = std::mem::replace(&mut *g, d);
+        GEN.fetch_add(1, Ordering::AcqRel);
+        old
+    };
     match (old.is_some(), new) {
         (false, true) => {
             TRACKED.fetch_add(1, Ordering::AcqRel);
@@ -126,51 +131,122 @@ pub fn all() -> Vec<(i32, Arc<Desc>)> {
 
 // ------------------------------------------------------------------ the gate
 
-thread_local! {
-    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
-    static BUSY: Arc<AtomicBool> = {
-        let b = Arc::new(AtomicBool::new(false));
-        THREADS.lock().push(Arc::downgrade(&b));
-        b
-    };
+/// What a thread keeps for the hooks: one thread-local, reached once per call.
+pub struct Ctx {
+    in_hook: Cell<bool>,
+    busy: Arc<AtomicBool>,
+    /// This thread's call counters.
+    pub counters: Arc<crate::stats::Counters>,
+    /// The last descriptor this thread looked up, valid while [`GEN`] is unchanged.
+    cache: RefCell<Cached>,
 }
+
+struct Cached {
+    fd: i32,
+    gen: u64,
+    desc: Option<Arc<Desc>>,
+}
+
+impl Ctx {
+    fn new() -> Ctx {
+        let busy = Arc::new(AtomicBool::new(false));
+        THREADS.lock().push(Arc::downgrade(&busy));
+        Ctx {
+            in_hook: Cell::new(false),
+            busy,
+            counters: crate::stats::register(),
+            cache: RefCell::new(Cached { fd: -1, gen: 0, desc: None }),
+        }
+    }
+
+    /// Wait at the fork gate, then mark this thread busy.
+    fn gate_in(&self) {
+        let b = &self.busy;
+        b.store(true, Ordering::SeqCst);
+        while FORKING.load(Ordering::SeqCst) {
+            b.store(false, Ordering::SeqCst);
+            while FORKING.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            b.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn gate_out(&self) {
+        self.busy.store(false, Ordering::Release);
+    }
+}
+
+thread_local! {
+    static CTX: Ctx = Ctx::new();
+}
+
+/// Run `f` on this thread's context (`None` while the thread is being torn down).
+pub fn with_ctx<T>(f: impl FnOnce(&Ctx) -> T) -> Option<T> {
+    CTX.try_with(f).ok()
+}
+
+/// Bumped by every change of the table: a thread's cached lookup is valid while
+/// this has not moved since.
+static GEN: AtomicU64 = AtomicU64::new(1);
 
 static FORKING: AtomicBool = AtomicBool::new(false);
 static THREADS: Mutex<Vec<Weak<AtomicBool>>> = Mutex::new(Vec::new());
 
-/// Inside a hook (and inside the fork gate) while this lives.
-pub struct Entered {
-    gated: bool,
+/// The hot path of every data call: enter the hook (unless this thread is inside
+/// one already), find `fd`'s description and run `f` on it, with one thread-local
+/// access and, while the thread keeps using one descriptor, no lock.
+pub fn with_desc<T>(fd: i32, f: impl FnOnce(&Desc, &Ctx) -> T) -> Option<T> {
+    with_ctx(|cx| {
+        if cx.in_hook.replace(true) {
+            return None;
+        }
+        struct Out<'a>(&'a Ctx);
+        impl Drop for Out<'_> {
+            fn drop(&mut self) {
+                self.0.gate_out();
+                self.0.in_hook.set(false);
+            }
+        }
+        cx.gate_in();
+        let _out = Out(cx);
+        // Nothing else borrows the cache: only this function does, and never
+        // inside a hook.
+        let mut c = cx.cache.try_borrow_mut().ok()?;
+        // The generation is read before the slot: a change after it is seen next time.
+        let gen = GEN.load(Ordering::Acquire);
+        if c.fd != fd || c.gen != gen {
+            *c = Cached { fd, gen, desc: get(fd) };
+        }
+        let d = c.desc.as_ref()?;
+        Some(f(d, cx))
+    })
+    .flatten()
 }
+
+/// Inside a hook (and inside the fork gate) while this lives.
+pub struct Entered(());
 
 /// Enter a hook. `None` when this thread is already inside one (the call comes from
 /// this library itself and must go straight to the C library).
 pub fn enter() -> Option<Entered> {
-    let inside = IN_HOOK.try_with(|c| c.replace(true)).unwrap_or(true);
-    if inside {
-        return None;
-    }
-    let gated = BUSY
-        .try_with(|b| {
-            b.store(true, Ordering::SeqCst);
-            while FORKING.load(Ordering::SeqCst) {
-                b.store(false, Ordering::SeqCst);
-                while FORKING.load(Ordering::SeqCst) {
-                    std::thread::yield_now();
-                }
-                b.store(true, Ordering::SeqCst);
-            }
-        })
-        .is_ok();
-    Some(Entered { gated })
+    // A thread being torn down (its context gone) passes straight through too.
+    with_ctx(|cx| {
+        if cx.in_hook.replace(true) {
+            return None;
+        }
+        cx.gate_in();
+        Some(Entered(()))
+    })
+    .flatten()
 }
 
 impl Drop for Entered {
     fn drop(&mut self) {
-        if self.gated {
-            let _ = BUSY.try_with(|b| b.store(false, Ordering::Release));
-        }
-        let _ = IN_HOOK.try_with(|c| c.set(false));
+        with_ctx(|cx| {
+            cx.gate_out();
+            cx.in_hook.set(false);
+        });
     }
 }
 
@@ -180,18 +256,18 @@ pub struct Inside(bool);
 
 /// See [`Inside`].
 pub fn inside_guard() -> Inside {
-    Inside(IN_HOOK.try_with(|c| c.replace(true)).unwrap_or(true))
+    Inside(with_ctx(|cx| cx.in_hook.replace(true)).unwrap_or(true))
 }
 
 impl Drop for Inside {
     fn drop(&mut self) {
-        let _ = IN_HOOK.try_with(|c| c.set(self.0));
+        with_ctx(|cx| cx.in_hook.set(self.0));
     }
 }
 
 /// Is this thread inside a hook?
 pub fn inside() -> bool {
-    IN_HOOK.try_with(|c| c.get()).unwrap_or(true)
+    with_ctx(|cx| cx.in_hook.get()).unwrap_or(true)
 }
 
 /// Before fork: close the gate and wait until no thread is inside a hook.
@@ -213,7 +289,7 @@ pub fn fork_prepare() {
 pub fn fork_done(child: bool) {
     if child {
         crate::statics::unlock_after_fork(&THREADS);
-        let mine = BUSY.try_with(Arc::downgrade).ok();
+        let mine = with_ctx(|cx| Arc::downgrade(&cx.busy));
         let mut t = THREADS.lock();
         t.clear();
         t.extend(mine);
