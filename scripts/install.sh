@@ -15,7 +15,7 @@ if [ -z "${FERRITE_NO_BUILD:-}" ]; then
   flag=""; [ "$PROFILE" = release ] && flag="--release"
   cargo build $flag -q -p ferrite-cli -p ferrite-preload -p ferrite-capi
 fi
-T=target/$PROFILE
+T=${CARGO_TARGET_DIR:-target}/$PROFILE
 for f in ferrite libferrite_preload.so libferrite.so libferrite.a; do
   [ -f "$T/$f" ] || { echo "install.sh: $T/$f is missing (build first)" >&2; exit 1; }
 done

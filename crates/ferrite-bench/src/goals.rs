@@ -50,6 +50,49 @@ fn vs_of(
     }
 }
 
+/// The library's median in `case` over its own median in `base` (same experiment)
+/// at least `min`: how a configuration scales against another.
+fn vs_case(res: &mut Results, goal: &str, exp: &str, case: &str, base: &str, min: f64) -> Goal {
+    match (res.summary(exp, case, LIB), res.summary(exp, base, LIB)) {
+        (Some(a), Some(b)) if b.median > 0.0 => Goal {
+            goal: goal.into(),
+            measured: format!(
+                "{} ({} vs {} {base})",
+                ratio(a.median, b.median),
+                num(a.median),
+                num(b.median)
+            ),
+            status: if a.median / b.median >= min { GoalStatus::Pass } else { GoalStatus::Miss },
+        },
+        _ => Goal {
+            goal: goal.into(),
+            measured: format!("needs {exp} {case} and {base} on {LIB}"),
+            status: GoalStatus::NotMeasured,
+        },
+    }
+}
+
+/// The library's software-counted fences per operation in each of `cases`, all at
+/// most `max`.
+fn fences_at_most(res: &Results, goal: &str, cases: &[(&str, String)], max: f64) -> Goal {
+    let got: Vec<Option<f64>> =
+        cases.iter().map(|(e, c)| res.extra_median(e, c, LIB, "fences_per_op")).collect();
+    if got.iter().any(|g| g.is_none()) {
+        let names: Vec<&str> = cases.iter().map(|(_, c)| c.as_str()).collect();
+        return Goal {
+            goal: goal.into(),
+            measured: format!("needs fences per op of {} on {LIB}", names.join(", ")),
+            status: GoalStatus::NotMeasured,
+        };
+    }
+    let got: Vec<f64> = got.into_iter().flatten().collect();
+    Goal {
+        goal: goal.into(),
+        measured: got.iter().map(|&f| num(f)).collect::<Vec<_>>().join(" / "),
+        status: if got.iter().all(|&f| f <= max) { GoalStatus::Pass } else { GoalStatus::Miss },
+    }
+}
+
 fn at_most(res: &mut Results, goal: &str, case: &str, max: f64, unit: &str) -> Goal {
     match res.summary("memory", case, LIB) {
         Some(s) => Goal {
@@ -85,6 +128,48 @@ pub fn evaluate(res: &mut Results) -> Vec<Goal> {
         vs(res, "create in a private directory, 1 thread, library >= 3x tmpfs", "meta", "create/t1", "tmpfs", 3.0),
         vs(res, "unlink in a private directory, 1 thread, library >= 3x tmpfs", "meta", "unlink/t1", "tmpfs", 3.0),
     ];
+    // The core at the hardware limit: one fence per durable write, and what is left
+    // of the software beside the copy.
+    let hw = "hw-ntstore";
+    let rw64 = micro::case_key(micro::Pattern::RandWrite, 64, t1);
+    let ap64 = append::case_key("extend", 64);
+    let t2s =
+        micro::case_key(micro::Pattern::RandWrite, 4096, micro::Threads { n: 2, shared: true });
+    g.extend([
+        vs(
+            res,
+            &format!("{k4} random write + fsync, library >= 0.5x hw-ntstore"),
+            "micro",
+            &rw,
+            hw,
+            0.5,
+        ),
+        vs(res, "64 B random write + fsync, library >= 0.35x hw-ntstore", "micro", &rw64, hw, 0.35),
+        vs(res, "64 B appends + fsync, library >= 2x tmpfs", "append", &ap64, "tmpfs", 2.0),
+        vs(res, "64 B appends + fsync, library >= 0.4x hw-ntstore", "append", &ap64, hw, 0.4),
+        vs(
+            res,
+            "256 B appends + fsync, library >= 2x tmpfs",
+            "append",
+            &append::case_key("extend", 256),
+            "tmpfs",
+            2.0,
+        ),
+        fences_at_most(
+            res,
+            "fences per write + fsync (64 B / 4 KiB random), library <= 1.1",
+            &[("micro", rw64.clone()), ("micro", rw.clone())],
+            1.1,
+        ),
+        vs_case(
+            res,
+            &format!("{k4} random write + fsync, 2 threads on one shared file >= 1.0x one thread"),
+            "micro",
+            &t2s,
+            &rw,
+            1.0,
+        ),
+    ]);
     // Direct access (the preload library): the mount's speed reaches programs.
     let d = crate::DIRECT;
     let ap = append::case_key("extend", 64);

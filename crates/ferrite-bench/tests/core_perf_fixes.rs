@@ -27,10 +27,15 @@ fn persist_counters_exact_across_threads_and_fences() {
     let m =
         MmapMedium::create(&dir.path().join("c.pool"), 1 << 20, &MapOptions::default()).unwrap();
     let base = m.stats().snapshot();
+    // The handles are joined explicitly: a scope's implicit join returns once each
+    // closure is done, which can be before the thread's exit-time fold ran (this
+    // test failed once in CI with one thread's last flush missing); `join` waits
+    // for the whole thread.
     std::thread::scope(|s| {
+        let mut handles = Vec::new();
         for t in 0..4u64 {
             let m = &m;
-            s.spawn(move || {
+            handles.push(s.spawn(move || {
                 for i in 0..100u64 {
                     let off = (t * 100 + i) * 256;
                     m.write(off, &[1u8; 100]);
@@ -42,7 +47,10 @@ fn persist_counters_exact_across_threads_and_fences() {
                 }
                 // The last writes are after the last fence: folded at thread exit.
                 m.flush(t * 64, 1);
-            });
+            }));
+        }
+        for h in handles {
+            h.join().unwrap();
         }
     });
     let s = m.stats().snapshot();

@@ -280,6 +280,39 @@ pub fn info(a: &InfoArgs) -> i32 {
 }
 
 #[derive(clap::Args)]
+pub struct UpgradeArgs {
+    /// Pool file (not mounted).
+    #[arg(default_value = crate::DEFAULT_POOL)]
+    pool: PathBuf,
+}
+
+/// Convert a pool of an older format version to this build's, in place.
+pub fn upgrade(a: &UpgradeArgs) -> i32 {
+    let m = match MmapMedium::open(&a.pool, &MapOptions::default()) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("ferrite upgrade: {e}");
+            return 8;
+        }
+    };
+    match ferrite_core::recovery::upgrade(&m) {
+        Ok(v) if v == ferrite_core::layout::VERSION => {
+            println!("{}: already format version {v}", a.pool.display());
+            0
+        }
+        Ok(v) => {
+            let now = ferrite_core::layout::VERSION;
+            println!("{}: format version {v} -> {now}", a.pool.display());
+            0
+        }
+        Err(e) => {
+            eprintln!("ferrite upgrade: {}: {e}", a.pool.display());
+            4
+        }
+    }
+}
+
+#[derive(clap::Args)]
 pub struct FsckArgs {
     /// Pool file.
     #[arg(default_value = crate::DEFAULT_POOL)]

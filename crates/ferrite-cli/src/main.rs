@@ -39,6 +39,8 @@ enum Cmd {
     Info(admin::InfoArgs),
     /// Check every invariant of a pool (exit 0 clean, 4 errors left, 8 operational error).
     Fsck(admin::FsckArgs),
+    /// Convert a pool of an older format version (1) to this build's (2), in place.
+    Upgrade(admin::UpgradeArgs),
     /// List a directory.
     Ls(tools::LsArgs),
     /// Show attributes of a path.
@@ -76,6 +78,7 @@ fn main() -> ExitCode {
         Cmd::Mkfs(a) => admin::mkfs(&a),
         Cmd::Info(a) => admin::info(&a),
         Cmd::Fsck(a) => admin::fsck(&a),
+        Cmd::Upgrade(a) => admin::upgrade(&a),
         Cmd::Ls(a) => tools::ls(&a),
         Cmd::Stat(a) => tools::stat(&a),
         Cmd::Cat(a) => tools::cat(&a),

@@ -53,6 +53,13 @@ pub enum Error {
     },
     /// The pool is not a FerriteFS pool, or a different version.
     Foreign(String),
+    /// A FerriteFS pool of a format version this build does not read.
+    Version {
+        /// The pool's format version.
+        found: u32,
+        /// The version this build reads and writes.
+        supported: u32,
+    },
     /// The pool's contents are damaged (checksum mismatch, bad pointer, log cycle...).
     Corrupt(String),
     /// ENOTCONN: the mount daemon this direct-access client used is gone, or it
@@ -108,7 +115,7 @@ impl Error {
             Error::CrossDevice => libc::EXDEV,
             Error::BadHandle => libc::EBADF,
             Error::NotSupported(_) => libc::EOPNOTSUPP,
-            Error::Foreign(_) | Error::Corrupt(_) => libc::EUCLEAN,
+            Error::Foreign(_) | Error::Corrupt(_) | Error::Version { .. } => libc::EUCLEAN,
             Error::Disconnected(_) => libc::ENOTCONN,
             Error::Io { err, .. } => err.raw_os_error().unwrap_or(libc::EIO),
         }
@@ -142,6 +149,16 @@ impl std::fmt::Display for Error {
             }
             Error::Foreign(m) => write!(f, "not a FerriteFS pool: {m}"),
             Error::Corrupt(m) => write!(f, "pool is corrupt: {m}"),
+            Error::Version { found, supported } if found < supported => write!(
+                f,
+                "pool has format version {found}, this build reads version {supported}: \
+                 `ferrite upgrade POOL` converts it in place (a cleanly unmounted pool)"
+            ),
+            Error::Version { found, supported } => write!(
+                f,
+                "pool has format version {found}, written by a newer FerriteFS; \
+                 this build reads version {supported}"
+            ),
             Error::Disconnected(m) => write!(f, "direct access ended: {m}"),
             Error::Io { path, err } => write!(f, "{}: {err}", path.display()),
         }

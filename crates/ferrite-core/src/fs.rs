@@ -4,9 +4,11 @@
 //! - An inode's [`InodeState`] is guarded by its `RwLock`; the log of an inode is
 //!   appended only under the write lock. Operations on several inodes take their
 //!   locks in ascending inode order (renames first take the global rename lock).
-//! - A single-inode operation commits with one 8-byte tail store: one fence when all
-//!   its bytes are inside checksummed log entries, two when it wrote data blocks
-//!   (data and entries, fence, tail, fence).
+//! - A single-inode operation commits with one 8-byte tail store and one fence when
+//!   every byte it wrote is covered by a checksum: inside checksummed log entries, or
+//!   in data blocks whose WRITE entries carry the data's checksum (recovery checks
+//!   a log's last operation). Data blocks without one (fallocate's zeroed blocks)
+//!   take two fences (data and entries, fence, tail, fence).
 //! - A multi-inode operation commits through the shard journal (see `journal`).
 //! - After a commit, the same entries are applied to the DRAM state with
 //!   [`InodeState::apply`]; blocks they release are freed only then.
@@ -29,9 +31,13 @@ use std::sync::Arc;
 /// simulator detects them. Never set outside tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CoreFault {
-    /// Commit the log tail before the entries and data it covers are persistent
-    /// (the tail store joins the first fence window of a copy-on-write commit).
+    /// Commit the log tail before the entries and unchecksummed data it covers are
+    /// persistent (the tail store joins the first fence window of a two-fence
+    /// commit, as fallocate's).
     TailBeforeData,
+    /// Commit copy-on-write pages with one fence but without their data checksums,
+    /// so recovery cannot tell torn data from written data.
+    UncheckedData,
     /// Apply journaled words before the journal is written and fenced.
     JournalOutOfOrder,
     /// Fast GC unlinks dead log pages before the operation that killed their
@@ -427,6 +433,12 @@ impl<M: Medium> Fs<M> {
         crate::layout::ROOT_INO
     }
 
+    /// A read-only mount of a pool that was not cleanly unmounted: recovery ran in
+    /// a DRAM view only, so torn last operations are still on media.
+    pub(crate) fn unrepaired(&self) -> bool {
+        self.read_only && !self.report.clean
+    }
+
     pub(crate) fn check_writable(&self) -> Result<()> {
         if self.read_only {
             Err(Error::ReadOnly)
@@ -472,9 +484,14 @@ impl<M: Medium> Fs<M> {
         let mut st = InodeState::new(ftype);
         let mut freed = Vec::new();
         let (head, tail) = (logptr::addr(slot.head), logptr::addr(slot.tail));
-        let walk = log::walk_apply(&self.m, &self.geo, seed, head, tail, &mut |loc, e| {
-            st.apply(loc, &e, &mut freed);
-        })?;
+        let mut apply = |loc, e: log::Entry| st.apply(loc, &e, &mut freed);
+        // A read-only mount of a crashed pool repaired nothing: each log is checked
+        // as recovery would have checked it.
+        let walk = if self.unrepaired() {
+            log::walk_recover(&self.m, &self.geo, seed, head, tail, &mut apply)?
+        } else {
+            log::walk_apply(&self.m, &self.geo, seed, head, tail, &mut apply)?
+        };
         if st.setattr_loc.is_none() {
             return Err(Error::corrupt(format!("inode {ino} has no attributes in its log")));
         }
@@ -520,7 +537,7 @@ impl<M: Medium> Fs<M> {
                 return Err(Error::NotFound);
             };
             st.chain_gen = gen.unwrap_or(0);
-            if walk.torn {
+            if walk.torn && !self.unrepaired() {
                 return Err(Error::corrupt(format!(
                     "inode {ino}: log has a torn entry on a pool that was recovered"
                 )));
@@ -671,8 +688,9 @@ impl<M: Medium> Fs<M> {
         freed
     }
 
-    /// Commit entries of one inode. `data_written`: data blocks were written for
-    /// them (two-fence commit). Returns after the operation is durable.
+    /// Commit entries of one inode. `data_written`: data blocks that no checksum
+    /// covers were written for them (two-fence commit). Returns after the
+    /// operation is durable.
     pub(crate) fn commit_single(
         &self,
         inode: &Inode,

@@ -213,7 +213,7 @@ pub(crate) fn snapshot_entries<M: Medium>(m: &M, st: &InodeState) -> Vec<EntryBu
     match &st.body {
         Body::File(f) => {
             for (pg, e) in f.ext.iter() {
-                out.push(EntryBuf::write(pg, e.block, e.len, a.size, a.mtime));
+                out.push(EntryBuf::write(pg, e.block, e.len, a.size, a.mtime, None));
             }
             let mut pages: Vec<&u64> = f.ops.keys().collect();
             pages.sort();

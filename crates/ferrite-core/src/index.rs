@@ -420,7 +420,7 @@ impl InodeState {
                 }
                 self.attr = *a;
             }
-            Entry::Write { pgoff, block, npages, size, mtime } => {
+            Entry::Write { pgoff, block, npages, size, mtime, .. } => {
                 let pieces = match &mut self.body {
                     Body::File(f) => f.insert(*pgoff, *npages, *block, loc),
                     Body::Dir(_) => return,
@@ -631,13 +631,27 @@ mod tests {
         let mut freed = vec![];
         s.apply(
             p1,
-            &Entry::Write { pgoff: 0, block: 7, npages: 2, size: 8192, mtime: Ts::default() },
+            &Entry::Write {
+                pgoff: 0,
+                block: 7,
+                npages: 2,
+                size: 8192,
+                mtime: Ts::default(),
+                dcrc: None,
+            },
             &mut freed,
         );
         assert_eq!(s.refs[&p1], 2);
         s.apply(
             p1 + 64,
-            &Entry::Write { pgoff: 1, block: 9, npages: 1, size: 8192, mtime: Ts::default() },
+            &Entry::Write {
+                pgoff: 1,
+                block: 9,
+                npages: 1,
+                size: 8192,
+                mtime: Ts::default(),
+                dcrc: None,
+            },
             &mut freed,
         );
         assert_eq!(freed, vec![(8, 1)]);

@@ -16,7 +16,7 @@ pub const BLOCK: u64 = 4096;
 /// Format magic.
 pub const MAGIC: [u8; 8] = *b"FERRITE1";
 /// Format version described by docs/FORMAT.md.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Size of one inode slot.
 pub const INODE_SLOT: u64 = 64;
 /// Bytes of journal per shard.
@@ -174,6 +174,15 @@ impl Superblock {
 
     /// Decode and validate one copy.
     pub fn decode(b: &[u8]) -> Result<Superblock> {
+        let sb = Self::decode_any_version(b)?;
+        if sb.version != VERSION {
+            return Err(Error::Version { found: sb.version, supported: VERSION });
+        }
+        Ok(sb)
+    }
+
+    /// Decode and validate one copy of any format version (for `upgrade`).
+    pub fn decode_any_version(b: &[u8]) -> Result<Superblock> {
         if b.len() < SB_SIZE {
             return Err(Error::Foreign("superblock truncated".into()));
         }
@@ -197,11 +206,6 @@ impl Superblock {
         let csum = r.u32();
         if crc32c::crc32c(&b[..252]) != csum {
             return Err(Error::corrupt("superblock checksum mismatch"));
-        }
-        if version != VERSION {
-            return Err(Error::Foreign(format!(
-                "format version {version}, this build reads version {VERSION}"
-            )));
         }
         let sb = Superblock {
             magic,

@@ -11,6 +11,10 @@
 //!   walks from the head; an invalid entry before the tail means the last operation
 //!   was torn (its entries and tail were in flight together) and the log is cut back
 //!   to the last `TXEND` boundary.
+//! - A WRITE with [`FLAG_DCRC`] was committed with one fence for its data, entries
+//!   and tail: its data may be torn even when the tail and entries are not. Only a
+//!   log's last operation can be in that state (the next commit waits for its
+//!   fence), so recovery checks that one's data ([`walk_recover`]).
 //! - Walks are bounded by the pool's block count and detect cycles; corrupt media is
 //!   an `Error::Corrupt`, never a panic.
 
@@ -31,6 +35,10 @@ pub const HDR: usize = 16;
 pub const FLAG_TXEND: u8 = 1;
 /// Flag: this SETATTR shrank the file (it stays pinned until thorough GC).
 pub const FLAG_SHRINK: u8 = 2;
+/// Flag: this WRITE carries a checksum of its data (format v2). Its commit had one
+/// fence for data, entries and tail together, so recovery checks the data of a
+/// log's last operation before it keeps it.
+pub const FLAG_DCRC: u8 = 4;
 
 /// Entry type codes.
 pub mod etype {
@@ -109,6 +117,9 @@ pub enum Entry {
         size: u64,
         /// Modification time.
         mtime: Ts,
+        /// Checksum of the extent's data ([`data_crc`]), if it was committed
+        /// without a fence between data and tail.
+        dcrc: Option<u32>,
     },
     /// `dlen` bytes at file offset `off`, stored at `data_off` inside the entry.
     Inline {
@@ -253,13 +264,22 @@ impl EntryBuf {
             .done()
     }
 
-    /// WRITE.
-    pub fn write(pgoff: u64, block: u64, npages: u32, size: u64, mtime: Ts) -> EntryBuf {
-        Enc::new(etype::WRITE, 0, WRITE_LEN)
+    /// WRITE; `dcrc`: the extent's [`data_crc`] when its commit does not fence the
+    /// data before the tail.
+    pub fn write(
+        pgoff: u64,
+        block: u64,
+        npages: u32,
+        size: u64,
+        mtime: Ts,
+        dcrc: Option<u32>,
+    ) -> EntryBuf {
+        let f = if dcrc.is_some() { FLAG_DCRC } else { 0 };
+        Enc::new(etype::WRITE, f, WRITE_LEN)
             .u64(pgoff)
             .u64(block)
             .u32(npages)
-            .u32(0)
+            .u32(dcrc.unwrap_or(0))
             .u64(size)
             .ts(mtime)
             .done()
@@ -346,6 +366,31 @@ pub fn seed(uuid: &[u8; 16], ino: u64, state: u64) -> u32 {
     crc32c::crc32c(&b)
 }
 
+/// Checksum of one data page: CRC32C seeded with the log's seed.
+pub fn page_crc(seed: u32, page: &[u8]) -> u32 {
+    crc32c::crc32c_append(seed, page)
+}
+
+/// Fold the next page's [`page_crc`] into an extent's data checksum (start from
+/// the log's seed): the extent's checksum is a CRC32C over its pages' checksums, so
+/// a writer computes each page's while it copies the page, and merges runs freely.
+pub fn data_crc(acc: u32, page_crc: u32) -> u32 {
+    crc32c::crc32c_append(acc, &page_crc.to_le_bytes())
+}
+
+/// Does the data of WRITE `e` on media match its checksum? (True for entries
+/// without one.) Reads `npages` pages; the caller has bounds-checked the extent.
+pub fn data_matches<M: Medium + ?Sized>(m: &M, seed: u32, e: &Entry) -> bool {
+    let &Entry::Write { block, npages, dcrc: Some(want), .. } = e else { return true };
+    let mut page = [0u8; BLOCK as usize];
+    let mut acc = seed;
+    for b in block..block + npages as u64 {
+        m.read(b * BLOCK, &mut page);
+        acc = data_crc(acc, page_crc(seed, &page));
+    }
+    acc == want
+}
+
 /// Decode a sealed entry buffer (as produced by [`append`]).
 pub fn decode_entry(bytes: &[u8]) -> Result<Entry> {
     decode_body(bytes[4], bytes)
@@ -387,13 +432,14 @@ fn decode_body(t: u8, b: &[u8]) -> Result<Entry> {
             let pgoff = r.u64();
             let block = r.u64();
             let npages = r.u32();
-            r.u32();
+            let crc = r.u32();
             let size = r.u64();
             let mtime = ts(&mut r);
             if npages == 0 {
                 return Err(bad());
             }
-            Entry::Write { pgoff, block, npages, size, mtime }
+            let dcrc = (b[5] & FLAG_DCRC != 0).then_some(crc);
+            Entry::Write { pgoff, block, npages, size, mtime, dcrc }
         }
         etype::INLINE if len >= INLINE_HDR => {
             let off = r.u64();
@@ -538,8 +584,9 @@ pub fn walk<M: Medium + ?Sized>(
 }
 
 /// Walk a log as [`walk`] does, handing each committed entry to `f` in log order
-/// as soon as its operation's TXEND is seen: memory stays bounded by the largest
-/// operation, not the log (a file written page by page has one entry per page).
+/// once the next operation's TXEND is seen (the last operation's at the end): memory
+/// stays bounded by the two largest operations, not the log (a file written page by
+/// page has one entry per page).
 /// On an error some entries may have been handed out already.
 pub fn walk_apply<M: Medium + ?Sized>(
     m: &M,
@@ -552,7 +599,25 @@ pub fn walk_apply<M: Medium + ?Sized>(
     if !geo.is_data_block_addr(head) {
         return Err(Error::corrupt(format!("log head {head:#x} is not a data block")));
     }
-    walk_span(m, geo, seed, head, SeqRule::Any, tail, f)
+    walk_span(m, geo, seed, head, SeqRule::Any, tail, false, f)
+}
+
+/// [`walk_apply`] for recovery after a crash: the data of the log's last operation
+/// is checked against the checksums its WRITE entries carry (its commit had a single
+/// fence, so data may not have reached media with the entries and the tail); on a
+/// mismatch the operation is cut off like a torn one.
+pub fn walk_recover<M: Medium + ?Sized>(
+    m: &M,
+    geo: &Geometry,
+    seed: u32,
+    head: u64,
+    tail: u64,
+    f: &mut dyn FnMut(u64, Entry),
+) -> Result<Walk> {
+    if !geo.is_data_block_addr(head) {
+        return Err(Error::corrupt(format!("log head {head:#x} is not a data block")));
+    }
+    walk_span(m, geo, seed, head, SeqRule::Any, tail, true, f)
 }
 
 /// Walk the entries committed after `from` (a committed tail whose next entry has
@@ -571,9 +636,10 @@ pub fn walk_apply_from<M: Medium + ?Sized>(
     if !geo.is_data_block_addr(page) || from % 8 != 0 || from % BLOCK > LOG_DATA_END {
         return Err(Error::corrupt(format!("log position {from:#x} is not inside a log page")));
     }
-    walk_span(m, geo, seed, from, SeqRule::Exact(next_seq), tail, f)
+    walk_span(m, geo, seed, from, SeqRule::Exact(next_seq), tail, false, f)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn walk_span<M: Medium + ?Sized>(
     m: &M,
     geo: &Geometry,
@@ -581,6 +647,7 @@ fn walk_span<M: Medium + ?Sized>(
     head: u64,
     first_rule: SeqRule,
     tail: u64,
+    verify_last: bool,
     f: &mut dyn FnMut(u64, Entry),
 ) -> Result<Walk> {
     let tail_page = tail & !(BLOCK - 1);
@@ -595,11 +662,16 @@ fn walk_span<M: Medium + ?Sized>(
     let mut pos = head;
     let mut rule = first_rule;
     let mut pending: Vec<(u64, Entry)> = Vec::new();
+    // The last committed operation, handed out once another commits after it or,
+    // at the end, once its data checked out (`verify_last`).
+    let mut held: Vec<(u64, Entry)> = Vec::new();
     // (pos, pages, next seq) of the last commit point; a resumed walk starts at one.
     let mut last_commit: Option<(u64, usize, u64)> = match first_rule {
         SeqRule::Exact(n) => Some((head, 1, n)),
         _ => None,
     };
+    // The commit point before `held`.
+    let mut prev_commit = last_commit;
     loop {
         if pos == tail {
             break;
@@ -646,9 +718,11 @@ fn walk_span<M: Medium + ?Sized>(
                 }
                 if txend {
                     w.committed += pending.len();
-                    for (loc, e) in pending.drain(..) {
+                    for (loc, e) in held.drain(..) {
                         f(loc, e);
                     }
+                    std::mem::swap(&mut held, &mut pending);
+                    prev_commit = last_commit;
                     last_commit = Some((pos, w.pages.len(), s + 1));
                 }
             }
@@ -660,6 +734,17 @@ fn walk_span<M: Medium + ?Sized>(
         // The stored tail is not at a commit boundary: torn as well.
         w.torn = true;
         w.discarded_entries = pending.len();
+    }
+    if verify_last && !held.iter().all(|(_, e)| data_matches(m, seed, e)) {
+        // Data of the last operation did not all reach media: it never returned.
+        w.torn = true;
+        w.discarded_entries += held.len();
+        w.committed -= held.len();
+        held.clear();
+        last_commit = prev_commit;
+    }
+    for (loc, e) in held.drain(..) {
+        f(loc, e);
     }
     match last_commit {
         Some((p, npages, next)) => {
@@ -801,6 +886,50 @@ mod tests {
         assert_eq!(w.pages.len(), 1 + a.new_pages.len());
         // Wrong seed: nothing validates.
         assert!(walk(&m, &g, seed(&[0; 16], 5, 3), first, a.new_tail).is_err());
+    }
+
+    #[test]
+    fn last_operation_with_torn_data_is_cut_by_recovery_only() {
+        let g = geo();
+        let m = SimMedium::new(256 * BLOCK);
+        let first = g.data_start * BLOCK;
+        let s = seed(&[0; 16], 9, 1);
+        let (b0, b1) = (g.data_start + 10, g.data_start + 11);
+        let page = |v: u8| vec![v; BLOCK as usize];
+        let crc_of =
+            |pages: &[Vec<u8>]| pages.iter().fold(s, |acc, p| data_crc(acc, page_crc(s, p)));
+        m.write(b0 * BLOCK, &page(1));
+        m.write(b1 * BLOCK, &page(2));
+        let mut none = || Err(Error::NoSpace);
+        let mut es = [
+            EntryBuf::write(0, b0, 1, BLOCK, Ts::default(), Some(crc_of(&[page(1)]))),
+            EntryBuf::write(1, b1, 1, 2 * BLOCK, Ts::default(), Some(crc_of(&[page(2)]))),
+        ];
+        let a = write_fresh(&m, 0, 1, first, s, &mut es[..1], &mut none, &mut vec![]).unwrap();
+        let st = LogState { tail: a.new_tail, next_seq: a.next_seq, ..Default::default() };
+        let b = append(&m, &st, s, &mut es[1..], &mut none, &mut vec![]).unwrap();
+        let tail = crate::layout::logptr::addr(b.new_tail);
+        // Both operations' data is on media: everything is kept.
+        let w = walk_recover(&m, &g, s, first, tail, &mut |_, _| {}).unwrap();
+        assert!(!w.torn);
+        assert_eq!((w.committed, w.end), (2, tail));
+        // The second write's data did not reach media (one cache line differs).
+        m.write(b1 * BLOCK + 64, &[0u8; 64]);
+        let mut seen = vec![];
+        let w = walk_recover(&m, &g, s, first, tail, &mut |_, e| seen.push(e)).unwrap();
+        assert!(w.torn);
+        assert_eq!((w.committed, w.discarded_entries), (1, 1));
+        assert_eq!(w.end, a.new_tail);
+        assert_eq!(w.next_seq, a.next_seq);
+        assert!(matches!(seen[..], [Entry::Write { pgoff: 0, dcrc: Some(_), .. }]));
+        // A live walk (no crash happened) does not read data.
+        let w = walk_apply(&m, &g, s, first, tail, &mut |_, _| {}).unwrap();
+        assert!(!w.torn && w.committed == 2);
+        // Damage in an operation that is not the last one is not a torn commit.
+        m.write(b1 * BLOCK + 64, &page(2)[..64]);
+        m.write(b0 * BLOCK, &[9u8; 8]);
+        let w = walk_recover(&m, &g, s, first, tail, &mut |_, _| {}).unwrap();
+        assert!(!w.torn && w.committed == 2);
     }
 
     #[test]

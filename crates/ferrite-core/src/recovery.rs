@@ -59,6 +59,9 @@ pub fn read_superblock<M: Medium + ?Sized>(m: &M) -> Result<(Superblock, u32)> {
             Err(e) => errs.push(e),
         }
     }
+    if let Some(i) = errs.iter().position(|e| matches!(e, Error::Version { .. })) {
+        return Err(errs.swap_remove(i));
+    }
     let foreign = errs.iter().all(|e| matches!(e, Error::Foreign(_)));
     let e = errs.swap_remove(0);
     if foreign {
@@ -66,6 +69,41 @@ pub fn read_superblock<M: Medium + ?Sized>(m: &M) -> Result<(Superblock, u32)> {
     } else {
         Err(Error::corrupt(format!("both superblock copies are damaged: {e}")))
     }
+}
+
+/// Convert a pool of format version 1 to version 2 in place; returns the version
+/// it had. Version 2 only adds a WRITE flag (data checksums) that version 1 logs
+/// never set, so a version 1 log reads the same under version 2 rules, torn tails
+/// included: the superblock copies get the new version number and nothing else
+/// changes. The caller holds the pool exclusively (not mounted).
+pub fn upgrade<M: Medium + ?Sized>(m: &M) -> Result<u32> {
+    if m.len() < 2 * BLOCK {
+        return Err(Error::Foreign(format!("pool is only {} bytes", m.len())));
+    }
+    let mut copies = Vec::new();
+    for copy in 0..2u64 {
+        let mut b = [0u8; SB_SIZE];
+        m.read(copy * BLOCK, &mut b);
+        copies.push((copy, Superblock::decode_any_version(&b)));
+    }
+    let from = match copies.iter().find_map(|(_, r)| r.as_ref().ok()) {
+        Some(sb) => sb.version,
+        None => return read_superblock(m).map(|_| VERSION),
+    };
+    match from {
+        VERSION => return Ok(VERSION),
+        1 => {}
+        v => return Err(Error::Version { found: v, supported: VERSION }),
+    }
+    for (copy, r) in &copies {
+        // A damaged copy is left for the next mount to repair from the good one.
+        if let Ok(sb) = r {
+            let new = Superblock { version: VERSION, ..*sb };
+            crate::pmem::persist_copy(m, copy * BLOCK, &new.encode());
+        }
+    }
+    m.fence();
+    Ok(from)
 }
 
 impl<M: Medium> Fs<M> {
@@ -434,8 +472,9 @@ fn scan_one<M: Medium>(
     let mut st = InodeState::new(ftype);
     let mut freed = Vec::new();
     let (head, tail) = (logptr::addr(slot.head), logptr::addr(slot.tail));
-    let w = log::walk_apply(m, geo, seed, head, tail, &mut |loc, e| st.apply(loc, &e, &mut freed))
-        .map_err(|e| Error::corrupt(format!("inode {ino}: {e}")))?;
+    let w =
+        log::walk_recover(m, geo, seed, head, tail, &mut |loc, e| st.apply(loc, &e, &mut freed))
+            .map_err(|e| Error::corrupt(format!("inode {ino}: {e}")))?;
     if st.setattr_loc.is_none() {
         return Err(Error::corrupt(format!("inode {ino} has no attributes in its log")));
     }

@@ -317,7 +317,7 @@ fn hostile_superblock_fields_with_valid_checksums() {
         ("inode size", Box::new(|s| s.inode_size = 128)),
         ("root inode", Box::new(|s| s.root_ino = 999_999)),
         ("pool size differs", Box::new(|s| s.pool_size += BLOCK)),
-        ("version", Box::new(|s| s.version = 2)),
+        ("version", Box::new(|s| s.version = 3)),
     ];
     for (what, edit) in edits {
         let mut s = sb;
@@ -331,7 +331,13 @@ fn hostile_superblock_fields_with_valid_checksums() {
             Err(_) => panic!("{what}: mount panicked"),
             Ok(Ok(())) => panic!("{what}: mount accepted a hostile superblock"),
             Ok(Err(e)) => assert!(
-                matches!(e, Error::Corrupt(_) | Error::Foreign(_) | Error::Invalid(_)),
+                matches!(
+                    e,
+                    Error::Corrupt(_)
+                        | Error::Foreign(_)
+                        | Error::Invalid(_)
+                        | Error::Version { .. }
+                ),
                 "{what}: unclear error {e:?}"
             ),
         }
@@ -732,14 +738,14 @@ fn checksum_valid_hostile_entries() {
         (
             "write at the last page index",
             file,
-            EntryBuf::write(u64::MAX - 1, other_block + 20, 5, 100, ts),
+            EntryBuf::write(u64::MAX - 1, other_block + 20, 5, 100, ts, None),
         ),
         (
             "write of a block owned by another inode",
             file,
-            EntryBuf::write(0, other_block, 1, 5000, ts),
+            EntryBuf::write(0, other_block, 1, 5000, ts, None),
         ),
-        ("write past the pool", file, EntryBuf::write(0, geo.nblocks - 1, 4, 5000, ts)),
+        ("write past the pool", file, EntryBuf::write(0, geo.nblocks - 1, 4, 5000, ts, None)),
         (
             "inline at the largest offset",
             file,

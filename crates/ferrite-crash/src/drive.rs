@@ -48,6 +48,7 @@ impl Fault {
             Fault::Core(CoreFault::TailBeforeData) => "tail-before-data".into(),
             Fault::Core(CoreFault::JournalOutOfOrder) => "journal-out-of-order".into(),
             Fault::Core(CoreFault::EarlyGc) => "early-gc".into(),
+            Fault::Core(CoreFault::UncheckedData) => "unchecked-data".into(),
         }
     }
 
@@ -60,6 +61,7 @@ impl Fault {
             None if s == "tail-before-data" => Fault::Core(CoreFault::TailBeforeData),
             None if s == "journal-out-of-order" => Fault::Core(CoreFault::JournalOutOfOrder),
             None if s == "early-gc" => Fault::Core(CoreFault::EarlyGc),
+            None if s == "unchecked-data" => Fault::Core(CoreFault::UncheckedData),
             _ => return Err(format!("unknown fault '{s}'")),
         })
     }

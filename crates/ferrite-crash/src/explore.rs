@@ -491,8 +491,14 @@ pub fn run_suite(
 }
 
 /// The injectable fault kinds, as `--inject` names them.
-pub const FAULT_KINDS: [&str; 5] =
-    ["skip-flush", "skip-fence", "tail-before-data", "journal-out-of-order", "early-gc"];
+pub const FAULT_KINDS: [&str; 6] = [
+    "skip-flush",
+    "skip-fence",
+    "tail-before-data",
+    "journal-out-of-order",
+    "early-gc",
+    "unchecked-data",
+];
 
 /// One scanned variant of a fault.
 #[derive(Clone, Debug)]
@@ -577,6 +583,7 @@ pub fn inject(
             "tail-before-data" => vec![Fault::Core(CoreFault::TailBeforeData)],
             "journal-out-of-order" => vec![Fault::Core(CoreFault::JournalOutOfOrder)],
             "early-gc" => vec![Fault::Core(CoreFault::EarlyGc)],
+            "unchecked-data" => vec![Fault::Core(CoreFault::UncheckedData)],
             other => return Err(format!("unknown fault '{other}' (see --list-faults)")),
         };
         check::set_quiet(true);

@@ -186,6 +186,14 @@ pub fn suite(seed: u64) -> Vec<Workload> {
             write("/x", 5, 5, 3),
             Op::Punch { path: s("/x"), off: 50000, len: 10 },
         ]),
+        w("fallocate-reuse", "fallocate zeroes blocks that a deleted file's data held", MB, vec![
+            create("/y"),
+            write("/y", 0, 16384, 9),
+            unlink("/y"),
+            create("/x"),
+            Op::Fallocate { path: s("/x"), off: 0, len: 16384, keep_size: false },
+            write("/x", 4096, 100, 1),
+        ]),
         w("namespace", "create, mkdir, symlink (short and long), link, unlink (incl. last link), rmdir", MB, {
             let mut o = vec![
                 mkdir("/d"),

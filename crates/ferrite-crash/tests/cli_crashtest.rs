@@ -35,7 +35,7 @@ fn list_workloads_and_small_run() {
 #[test]
 fn replay_of_a_passing_state() {
     let (code, out, err) =
-        run(&["--replay", "workload=write-pages,seed=1,op=2,fence=3,subset=all"]);
+        run(&["--replay", "workload=write-pages,seed=1,op=3,fence=3,subset=all"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("PASS"), "{out}");
 }

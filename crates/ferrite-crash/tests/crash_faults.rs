@@ -11,7 +11,8 @@ fn plan(kind: &str) -> (&'static str, usize, u64) {
     match kind {
         "skip-flush" => ("write-pages,namespace", 8, 600),
         "skip-fence" => ("write-pages,rename", 6, 600),
-        "tail-before-data" => ("write-pages", 1, 3000),
+        "tail-before-data" => ("fallocate-reuse", 1, 3000),
+        "unchecked-data" => ("write-pages", 1, 3000),
         "journal-out-of-order" => ("rename", 1, 3000),
         "early-gc" => ("gc-reuse", 1, 6000),
         other => panic!("fault kind {other} has no detection test: add it here"),

@@ -1,0 +1,169 @@
+//! Format version 2: a copy-on-write write commits with one fence (its WRITE entries
+//! carry the data's checksum), fsync adds none, a torn last write is cut by recovery,
+//! and a version 1 pool is refused with both versions named, then upgraded in place.
+
+mod common;
+
+use common::*;
+use ferrite_core::sim::crash_image;
+use ferrite_core::*;
+use std::sync::{Arc, Mutex};
+
+const MB: u64 = 1 << 20;
+
+fn file(fs: &Fs<SimMedium>, name: &str) -> u64 {
+    fs.create(fs.root(), name.as_bytes(), 0o644, 0, 0).unwrap().ino
+}
+
+/// Fences issued by `f`.
+fn fences(fs: &Fs<SimMedium>, f: impl FnOnce()) -> u64 {
+    let before = fs.medium().fence_count();
+    f();
+    fs.medium().fence_count() - before
+}
+
+#[test]
+fn a_durable_write_takes_one_fence_and_fsync_none() {
+    let fs = fresh_sim(64 * MB, 2);
+    let ino = file(&fs, "f");
+    fs.write(ino, 0, &vec![1u8; 1 << 20]).unwrap();
+    let page = vec![7u8; 4096];
+    assert_eq!(
+        fences(&fs, || {
+            fs.write(ino, 8 * 4096, &page).unwrap();
+        }),
+        1,
+        "4 KiB"
+    );
+    assert_eq!(
+        fences(&fs, || {
+            fs.write(ino, 100, &[3u8; 64]).unwrap();
+        }),
+        1,
+        "64 B"
+    );
+    assert_eq!(
+        fences(&fs, || {
+            fs.append(ino, &[3u8; 64]).unwrap();
+        }),
+        1,
+        "64 B append"
+    );
+    assert_eq!(fences(&fs, || fs.fsync(ino, false).unwrap()), 0, "fsync");
+    assert_eq!(fences(&fs, || fs.fsync(ino, true).unwrap()), 0, "fdatasync");
+    // Over many writes GC's own fences stay a small fraction.
+    let mut rng = Rng(42);
+    let n = 2000;
+    let total = fences(&fs, || {
+        for _ in 0..n {
+            let pg = rng.below(256);
+            fs.write(ino, pg * 4096, &page).unwrap();
+            fs.fsync(ino, false).unwrap();
+        }
+    });
+    assert!(total as f64 <= n as f64 * 1.1, "{total} fences for {n} writes + fsync");
+    assert_fsck_clean(&fs, "after the writes");
+}
+
+/// Durable bytes and the words in flight at a fence.
+type CrashPoint = (Vec<u8>, Vec<sim::InFlight>);
+
+/// Crash images at the fence of an overwrite of page 0 with 0x22 bytes (the old
+/// content is 0x11): (durable bytes, words in flight).
+fn crash_point_of_overwrite() -> CrashPoint {
+    let fs = fresh_sim(16 * MB, 1);
+    let ino = file(&fs, "f");
+    fs.write(ino, 0, &[0x11u8; 4096]).unwrap();
+    let seen: Arc<Mutex<Vec<CrashPoint>>> = Arc::default();
+    let s = seen.clone();
+    fs.medium().set_fence_hook(Some(Box::new(move |p| {
+        s.lock().unwrap().push((p.durable.to_vec(), p.in_flight.to_vec()));
+    })));
+    fs.write(ino, 0, &[0x22u8; 4096]).unwrap();
+    fs.medium().set_fence_hook(None);
+    let mut v = std::mem::take(&mut *seen.lock().unwrap());
+    assert_eq!(v.len(), 1, "the overwrite fenced once");
+    v.pop().unwrap()
+}
+
+fn recovered_page(img: Vec<u8>) -> (Vec<u8>, MountReport) {
+    let fs = Fs::mount(SimMedium::from_image(img), &MountOptions::default()).unwrap();
+    assert_fsck_clean(&fs, "after recovery");
+    let ino = fs.lookup(fs.root(), b"f").unwrap().ino;
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(fs.read(ino, 0, &mut buf).unwrap(), 4096);
+    (buf, fs.mount_report().clone())
+}
+
+#[test]
+fn the_last_write_with_torn_data_is_cut_by_recovery() {
+    let (durable, in_flight) = crash_point_of_overwrite();
+    let data_word = u64::from_le_bytes([0x22; 8]);
+    let ndata = in_flight.iter().filter(|f| f.val == data_word).count();
+    assert_eq!(ndata, 512, "the new page's words are in flight at the one fence");
+    // Everything reached media: the new data.
+    let (page, rep) = recovered_page(crash_image(&durable, &in_flight));
+    assert_eq!(page, vec![0x22u8; 4096]);
+    assert_eq!(rep.torn_logs, 0);
+    // Entries and tail reached media, one data word did not: the old data.
+    for skip in [0, 200, 511] {
+        let mut k = 0;
+        let chosen = in_flight.iter().filter(|f| {
+            let data = f.val == data_word;
+            k += data as usize;
+            !(data && k - 1 == skip)
+        });
+        let (page, rep) = recovered_page(crash_image(&durable, chosen));
+        assert_eq!(page, vec![0x11u8; 4096], "data word {skip} missing");
+        assert_eq!(rep.torn_logs, 1);
+    }
+}
+
+/// Rewrite both superblock copies of `m` with format version `v`.
+fn set_version(m: &SimMedium, v: u32) {
+    for copy in 0..2u64 {
+        let mut b = [0u8; 256];
+        m.read(copy * 4096, &mut b);
+        let sb = layout::Superblock::decode_any_version(&b).unwrap();
+        m.write(copy * 4096, &layout::Superblock { version: v, ..sb }.encode());
+    }
+}
+
+/// A cleanly unmounted pool holding file "f", its superblocks set to version `v`.
+fn pool_of_version(v: u32) -> SimMedium {
+    let fs = fresh_sim(16 * MB, 1);
+    let ino = file(&fs, "f");
+    fs.write(ino, 0, b"kept across the upgrade").unwrap();
+    let m = fs.unmount().unwrap();
+    set_version(&m, v);
+    m
+}
+
+#[test]
+fn a_version_1_pool_is_refused_with_both_versions_then_upgraded() {
+    let Err(e) = Fs::mount(pool_of_version(1), &MountOptions::default()) else {
+        panic!("a version 1 pool mounted");
+    };
+    let msg = e.to_string();
+    assert!(matches!(e, Error::Version { found: 1, supported: 2 }), "{e:?}");
+    assert!(msg.contains("version 1") && msg.contains("version 2"), "{msg}");
+    assert!(msg.contains("ferrite upgrade"), "{msg}");
+
+    let m = pool_of_version(1);
+    assert_eq!(recovery::upgrade(&m).unwrap(), 1);
+    assert_eq!(recovery::upgrade(&m).unwrap(), 2, "a second upgrade changes nothing");
+    let fs = Fs::mount(m, &MountOptions::default()).unwrap();
+    assert!(fs.mount_report().clean);
+    let ino = fs.lookup(fs.root(), b"f").unwrap().ino;
+    let mut buf = [0u8; 23];
+    fs.read(ino, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"kept across the upgrade");
+    assert_fsck_clean(&fs, "after the upgrade");
+
+    // A pool from a newer build is refused, and upgrade leaves it alone.
+    let m = pool_of_version(3);
+    let e = recovery::upgrade(&m).unwrap_err();
+    assert!(e.to_string().contains("newer"), "{e}");
+    let r = Fs::mount(m, &MountOptions::default());
+    assert!(matches!(r, Err(Error::Version { found: 3, supported: 2 })));
+}
