@@ -3,7 +3,7 @@
 //!
 //!     cargo run --release -p ferrite-bench --example profile_op -- OP [SECONDS] [PERF_OUT]
 //!
-//! OP: create | unlink | randwrite4k | append64 | append256 | seqwrite1k | seqwrite1m |
+//! OP: create | unlink | randwrite4k | randwrite64 | append64 | append256 | seqwrite1k | seqwrite1m |
 //! randread4k.
 //! Prints operations per second; with PERF_OUT, writes a perf.data there
 //! (`perf report -i PERF_OUT --no-children`).
@@ -35,7 +35,7 @@ fn main() {
     let dir = fs.mkdir(root, b"d", 0o755, 0, 0).expect("mkdir").ino;
     let f = fs.create(root, b"f", 0o644, 0, 0).expect("create").ino;
     let buf = vec![0x5au8; 1 << 20];
-    if op.contains("4k") || op.starts_with("seqwrite") {
+    if op.contains("4k") || op.starts_with("seqwrite") || op == "randwrite64" {
         for off in (0..(64u64 << 20)).step_by(1 << 20) {
             fs.write(f, off, &buf).expect("prefill");
         }
@@ -90,6 +90,10 @@ fn main() {
                 }
                 "randwrite4k" => {
                     fs.write(f, rnd(16384) * 4096, &buf[..4096]).expect("write");
+                    fs.fsync(f, false).expect("fsync");
+                }
+                "randwrite64" => {
+                    fs.write(f, rnd(16384 * 64) * 64, &buf[..64]).expect("write");
                     fs.fsync(f, false).expect("fsync");
                 }
                 "randread4k" => {

@@ -180,7 +180,21 @@ impl MmapMedium {
             }
         }
         let unmapped = Unmapped { file: Some(file), path: path.to_path_buf(), key };
-        match lock_file(unmapped.file(), !shared) {
+        // A holder that just closed the pool may still hold the lock for a moment
+        // through a child of any of its threads that forked and has not yet exec'ed
+        // (the child's copy of the descriptor keeps the open file description and
+        // its lock until exec closes it): look again for a short while before
+        // calling the pool in use.
+        let t0 = std::time::Instant::now();
+        let mut locked = lock_file(unmapped.file(), !shared);
+        while matches!(locked, Ok(false))
+            && holder_of(unmapped.file()).is_none()
+            && t0.elapsed() < std::time::Duration::from_millis(200)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            locked = lock_file(unmapped.file(), !shared);
+        }
+        match locked {
             Ok(true) if !shared => {
                 // Clients of an earlier mount go when they notice its daemon is gone.
                 let t0 = std::time::Instant::now();

@@ -68,11 +68,14 @@ pub struct Ts {
 }
 
 impl Ts {
-    /// The current time.
+    /// The current time at the kernel's file-time granularity (the coarse clock,
+    /// one tick, as Linux file systems stamp files). The precise clock reads the
+    /// TSC in an ordered way, which on this path waited for the non-temporal data
+    /// stores just issued (an eighth of a 4 KiB write's time).
     pub fn now() -> Ts {
-        let d =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        Ts { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+        use rustix::time::{clock_gettime, ClockId};
+        let t = clock_gettime(ClockId::RealtimeCoarse);
+        Ts { sec: t.tv_sec, nsec: t.tv_nsec as u32 }
     }
 }
 
@@ -366,9 +369,12 @@ pub fn seed(uuid: &[u8; 16], ino: u64, state: u64) -> u32 {
     crc32c::crc32c(&b)
 }
 
-/// Checksum of one data page: CRC32C seeded with the log's seed.
+/// Checksum of one data page: its CRC32C, XORed with the log's seed. The CRC
+/// kernel (carry-less multiply with AVX-512 where the CPU has it, else SSE4.2
+/// `crc32`, chosen once at first use) is `crc-fast`'s: twice the crc32c crate's
+/// speed on a 4 KiB page here.
 pub fn page_crc(seed: u32, page: &[u8]) -> u32 {
-    crc32c::crc32c_append(seed, page)
+    crc_fast::crc32_iscsi(page) ^ seed
 }
 
 /// Fold the next page's [`page_crc`] into an extent's data checksum (start from

@@ -286,7 +286,7 @@ impl<M: Medium> Fs<M> {
         let ncow = pieces.iter().filter(|p| !matches!(p, Piece::Inline { .. })).count() as u64;
         let runs = self.alloc_blocks(self.shard(), ncow, false)?;
         // Copy data into the new blocks (outside the inode lock), each page's
-        // checksum computed while the page is hot in cache: the WRITE entries carry
+        // checksum computed right after its copy, from the source still in cache: the WRITE entries carry
         // them, so data, entries and tail persist under one fence.
         let seed = i.seed;
         let mut blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
@@ -298,8 +298,10 @@ impl<M: Medium> Fs<M> {
                 Piece::Inline { .. } => continue,
             };
             let b = blocks.next().expect("allocated");
-            let crc = log::page_crc(seed, src);
+            // Copy first: the checksum of the (cached) source is computed while the
+            // non-temporal stores drain, instead of before they start.
             crate::pmem::persist_copy(&self.m, b * BLOCK, src);
+            let crc = log::page_crc(seed, src);
             cow.push((pg, b, crc));
         }
         let checked = self.fault != Some(crate::fs::CoreFault::UncheckedData);
