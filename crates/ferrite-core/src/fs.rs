@@ -695,19 +695,19 @@ impl<M: Medium> Fs<M> {
         &self,
         inode: &Inode,
         st: &mut InodeState,
-        mut entries: Vec<EntryBuf>,
+        entries: &mut [EntryBuf],
         data_written: bool,
         reserve: bool,
     ) -> Result<()> {
         if st.log.pages.is_empty() {
             return Err(Error::NotFound); // freed by a concurrent unlink/release
         }
-        let a = self.append_entries(inode.seed, st, &mut entries, reserve)?;
+        let a = self.append_entries(inode.seed, st, entries, reserve)?;
         let tail_off = self.geo.slot_off(inode.ino) + SLOT_TAIL;
         // The DRAM state moves first (nobody sees it: the write lock is held), so the
         // blocks the commit frees are known, and marked ours, before it is durable: a
         // client that dies after the tail store leaves them to the daemon, not leaked.
-        let freed = Self::apply_committed(st, &a, &entries);
+        let freed = Self::apply_committed(st, &a, entries);
         if let Some(p) = &self.share {
             for &(b, n) in &freed {
                 p.own(b, n);

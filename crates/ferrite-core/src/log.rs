@@ -68,13 +68,13 @@ pub struct Ts {
 }
 
 impl Ts {
-    /// The current time at the kernel's file-time granularity (the coarse clock,
-    /// one tick, as Linux file systems stamp files). The precise clock reads the
-    /// TSC in an ordered way, which on this path waited for the non-temporal data
-    /// stores just issued (an eighth of a 4 KiB write's time).
+    /// The current time, to the nanosecond (tmpfs and ext4 stamp files that finely
+    /// once their times were looked at; so must we, or a stat after a write can show
+    /// the old time). The clock reads the TSC in an ordered way, which waits for
+    /// stores in flight: take it before copying data, not after.
     pub fn now() -> Ts {
         use rustix::time::{clock_gettime, ClockId};
-        let t = clock_gettime(ClockId::RealtimeCoarse);
+        let t = clock_gettime(ClockId::Realtime);
         Ts { sec: t.tv_sec, nsec: t.tv_nsec as u32 }
     }
 }
@@ -193,19 +193,22 @@ fn pad8(n: usize) -> usize {
     n.div_ceil(8) * 8
 }
 
+/// Bytes of an encoded entry.
+pub type EntryBytes = Vec<u8>;
+
 /// An encoded entry waiting to be appended (seq and crc are filled in then).
 #[derive(Clone, Debug)]
 pub struct EntryBuf {
     /// Whole entry bytes (header included).
-    pub bytes: Vec<u8>,
+    pub bytes: EntryBytes,
 }
 
-struct Enc(Vec<u8>);
+struct Enc(EntryBytes);
 impl Enc {
     fn new(t: u8, flags: u8, len: usize) -> Enc {
         let len = pad8(len);
         assert!(len <= MAX_ENTRY, "entry of {len} bytes too large");
-        let mut v = Vec::with_capacity(len);
+        let mut v = EntryBytes::with_capacity(len);
         v.resize(HDR, 0);
         v[4] = t;
         v[5] = flags;
@@ -786,7 +789,7 @@ pub struct Appended {
     /// Log pages allocated for them.
     pub new_pages: Vec<u64>,
     /// Address of each appended entry (same order as given).
-    pub locs: Vec<u64>,
+    pub locs: smallvec::SmallVec<[u64; 4]>,
 }
 
 /// Write `entries` after the tail of `st` (flushed, not fenced; the tail is not
@@ -805,7 +808,7 @@ pub fn append<M: Medium + ?Sized>(
     let epoch = logptr::epoch(st.tail);
     let mut pos = logptr::addr(st.tail);
     let mut seq = st.next_seq;
-    let mut locs = Vec::with_capacity(entries.len());
+    let mut locs = smallvec::SmallVec::with_capacity(entries.len());
     let n = entries.len();
     for (i, e) in entries.iter_mut().enumerate() {
         let len = e.len() as u64;

@@ -9,6 +9,7 @@ use crate::index::{Body, FileType, InodeState};
 use crate::layout::{BLOCK, MAX_FILE_SIZE, NAME_MAX};
 use crate::log::{self, AttrRec, EntryBuf, Ts, MAX_ENTRY, XATTR_HDR};
 use crate::pmem::Medium;
+use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -239,7 +240,7 @@ impl<M: Medium> Fs<M> {
         let low_space = self.low_space();
         let pieces = {
             let st = i.st.read();
-            let mut pieces = Vec::new();
+            let mut pieces: SmallVec<[Piece; 2]> = SmallVec::new();
             let mut pos = off;
             while pos < end {
                 let pg = pos / BLOCK;
@@ -283,6 +284,8 @@ impl<M: Medium> Fs<M> {
             }
             pieces
         };
+        // The time first: reading the clock waits for stores in flight.
+        let now = Ts::now();
         let ncow = pieces.iter().filter(|p| !matches!(p, Piece::Inline { .. })).count() as u64;
         let runs = self.alloc_blocks(self.shard(), ncow, false)?;
         // Copy data into the new blocks (outside the inode lock), each page's
@@ -290,7 +293,7 @@ impl<M: Medium> Fs<M> {
         // them, so data, entries and tail persist under one fence.
         let seed = i.seed;
         let mut blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
-        let mut cow: Vec<(u64, u64, u32)> = Vec::with_capacity(ncow as usize); // page, block, crc
+        let mut cow: SmallVec<[(u64, u64, u32); 4]> = SmallVec::new(); // page, block, crc
         for p in &pieces {
             let (pg, src) = match p {
                 Piece::Full { pg, src } => (*pg, &data[*src..*src + BLOCK as usize]),
@@ -307,8 +310,7 @@ impl<M: Medium> Fs<M> {
         let checked = self.fault != Some(crate::fs::CoreFault::UncheckedData);
         let mut st = i.st.write();
         let size = st.attr.size.max(end);
-        let now = Ts::now();
-        let mut entries = Vec::new();
+        let mut entries: SmallVec<[EntryBuf; 2]> = SmallVec::new();
         let mut k = 0;
         while k < cow.len() {
             let (pg0, b0, c0) = cow[k];
@@ -330,7 +332,7 @@ impl<M: Medium> Fs<M> {
             }
         }
         // Every data page is covered by a checksum: no fence between data and tail.
-        match self.commit_single(i, &mut st, entries, false, false) {
+        match self.commit_single(i, &mut st, &mut entries, false, false) {
             Ok(()) => Ok(()),
             Err(e) => {
                 drop(st);
@@ -400,7 +402,7 @@ impl<M: Medium> Fs<M> {
             a.ctime = now;
         });
         let shrink = ch.size.is_some_and(|s| s < st.attr.size);
-        self.commit_single(&i, &mut st, vec![e], false, shrink)?;
+        self.commit_single(&i, &mut st, &mut [e], false, shrink)?;
         Ok(self.attr_of(&i, &st))
     }
 
@@ -436,13 +438,13 @@ impl<M: Medium> Fs<M> {
                     a.mtime = now;
                     a.ctime = now;
                 });
-                return self.commit_single(&i, &mut st, vec![e], false, false);
+                return self.commit_single(&i, &mut st, &mut [e], false, false);
             }
             let plen = len.min(size - off);
             return self.commit_single(
                 &i,
                 &mut st,
-                vec![EntryBuf::punch(off, plen, now)],
+                &mut [EntryBuf::punch(off, plen, now)],
                 false,
                 true,
             );
@@ -481,7 +483,7 @@ impl<M: Medium> Fs<M> {
             entries.push(e);
         }
         let data = !pairs.is_empty();
-        if let Err(e) = self.commit_single(&i, &mut st, entries, data, false) {
+        if let Err(e) = self.commit_single(&i, &mut st, &mut entries, data, false) {
             self.free_runs(&runs);
             return Err(e);
         }
@@ -1134,7 +1136,7 @@ impl<M: Medium> Fs<M> {
             _ => {}
         }
         let e = EntryBuf::xattr(false, name, value, Ts::now());
-        self.commit_single(&i, &mut st, vec![e], false, false)
+        self.commit_single(&i, &mut st, &mut [e], false, false)
     }
 
     /// Names of all extended attributes.
@@ -1157,7 +1159,7 @@ impl<M: Medium> Fs<M> {
             return Err(Error::NoAttr);
         }
         let e = EntryBuf::xattr(true, name, &[], Ts::now());
-        self.commit_single(&i, &mut st, vec![e], false, true)
+        self.commit_single(&i, &mut st, &mut [e], false, true)
     }
 
     /// Number of open handles on `ino` (0 if not cached).
