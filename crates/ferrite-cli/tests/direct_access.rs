@@ -178,6 +178,58 @@ fn preloaded_process_reads_and_writes_directly() {
     assert!(fsck.is_clean(), "{:?}", fsck.errors);
 }
 
+// ------------------------------------------------- inode numbers used again
+
+#[test]
+#[ignore = "run by a_file_made_where_a_deleted_one_was_is_served_directly"]
+fn child_reuse() {
+    let dir = PathBuf::from(env("FT_PATH"));
+    let mut inos = std::collections::HashSet::new();
+    let mut reused = 0;
+    // Inode numbers come from a rotating cursor per shard: they come back once
+    // the cursor wraps (about a thousand creates per shard in a 16 MiB pool).
+    for i in 0..6000u32 {
+        if reused >= 20 {
+            break;
+        }
+        let p = dir.join(format!("f{}", i % 3));
+        let mut f = std::fs::File::create(&p).unwrap();
+        if !inos.insert(f.metadata().unwrap().ino()) {
+            reused += 1;
+        }
+        let data = vec![i as u8; 100 + (i % 5000) as usize];
+        f.write_all(&data).unwrap_or_else(|e| panic!("write {i} to {}: {e}", p.display()));
+        f.sync_all().unwrap();
+        let mut back = Vec::new();
+        std::fs::File::open(&p).unwrap().read_to_end(&mut back).unwrap();
+        assert!(back == data, "file {i} reads back differently");
+        drop(f);
+        std::fs::remove_file(&p).unwrap();
+    }
+    say(&format!("reused {reused}"));
+}
+
+/// Regression: filebench's fileserver and varmail personalities failed with ENOENT
+/// under the preload library. A client cached the inode of a file the daemon then
+/// deleted; the daemon gave the number to a new file, and the client's writes to
+/// the new file found its stale cached inode (older slot state) and failed.
+#[test]
+fn a_file_made_where_a_deleted_one_was_is_served_directly() {
+    let mut m = Mount::new("direct-reuse", "16M", "");
+    let d = m.path("d");
+    std::fs::create_dir(&d).unwrap();
+    let out = run_child(child("child_reuse").env("FT_PATH", &d), "preloaded child");
+    let reused: u32 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("FT reused "))
+        .and_then(|n| n.parse().ok())
+        .expect("child reports reuse");
+    assert!(reused > 0, "the daemon never gave a deleted file's number again: {out}");
+    m.umount();
+    let (_, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "{:?}", fsck.errors);
+}
+
 // ------------------------------------------------------- dup, fork and exec
 
 #[test]

@@ -505,13 +505,37 @@ impl<M: Medium> Fs<M> {
         Ok(Some((slot, st, walk)))
     }
 
+    /// A direct-access client's cached `i` is of an earlier incarnation of its
+    /// number: the daemon freed that file and may have made a new one with the
+    /// number. (The daemon frees inodes itself, so its cache never holds one.) The
+    /// caller asks on behalf of a descriptor open through the mount, which keeps the
+    /// incarnation it names alive: a state word that moved means the cached one is
+    /// the stale one.
+    fn stale_incarnation(&self, i: &Inode) -> bool {
+        self.m.load_u64(self.geo.slot_off(i.ino) + SLOT_STATE) != i.state_word
+    }
+
+    /// Uncache `ino` if it is of an earlier incarnation (see `stale_incarnation`).
+    fn drop_stale(&self, ino: u64) {
+        let mut c = self.cache_shard(ino).write();
+        if c.get(&ino).is_some_and(|i| self.stale_incarnation(i)) {
+            c.remove(&ino);
+        }
+    }
+
     /// The cached inode `ino`, loading it from its log on first access.
     pub(crate) fn inode(&self, ino: u64) -> Result<Arc<Inode>> {
         let slot_now =
             |ino: u64| (ino >= 1 && ino <= self.geo.ninodes).then(|| self.read_slot(ino));
+        let client = self.is_client();
         loop {
             if let Some(i) = self.cache_shard(ino).read().get(&ino) {
-                return Ok(i.clone());
+                if !client || !self.stale_incarnation(i) {
+                    return Ok(i.clone());
+                }
+            }
+            if client {
+                self.drop_stale(ino);
             }
             // The log is walked without locks. Meanwhile another thread may load this
             // inode, commit through it and see it evicted again: this walk then saw an

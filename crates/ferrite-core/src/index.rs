@@ -91,8 +91,54 @@ pub struct FileIndex {
     /// Runs keyed by first page.
     pub ext: ExtMap,
     /// Ops per page, in order.
-    pub ops: FxHashMap<u64, Vec<PageOp>>,
+    pub ops: FxHashMap<u64, PageOps>,
     mapped: u64,
+}
+
+/// The ops of one page, in order, and the overlay bytes they carry (kept beside
+/// them so that a write deciding whether to embed reads one hash slot, not the list).
+#[derive(Clone, Debug, Default)]
+pub struct PageOps {
+    ops: Vec<PageOp>,
+    bytes: u32,
+}
+
+impl PageOps {
+    /// Add an op at the end.
+    pub fn push(&mut self, op: PageOp) {
+        if let PageOp::Overlay { len, .. } = op {
+            self.bytes += len as u32;
+        }
+        self.ops.push(op);
+    }
+
+    /// Overlay bytes carried.
+    pub fn bytes(&self) -> usize {
+        self.bytes as usize
+    }
+}
+
+impl std::ops::Deref for PageOps {
+    type Target = [PageOp];
+    fn deref(&self) -> &[PageOp] {
+        &self.ops
+    }
+}
+
+impl<'a> IntoIterator for &'a PageOps {
+    type Item = &'a PageOp;
+    type IntoIter = std::slice::Iter<'a, PageOp>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.ops.iter()
+    }
+}
+
+impl IntoIterator for PageOps {
+    type Item = PageOp;
+    type IntoIter = std::vec::IntoIter<PageOp>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.ops.into_iter()
+    }
 }
 
 /// A removed piece of a run.
@@ -545,14 +591,17 @@ impl InodeState {
     pub fn page_ops(&self, pg: u64) -> (usize, usize) {
         match &self.body {
             Body::File(f) => f.ops.get(&pg).map_or((0, 0), |v| {
-                let bytes = v
-                    .iter()
-                    .map(|o| match o {
-                        PageOp::Overlay { len, .. } => *len as usize,
-                        PageOp::Zero { .. } => 0,
-                    })
-                    .sum();
-                (v.len(), bytes)
+                debug_assert_eq!(
+                    v.bytes(),
+                    v.iter()
+                        .map(|o| match o {
+                            PageOp::Overlay { len, .. } => *len as usize,
+                            PageOp::Zero { .. } => 0,
+                        })
+                        .sum::<usize>(),
+                    "page {pg}: overlay byte count out of step"
+                );
+                (v.len(), v.bytes())
             }),
             Body::Dir(_) => (0, 0),
         }
