@@ -233,10 +233,12 @@ fn machine(cfg: &Config) -> std::collections::BTreeMap<String, String> {
     m.insert(
         "persistence".into(),
         format!(
-            "flush {:?}, non-temporal stores {} (copies of {} bytes or more)",
+            "flush {:?}, non-temporal stores {} (copies of {} bytes or more), data page \
+             checksums {}",
             pc.flush,
             if pc.nt_stores { "on" } else { "off" },
-            pc.nt_threshold
+            pc.nt_threshold,
+            ferrite_core::log::page_crc_kernel()
         ),
     );
     m.insert(

@@ -182,6 +182,7 @@ struct Info {
     durability: String,
     flush_instruction: String,
     nt_threshold: usize,
+    data_checksum: String,
     geometry: ferrite_core::layout::Geometry,
     warnings: Vec<String>,
 }
@@ -240,6 +241,7 @@ pub fn info(a: &InfoArgs) -> i32 {
         durability,
         flush_instruction: format!("{:?}", cfg.flush),
         nt_threshold: cfg.nt_threshold,
+        data_checksum: format!("CRC32C ({})", ferrite_core::log::page_crc_kernel()),
         geometry: g,
         warnings: access_warning(&a.pool).into_iter().collect(),
     };
@@ -272,6 +274,7 @@ pub fn info(a: &InfoArgs) -> i32 {
             "flush:         {} (non-temporal copies from {} bytes)",
             info.flush_instruction, info.nt_threshold
         );
+        println!("checksums:     {} over each data page", info.data_checksum);
         for w in &info.warnings {
             println!("warning:       {w}");
         }

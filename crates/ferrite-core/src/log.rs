@@ -380,6 +380,13 @@ pub fn page_crc(seed: u32, page: &[u8]) -> u32 {
     crc_fast::crc32_iscsi(page) ^ seed
 }
 
+/// Which CRC32C kernel [`page_crc`] runs on this CPU (chosen once, at first use),
+/// e.g. `x86_64-avx512-vpclmulqdq`.
+pub fn page_crc_kernel() -> &'static str {
+    static K: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    K.get_or_init(|| crc_fast::get_calculator_target(crc_fast::CrcAlgorithm::Crc32Iscsi))
+}
+
 /// Fold the next page's [`page_crc`] into an extent's data checksum (start from
 /// the log's seed): the extent's checksum is a CRC32C over its pages' checksums, so
 /// a writer computes each page's while it copies the page, and merges runs freely.
