@@ -9,19 +9,23 @@ F=target/release/ferrite
 POOL=${FERRITE_POOL:-/dev/shm/ferrite.pool}
 MNT=${FERRITE_MNT:-/mnt/ferrite}
 SIZE=${FERRITE_SIZE:-1G}
+if grep -q " $MNT " /proc/mounts; then
+  echo "already mounted at $MNT (unmount with: $F umount $MNT)"
+  df -h "$MNT"
+  exit 0
+fi
 if [ ! -e "$POOL" ]; then
   $F mkfs "$POOL" --size "$SIZE"
+else
+  # A pool made by an earlier build (format version 1) is converted in place.
+  $F upgrade "$POOL"
 fi
 $F info "$POOL"
 if $F help mount >/dev/null 2>&1 && [ -e /dev/fuse ]; then
   mkdir -p "$MNT"
-  if grep -q " $MNT " /proc/mounts; then
-    echo "already mounted at $MNT"
-  else
-    $F mount "$POOL" "$MNT"
-    echo "mounted $POOL at $MNT; unmount with: $F umount $MNT"
-    echo "run a program with direct access: $F run -- CMD"
-  fi
+  $F mount "$POOL" "$MNT"
+  echo "mounted $POOL at $MNT; unmount with: $F umount $MNT"
+  echo "run a program with direct access: $F run -- CMD"
   df -h "$MNT"
 else
   echo "--- demo: import this source tree, check it, export it back, compare ---"
