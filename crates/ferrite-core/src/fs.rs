@@ -487,11 +487,9 @@ impl<M: Medium> Fs<M> {
         let mut apply = |loc, e: log::Entry| st.apply(loc, &e, &mut freed);
         // A read-only mount of a crashed pool repaired nothing: each log is checked
         // as recovery would have checked it.
-        let walk = if self.unrepaired() {
-            log::walk_recover(&self.m, &self.geo, seed, head, tail, &mut apply)?
-        } else {
-            log::walk_apply(&self.m, &self.geo, seed, head, tail, &mut apply)?
-        };
+        let check = self.unrepaired();
+        let walk =
+            log::walk_apply_checking(&self.m, &self.geo, seed, head, tail, check, &mut apply)?;
         if st.setattr_loc.is_none() {
             return Err(Error::corrupt(format!("inode {ino} has no attributes in its log")));
         }

@@ -14,7 +14,7 @@
 //! - A WRITE with [`FLAG_DCRC`] was committed with one fence for its data, entries
 //!   and tail: its data may be torn even when the tail and entries are not. Only a
 //!   log's last operation can be in that state (the next commit waits for its
-//!   fence), so recovery checks that one's data ([`walk_recover`]).
+//!   fence), so recovery checks that one's data ([`walk_apply_checking`]).
 //! - Walks are bounded by the pool's block count and detect cycles; corrupt media is
 //!   an `Error::Corrupt`, never a panic.
 
@@ -73,9 +73,9 @@ impl Ts {
     /// the old time). The clock reads the TSC in an ordered way, which waits for
     /// stores in flight: take it before copying data, not after.
     pub fn now() -> Ts {
-        use rustix::time::{clock_gettime, ClockId};
-        let t = clock_gettime(ClockId::Realtime);
-        Ts { sec: t.tv_sec, nsec: t.tv_nsec as u32 }
+        let d =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        Ts { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
     }
 }
 
@@ -612,28 +612,26 @@ pub fn walk_apply<M: Medium + ?Sized>(
     tail: u64,
     f: &mut dyn FnMut(u64, Entry),
 ) -> Result<Walk> {
-    if !geo.is_data_block_addr(head) {
-        return Err(Error::corrupt(format!("log head {head:#x} is not a data block")));
-    }
-    walk_span(m, geo, seed, head, SeqRule::Any, tail, false, f)
+    walk_apply_checking(m, geo, seed, head, tail, false, f)
 }
 
-/// [`walk_apply`] for recovery after a crash: the data of the log's last operation
-/// is checked against the checksums its WRITE entries carry (its commit had a single
-/// fence, so data may not have reached media with the entries and the tail); on a
-/// mismatch the operation is cut off like a torn one.
-pub fn walk_recover<M: Medium + ?Sized>(
+/// [`walk_apply`]; with `check_data` (recovery after a crash), the data of the log's
+/// last operation is checked against the checksums its WRITE entries carry (its
+/// commit had a single fence, so data may not have reached media with the entries
+/// and the tail), and on a mismatch the operation is cut off like a torn one.
+pub fn walk_apply_checking<M: Medium + ?Sized>(
     m: &M,
     geo: &Geometry,
     seed: u32,
     head: u64,
     tail: u64,
+    check_data: bool,
     f: &mut dyn FnMut(u64, Entry),
 ) -> Result<Walk> {
     if !geo.is_data_block_addr(head) {
         return Err(Error::corrupt(format!("log head {head:#x} is not a data block")));
     }
-    walk_span(m, geo, seed, head, SeqRule::Any, tail, true, f)
+    walk_span(m, geo, seed, head, SeqRule::Any, tail, check_data, f)
 }
 
 /// Walk the entries committed after `from` (a committed tail whose next entry has
@@ -947,13 +945,14 @@ mod tests {
         let b = append(&m, &st, s, &mut es[1..], &mut none, &mut vec![]).unwrap();
         let tail = crate::layout::logptr::addr(b.new_tail);
         // Both operations' data is on media: everything is kept.
-        let w = walk_recover(&m, &g, s, first, tail, &mut |_, _| {}).unwrap();
+        let w = walk_apply_checking(&m, &g, s, first, tail, true, &mut |_, _| {}).unwrap();
         assert!(!w.torn);
         assert_eq!((w.committed, w.end), (2, tail));
         // The second write's data did not reach media (one cache line differs).
         m.write(b1 * BLOCK + 64, &[0u8; 64]);
         let mut seen = vec![];
-        let w = walk_recover(&m, &g, s, first, tail, &mut |_, e| seen.push(e)).unwrap();
+        let w =
+            walk_apply_checking(&m, &g, s, first, tail, true, &mut |_, e| seen.push(e)).unwrap();
         assert!(w.torn);
         assert_eq!((w.committed, w.discarded_entries), (1, 1));
         assert_eq!(w.end, a.new_tail);
@@ -965,7 +964,7 @@ mod tests {
         // Damage in an operation that is not the last one is not a torn commit.
         m.write(b1 * BLOCK + 64, &page(2)[..64]);
         m.write(b0 * BLOCK, &[9u8; 8]);
-        let w = walk_recover(&m, &g, s, first, tail, &mut |_, _| {}).unwrap();
+        let w = walk_apply_checking(&m, &g, s, first, tail, true, &mut |_, _| {}).unwrap();
         assert!(!w.torn && w.committed == 2);
     }
 
@@ -998,13 +997,13 @@ mod tests {
         crate::pmem::persist_u64(&m, c + LOG_DATA_END, 0);
         let tail = put(c, EntryBuf::write(0, live, 1, BLOCK, Ts::default(), Some(good)), 90, true);
         let mut seen = 0;
-        let w = walk_recover(&m, &g, s, a, tail, &mut |_, _| seen += 1).unwrap();
+        let w = walk_apply_checking(&m, &g, s, a, tail, true, &mut |_, _| seen += 1).unwrap();
         assert!(!w.torn, "a durable operation after a GC gap was cut");
         assert_eq!((w.end, w.committed, seen), (tail, 3, 3));
         // Damage in that operation's own data is not a torn commit either (the
         // commit before it is gone): it is kept.
         m.write(live * BLOCK, &[6u8; 64]);
-        let w = walk_recover(&m, &g, s, a, tail, &mut |_, _| {}).unwrap();
+        let w = walk_apply_checking(&m, &g, s, a, tail, true, &mut |_, _| {}).unwrap();
         assert!(!w.torn && w.end == tail);
     }
 

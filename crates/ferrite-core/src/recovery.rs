@@ -472,9 +472,10 @@ fn scan_one<M: Medium>(
     let mut st = InodeState::new(ftype);
     let mut freed = Vec::new();
     let (head, tail) = (logptr::addr(slot.head), logptr::addr(slot.tail));
-    let w =
-        log::walk_recover(m, geo, seed, head, tail, &mut |loc, e| st.apply(loc, &e, &mut freed))
-            .map_err(|e| Error::corrupt(format!("inode {ino}: {e}")))?;
+    let w = log::walk_apply_checking(m, geo, seed, head, tail, true, &mut |loc, e| {
+        st.apply(loc, &e, &mut freed)
+    })
+    .map_err(|e| Error::corrupt(format!("inode {ino}: {e}")))?;
     if st.setattr_loc.is_none() {
         return Err(Error::corrupt(format!("inode {ino} has no attributes in its log")));
     }

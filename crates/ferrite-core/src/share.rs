@@ -619,16 +619,21 @@ impl Party {
         Ok(())
     }
 
-    /// Take `ino`'s write lock (then check this party may still commit).
-    pub fn lock(&self, ino: u64) -> Result<()> {
+    /// With lock tracing on (`debug_locks`), say who takes or drops `ino`'s lock.
+    fn trace_lock(&self, what: &str, ino: u64) {
         if debug_locks() {
             eprintln!(
-                "lock {} ino {ino} by party {} thread {:?}",
+                "{what} {} ino {ino} by party {} thread {:?}",
                 std::process::id(),
                 self.id,
                 std::thread::current().id()
             );
         }
+    }
+
+    /// Take `ino`'s write lock (then check this party may still commit).
+    pub fn lock(&self, ino: u64) -> Result<()> {
+        self.trace_lock("lock", ino);
         self.table.lock(ino, self.id, None, &|slept| {
             if slept == LONG_WAIT {
                 self.report_wait(&format!("inode {ino}"), self.table.holder(ino));
@@ -660,14 +665,7 @@ impl Party {
 
     /// Release `ino`'s write lock.
     pub fn unlock(&self, ino: u64) {
-        if debug_locks() {
-            eprintln!(
-                "unlock {} ino {ino} by party {} thread {:?}",
-                std::process::id(),
-                self.id,
-                std::thread::current().id()
-            );
-        }
+        self.trace_lock("unlock", ino);
         self.table.unlock(ino, self.id);
     }
 
