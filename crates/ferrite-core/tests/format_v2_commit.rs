@@ -49,6 +49,11 @@ fn a_durable_write_takes_one_fence_and_fsync_none() {
         1,
         "64 B append"
     );
+    let big = vec![8u8; 64 << 10];
+    let n = fences(&fs, || {
+        fs.write(ino, 64 << 10, &big).unwrap();
+    });
+    assert_eq!(n, 2, "64 KiB: more pages than checksums pay for, data fenced first");
     assert_eq!(fences(&fs, || fs.fsync(ino, false).unwrap()), 0, "fsync");
     assert_eq!(fences(&fs, || fs.fsync(ino, true).unwrap()), 0, "fdatasync");
     // Over many writes GC's own fences stay a small fraction.
