@@ -88,7 +88,7 @@ fn inode_allocator_skips_full_shards_and_reuses_freed_slots() {
     let next = a.alloc(0).unwrap();
     assert_eq!(geo.ino_shard(next), 1);
     // A freed slot in shard 0 is found again.
-    a.free(shard0[17]);
+    a.free(shard0[17]).unwrap();
     assert_eq!(a.alloc(0).unwrap(), shard0[17]);
     // Exhaustion is ENOSPC, and the free count is right.
     let mut n = 0;
@@ -97,7 +97,7 @@ fn inode_allocator_skips_full_shards_and_reuses_freed_slots() {
     }
     assert_eq!(n, per - 1);
     assert_eq!(a.free_inodes(), 0);
-    a.free(next);
+    a.free(next).unwrap();
     assert_eq!(a.free_inodes(), 1);
     assert_eq!(a.alloc(0).unwrap(), next);
 }

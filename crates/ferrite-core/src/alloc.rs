@@ -147,9 +147,17 @@ struct FreeList {
 }
 
 impl FreeList {
-    fn insert(&mut self, mut start: u64, mut len: u64) {
-        if let Some((&ps, &pl)) = self.ext.range(..start).next_back() {
-            assert!(ps + pl <= start, "double free of block {start}");
+    /// Add a free extent; `Err(block)` (and nothing added) when part of it is free
+    /// already (a double free: the allocator and the logs disagree).
+    fn insert(&mut self, mut start: u64, mut len: u64) -> std::result::Result<(), u64> {
+        let prev = self.ext.range(..start).next_back().map(|(&s, &l)| (s, l));
+        if let Some((ps, _)) = prev.filter(|&(ps, pl)| ps + pl > start) {
+            return Err(start.max(ps));
+        }
+        if let Some((&ns, _)) = self.ext.range(start..).next().filter(|(&ns, _)| ns < start + len) {
+            return Err(ns);
+        }
+        if let Some((ps, pl)) = prev {
             if ps + pl == start {
                 self.ext.remove(&ps);
                 start = ps;
@@ -157,13 +165,13 @@ impl FreeList {
             }
         }
         if let Some((&ns, &nl)) = self.ext.range(start..).next() {
-            assert!(start + len <= ns, "double free of block {ns}");
             if start + len == ns {
                 self.ext.remove(&ns);
                 len += nl;
             }
         }
         self.ext.insert(start, len);
+        Ok(())
     }
 
     /// Take up to `want` blocks as one extent: the first extent at least `want`
@@ -296,7 +304,8 @@ impl BlockAlloc {
             // Not expected; give everything back rather than panic.
             let got: u64 = out.iter().map(|e| e.1).sum();
             for (st, l) in out {
-                self.shards[self.geo.block_shard(st) as usize].lock().insert(st, l);
+                let r = self.shards[self.geo.block_shard(st) as usize].lock().insert(st, l);
+                debug_assert!(r.is_ok(), "blocks just taken were free");
             }
             self.free.fetch_add(got + need, Ordering::AcqRel);
             return Err(Error::NoSpace);
@@ -309,19 +318,34 @@ impl BlockAlloc {
         Ok(self.alloc(shard, 1, use_reserve)?[0].0)
     }
 
-    /// Return blocks `[start, start + len)`.
-    pub fn free(&self, start: u64, len: u64) {
+    /// Return blocks `[start, start + len)`. A block that is not a data block or is
+    /// free already is left out and reported as corruption (the logs and the
+    /// allocator disagree: a damaged checkpoint or log), never a panic.
+    pub fn free(&self, start: u64, len: u64) -> Result<()> {
+        let Some(end) = start.checked_add(len).filter(|&e| e <= self.geo.nblocks) else {
+            return Err(Error::Corrupt(format!("freeing blocks {start}+{len} past the pool")));
+        };
+        if len > 0 && !(self.geo.is_data_block(start) && self.geo.is_data_block(end - 1)) {
+            return Err(Error::Corrupt(format!("freeing metadata blocks {start}+{len}")));
+        }
         let mut b = start;
-        let end = start + len;
+        let mut bad = None;
         while b < end {
-            assert!(self.geo.is_data_block(b), "freeing non-data block {b}");
             let s = self.geo.block_shard(b);
             let (_, se) = self.geo.shard_range(s);
             let e = end.min(se);
-            self.shards[s as usize].lock().insert(b, e - b);
+            match self.shards[s as usize].lock().insert(b, e - b) {
+                Ok(()) => {
+                    self.free.fetch_add(e - b, Ordering::AcqRel);
+                }
+                Err(x) => bad = bad.or(Some(x)),
+            }
             b = e;
         }
-        self.free.fetch_add(len, Ordering::AcqRel);
+        match bad {
+            None => Ok(()),
+            Some(x) => Err(Error::Corrupt(format!("block {x} freed while already free"))),
+        }
     }
 
     /// Used-block bitmap over the whole pool (metadata blocks included).
@@ -412,15 +436,21 @@ impl InodeAlloc {
         }
     }
 
-    /// Return `ino`.
-    pub fn free(&self, ino: u64) {
+    /// Return `ino`; an inode that is free already is reported as corruption.
+    pub fn free(&self, ino: u64) -> Result<()> {
+        if ino == 0 || ino > self.geo.ninodes {
+            return Err(Error::Corrupt(format!("freeing inode {ino} out of range")));
+        }
         let s = self.geo.ino_shard(ino);
         let local = (ino - 1) / self.geo.nshards as u64;
         let mut g = self.shards[s as usize].lock();
-        assert!(g.0.get(local), "double free of inode {ino}");
+        if !g.0.get(local) {
+            return Err(Error::Corrupt(format!("inode {ino} freed while already free")));
+        }
         g.0.clear(local);
         g.2 += 1;
         self.free.fetch_add(1, Ordering::AcqRel);
+        Ok(())
     }
 
     /// Used-inode bitmap (bit `ino - 1`).
@@ -455,16 +485,48 @@ mod tests {
         let ex = a.alloc(0, 10, false).unwrap();
         assert_eq!(ex.iter().map(|e| e.1).sum::<u64>(), 10);
         for (s, l) in ex {
-            a.free(s, l);
+            a.free(s, l).unwrap();
         }
         assert_eq!(a.free_blocks(), total);
         assert!(a.alloc(1, total, false).is_err());
         let all = a.alloc(1, total, true).unwrap();
         assert!(a.alloc_one(0, true).is_err());
         for (s, l) in all {
-            a.free(s, l);
+            a.free(s, l).unwrap();
         }
         assert_eq!(a.used_bitmap().count(), g.data_start);
+    }
+
+    /// Bug: a double free (the logs and the allocator disagree, e.g. after a
+    /// checksum-valid but wrong checkpoint) hit `assert!` and took the daemon down.
+    /// It is now a corruption error, and nothing of the range is counted twice.
+    #[test]
+    fn double_frees_are_errors_that_change_nothing() {
+        let g = Geometry::compute(1024, 2, 64).unwrap();
+        let mut used = Bitmap::new(1024);
+        for b in 0..g.data_start {
+            used.set(b);
+        }
+        let a = BlockAlloc::from_used(&g, &used);
+        let total = a.free_blocks();
+        let ex = a.alloc(0, 8, false).unwrap();
+        let (s, l) = ex[0];
+        a.free(s + 2, 2).unwrap();
+        for (fs, fl) in [(s, l), (s + 3, 1), (s + 1, 2), (s + 2, 2)] {
+            assert!(matches!(a.free(fs, fl), Err(Error::Corrupt(_))), "{fs}+{fl}");
+        }
+        assert!(matches!(a.free(0, 1), Err(Error::Corrupt(_))), "metadata block");
+        assert!(matches!(a.free(g.nblocks - 1, 2), Err(Error::Corrupt(_))), "past the end");
+        assert_eq!(a.free_blocks(), total - l + 2);
+        a.free(s, 2).unwrap();
+        a.free(s + 4, l - 4).unwrap();
+        assert_eq!(a.free_blocks(), total);
+        let ia = InodeAlloc::from_used(&g, &Bitmap::new(64));
+        let i = ia.alloc(0).unwrap();
+        ia.free(i).unwrap();
+        assert!(matches!(ia.free(i), Err(Error::Corrupt(_))));
+        assert!(matches!(ia.free(0), Err(Error::Corrupt(_))));
+        assert!(matches!(ia.free(65), Err(Error::Corrupt(_))));
     }
 
     #[test]
@@ -477,7 +539,7 @@ mod tests {
             assert!(seen.insert(i) && (1..=64).contains(&i) && i != 1);
         }
         assert_eq!(seen.len(), 63);
-        ia.free(5);
+        ia.free(5).unwrap();
         assert_eq!(ia.alloc(0).unwrap(), 5);
     }
 
@@ -521,7 +583,7 @@ mod tests {
                         if let Ok(ex) = a.alloc(t, want, true) {
                             assert_eq!(ex.iter().map(|e| e.1).sum::<u64>(), want);
                             for (s, l) in ex {
-                                a.free(s, l);
+                                a.free(s, l).unwrap();
                             }
                         }
                     }
@@ -532,7 +594,7 @@ mod tests {
             t.join().unwrap();
         }
         for (s, l) in held {
-            a.free(s, l);
+            a.free(s, l).unwrap();
         }
         assert_eq!(a.free_blocks(), total);
     }

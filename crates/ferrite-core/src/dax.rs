@@ -15,6 +15,10 @@
 //!   holds a shared open-file-description lock on byte 1 for as long as it may store
 //!   to the pool, and an exclusive open refuses the pool while any is held, so a new
 //!   mount never runs beside clients of an earlier one.
+//! - In msync-at-commit mode the range stored since the last msync is one
+//!   [`DirtyRange`] under one lock, held across the msync: a range noted while
+//!   another thread's fence takes it is either in that msync or in the next, and a
+//!   fence returns only after every msync that took its stores has finished.
 //! - New pool files are created with mode 0600: whoever can open the pool file can
 //!   read and write every file in it (it is the access control of direct access).
 #![allow(unsafe_code)]
@@ -55,9 +59,39 @@ pub struct MmapMedium {
     durability: Durability,
     flush: FlushInstr,
     read_only: bool,
-    dirty_lo: AtomicU64,
-    dirty_hi: AtomicU64,
+    dirty: DirtyRange,
     stats: Arc<PersistStats>,
+}
+
+/// The pool range stored since the last msync (msync-at-commit mode).
+///
+/// Regression note: it was two atomics (`fetch_min` / `fetch_max`, and two swaps in
+/// the fence); a store noted between the fence's two swaps kept its low end but
+/// lost its high end, so neither that msync nor the next covered it, and a write
+/// returned as durable might not be. One lock now covers the pair and the msync.
+#[derive(Default)]
+pub struct DirtyRange {
+    range: parking_lot::Mutex<Option<(u64, u64)>>,
+}
+
+impl DirtyRange {
+    /// Bytes `[off, off + len)` were stored.
+    pub fn note(&self, off: u64, len: u64) {
+        let mut r = self.range.lock();
+        *r = Some(match *r {
+            Some((lo, hi)) => (lo.min(off), hi.max(off + len)),
+            None => (off, off + len),
+        });
+    }
+
+    /// Take the range and run `sync` on it with the lock held (so a concurrent
+    /// caller returns only after this sync finished).
+    pub fn sync(&self, sync: impl FnOnce(u64, u64)) {
+        let mut r = self.range.lock();
+        if let Some((lo, hi)) = r.take() {
+            sync(lo, hi);
+        }
+    }
 }
 
 // SAFETY: the mapping is plain shared memory; the core's locking guarantees that
@@ -296,8 +330,7 @@ impl MmapMedium {
     #[inline]
     fn note_dirty(&self, off: u64, len: u64) {
         if self.durability == Durability::MsyncEachCommit {
-            self.dirty_lo.fetch_min(off, Ordering::Relaxed);
-            self.dirty_hi.fetch_max(off + len, Ordering::Relaxed);
+            self.dirty.note(off, len);
         }
     }
 }
@@ -387,8 +420,7 @@ impl Unmapped {
             durability,
             flush: config().flush,
             read_only: opts.read_only,
-            dirty_lo: AtomicU64::new(u64::MAX),
-            dirty_hi: AtomicU64::new(0),
+            dirty: DirtyRange::default(),
             stats: Arc::new(PersistStats::default()),
         })
     }
@@ -553,25 +585,68 @@ impl Medium for MmapMedium {
         self.stats.fences.fetch_add(1, Ordering::Relaxed);
         fold_tally(&self.stats);
         if self.durability == Durability::MsyncEachCommit {
-            let lo = self.dirty_lo.swap(u64::MAX, Ordering::AcqRel);
-            let hi = self.dirty_hi.swap(0, Ordering::AcqRel);
-            if lo < hi {
+            self.dirty.sync(|lo, hi| {
                 let page = 4096;
                 let s = lo / page * page;
                 let e = hi.min(self.len);
-                // SAFETY: [s, e) lies within our mapping and s is page aligned.
-                unsafe {
-                    libc::msync(
-                        self.ptr.add(s as usize) as *mut libc::c_void,
-                        (e - s) as usize,
-                        libc::MS_SYNC,
-                    )
-                };
-            }
+                if s < e {
+                    // SAFETY: [s, e) lies within our mapping and s is page aligned.
+                    unsafe {
+                        libc::msync(
+                            self.ptr.add(s as usize) as *mut libc::c_void,
+                            (e - s) as usize,
+                            libc::MS_SYNC,
+                        )
+                    };
+                }
+            });
         }
     }
 
     fn durability(&self) -> Durability {
         self.durability
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DirtyRange;
+    use std::sync::Arc;
+
+    /// Regression: with the range kept in two atomics, a range noted between the
+    /// fence's two swaps was msynced by neither that fence nor the next one.
+    /// Every thread notes a range, then syncs, and must find its range inside a
+    /// sync that finished before its own `sync` returned.
+    #[test]
+    fn a_noted_range_is_synced_before_the_noting_threads_sync_returns() {
+        let d = Arc::new(DirtyRange::default());
+        let synced = Arc::new(parking_lot::Mutex::new(Vec::<(u64, u64)>::new()));
+        let start = Arc::new(std::sync::Barrier::new(4));
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (d, synced, start) = (d.clone(), synced.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    for k in 0..20_000u64 {
+                        let off = t * (1 << 40) + k * 64;
+                        let from = synced.lock().len();
+                        d.note(off, 64);
+                        d.sync(|lo, hi| {
+                            // An msync takes a while: let other threads note and sync.
+                            std::thread::yield_now();
+                            synced.lock().push((lo, hi));
+                        });
+                        let s = synced.lock();
+                        assert!(
+                            s[from..].iter().any(|&(lo, hi)| lo <= off && off + 64 <= hi),
+                            "thread {t}: range at {off} was never synced"
+                        );
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
     }
 }

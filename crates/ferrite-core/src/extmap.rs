@@ -106,6 +106,17 @@ impl ExtMap {
         out
     }
 
+    /// Runs that overlap pages `[a, b)`, in page order (a walk of those runs only).
+    pub fn runs_in(&self, a: u64, b: u64) -> impl Iterator<Item = (u64, Ext)> + '_ {
+        let from = self.leaves.range(..=a).next_back().map_or(a, |(&k, _)| k);
+        let leaves = if a < b { Some(self.leaves.range(from..b)) } else { None };
+        leaves
+            .into_iter()
+            .flatten()
+            .flat_map(|(_, l)| l.iter().map(|p| (p.pg, p.ext())))
+            .filter(move |&(pg, e)| pg < b && pg + e.len as u64 > a)
+    }
+
     /// Runs in page order.
     pub fn iter(&self) -> impl Iterator<Item = (u64, Ext)> + '_ {
         self.leaves.values().flat_map(|l| l.iter().map(|p| (p.pg, p.ext())))

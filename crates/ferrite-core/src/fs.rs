@@ -328,6 +328,10 @@ pub struct Fs<M: Medium> {
     pub(crate) share: Option<Arc<Party>>,
     /// A client's next block grant size.
     pub(crate) grant_size: AtomicU64,
+    /// A client's leases on inode locks (see `sharing`).
+    pub(crate) leases: crate::sharing::Leases,
+    /// Set when damage was found at run time: nothing is committed after it.
+    pub(crate) poisoned: std::sync::OnceLock<String>,
 }
 
 /// GC counters.
@@ -440,11 +444,37 @@ impl<M: Medium> Fs<M> {
     }
 
     pub(crate) fn check_writable(&self) -> Result<()> {
-        if self.read_only {
+        if self.read_only || self.poisoned.get().is_some() {
             Err(Error::ReadOnly)
         } else {
             Ok(())
         }
+    }
+
+    /// An inconsistency found while running (the allocators and the logs
+    /// disagree): from now on this `Fs` commits nothing (writes fail with
+    /// EROFS), and the reason is told once on stderr and kept for `poisoned`.
+    pub(crate) fn poison_on(&self, r: Result<()>) {
+        if let Err(e) = r {
+            self.stop_commits(&format!("the pool is damaged: {e}"));
+        }
+    }
+
+    /// Commit nothing more (writes fail with EROFS): DRAM state may be wrong (a
+    /// front end caught a panic inside an operation, or damage was found). The
+    /// first reason is told on stderr and kept for [`Self::poisoned`].
+    pub fn stop_commits(&self, why: &str) {
+        if self.poisoned.set(why.to_string()).is_ok() {
+            eprintln!(
+                "ferrite: {why}; the pool is read-only from now on (unmount, then run \
+                 `ferrite fsck`)"
+            );
+        }
+    }
+
+    /// Why this `Fs` stopped committing (a damage found at run time), if it did.
+    pub fn poisoned(&self) -> Option<&str> {
+        self.poisoned.get().map(|s| s.as_str())
     }
 
     pub(crate) fn shard(&self) -> u32 {
@@ -669,7 +699,7 @@ impl<M: Medium> Fs<M> {
             // blocks freed by a commit before that commit; marking again is harmless.
             p.own(b, n);
         }
-        self.balloc.free(b, n);
+        self.poison_on(self.balloc.free(b, n));
     }
 
     /// Append `entries` to `st`'s log (not committed). On error nothing is left
@@ -862,7 +892,7 @@ impl<M: Medium> Fs<M> {
             // Uncache before the number is free again: after `ialloc.free` another
             // thread may create a new inode with this number and cache it.
             self.cache_remove(locked.inode(ino));
-            self.ialloc.free(ino);
+            self.poison_on(self.ialloc.free(ino));
         }
         self.free_runs(&all_freed);
         for p in &parts {
@@ -953,7 +983,7 @@ impl<M: Medium> Fs<M> {
         *st = InodeState::new(st.ftype); // nothing of the freed inode stays reachable
         self.free_pages(&pages);
         self.cache_remove(inode); // before the number can be reused (see commit_multi)
-        self.ialloc.free(inode.ino);
+        self.poison_on(self.ialloc.free(inode.ino));
     }
 
     /// Build a SETATTR entry for `st` with changes from `f`.

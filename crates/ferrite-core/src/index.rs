@@ -155,6 +155,35 @@ impl FileIndex {
         self.mapped + self.ops.keys().filter(|&&p| self.lookup(p).is_none()).count() as u64
     }
 
+    /// The pages of `[a, b)` with no content (no run, no op), in order, walking
+    /// runs rather than pages; `None` when there are more than `limit` (the walk
+    /// then stops after counting, whatever the range's length).
+    pub fn holes(&self, a: u64, b: u64, limit: u64) -> Option<Vec<u64>> {
+        if a >= b {
+            return Some(Vec::new());
+        }
+        let mapped: u64 =
+            self.ext.runs_in(a, b).map(|(pg, e)| (pg + e.len as u64).min(b) - pg.max(a)).sum();
+        let unmapped_ops =
+            self.ops.keys().filter(|&&p| p >= a && p < b && self.lookup(p).is_none()).count();
+        let holes = (b - a) - mapped - unmapped_ops as u64;
+        if holes > limit {
+            return None;
+        }
+        let mut out = Vec::with_capacity(holes as usize);
+        let gap = |from: u64, to: u64, out: &mut Vec<u64>| {
+            out.extend((from..to).filter(|p| !self.ops.contains_key(p)));
+        };
+        let mut at = a;
+        for (pg, e) in self.ext.runs_in(a, b) {
+            gap(at, pg.max(at), &mut out);
+            at = at.max(pg + e.len as u64);
+        }
+        gap(at, b, &mut out);
+        debug_assert_eq!(out.len() as u64, holes);
+        Some(out)
+    }
+
     /// The block mapped at page `pg` and the entry that mapped it.
     pub fn lookup(&self, pg: u64) -> Option<(u64, u64)> {
         let (s, e) = self.ext.floor(pg)?;
@@ -656,6 +685,36 @@ impl InodeState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `holes` walks runs, not pages: it must list exactly the pages a page-by-page
+    /// filter lists, and refuse past its limit.
+    #[test]
+    fn holes_match_a_page_walk() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for _ in 0..200 {
+            let mut f = FileIndex::default();
+            for k in 0..rnd(12) {
+                f.insert(rnd(300), 1 + rnd(20) as u32, 1000 + k * 50, k);
+            }
+            for _ in 0..rnd(10) {
+                f.ops.entry(rnd(300)).or_default();
+            }
+            let (a, b) = (rnd(320), rnd(320));
+            let naive: Vec<u64> =
+                (a..b).filter(|&p| f.lookup(p).is_none() && !f.ops.contains_key(&p)).collect();
+            assert_eq!(f.holes(a, b, u64::MAX), Some(naive.clone()));
+            if !naive.is_empty() {
+                assert_eq!(f.holes(a, b, naive.len() as u64 - 1), None);
+            }
+        }
+        assert_eq!(FileIndex::default().holes(0, 1 << 50, 1000), None);
+    }
 
     #[test]
     fn extent_split_and_replace() {

@@ -458,9 +458,10 @@ impl<M: Medium> Fs<M> {
             );
         }
         let Some(f) = st.file() else { return Err(Error::IsDir) };
-        let holes: Vec<u64> = (off / BLOCK..end.div_ceil(BLOCK))
-            .filter(|&pg| f.lookup(pg).is_none() && !f.ops.contains_key(&pg))
-            .collect();
+        // Count the holes from the extent map before touching a page: a range far
+        // larger than the pool fails at once (not after a walk of 2^50 pages).
+        let room = if self.is_client() { self.geo.nblocks } else { self.balloc.free_blocks() };
+        let holes = f.holes(off / BLOCK, end.div_ceil(BLOCK), room).ok_or(Error::NoSpace)?;
         let runs = self.alloc_blocks(self.shard(), holes.len() as u64, false)?;
         let size = if mode.keep_size { st.attr.size } else { st.attr.size.max(end) };
         let mut entries = Vec::new();
@@ -584,7 +585,7 @@ impl<M: Medium> Fs<M> {
         let head = match self.balloc.alloc_one(shard, false) {
             Ok(b) => b * BLOCK,
             Err(e) => {
-                self.ialloc.free(ino);
+                self.poison_on(self.ialloc.free(ino));
                 return Err(e);
             }
         };
@@ -604,7 +605,7 @@ impl<M: Medium> Fs<M> {
                     Ok(b) => b,
                     Err(e) => {
                         self.free_pages(&[head]);
-                        self.ialloc.free(ino);
+                        self.poison_on(self.ialloc.free(ino));
                         return Err(e);
                     }
                 };
@@ -655,7 +656,7 @@ impl<M: Medium> Fs<M> {
             Err(e) => {
                 self.free_pages(&[head]);
                 self.free_runs(&data);
-                self.ialloc.free(ino);
+                self.poison_on(self.ialloc.free(ino));
                 Err(e)
             }
         }

@@ -236,6 +236,8 @@ impl<M: Medium> Fs<M> {
             gc_stats: GcStats::default(),
             share: None,
             grant_size: AtomicU64::new(0),
+            leases: Default::default(),
+            poisoned: Default::default(),
         };
         let root = match fs.inode(ROOT_INO) {
             Ok(r) => r,

@@ -17,6 +17,16 @@
 //!   not move meanwhile.
 //! - Catching up never frees anything: blocks that other parties' commits released
 //!   were freed by those parties.
+//! - A client keeps an inode's lock after its last local writer is done (a
+//!   *lease*, `XHold::leased`) while nobody else waits for it: the next local
+//!   writer then needs neither the lock nor a catch-up, since nothing else could
+//!   commit meanwhile. Every lease is listed in `Fs::leases` (holding its `Inode`,
+//!   so it is never evicted); the client's lease keeper (`Fs::tick_leases`, run
+//!   by its watcher thread every `LEASE_TICK`) gives back each lease that another
+//!   party waits for or that no local writer used since the previous tick. A lease
+//!   is used only after `Party::check` passes (a revoked client's leases were
+//!   taken over by the daemon). Only a client with a keeper (`Fs::keep_leases`)
+//!   keeps leases. Lock order: `xh`, then the lease list.
 //! - Clients do no namespace operation. Their journaled commits (thorough GC) take
 //!   the journal's cross-process lock; a client that dies holding it leaves the
 //!   journal to the daemon, which finishes or rolls it back as recovery would.
@@ -44,26 +54,66 @@ pub(crate) struct XHold {
     /// A party in another process waits: let the local holders finish, then
     /// compete again for the lock (no starvation by overlapping local writers).
     draining: bool,
+    /// The lock is kept with no local holder (a lease; `count` is 0).
+    leased: bool,
+    /// A local writer used the lease since the keeper's last tick.
+    used: bool,
+    /// The inode is in `Fs::leases`.
+    listed: bool,
+}
+
+thread_local! {
+    /// The inode whose hold this thread keeps around nested operations
+    /// ([`Fs::locked`]), or 0.
+    static OUTER: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How often a client's lease keeper looks at its leases: the longest another
+/// party waits for an idle client's lease, and the shortest idle time after
+/// which a lease is given back unasked.
+pub const LEASE_TICK: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// A client's leases (see the module comment).
+#[derive(Default)]
+pub(crate) struct Leases {
+    list: Mutex<Vec<Arc<Inode>>>,
+    /// Called when the list stops being empty: the keeper may sleep until then.
+    waker: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 /// This process holds an inode's cross-process lock while this lives.
 pub(crate) struct Hold<'a, M: Medium> {
     fs: &'a Fs<M>,
-    inode: &'a Inode,
+    inode: &'a Arc<Inode>,
 }
 
 impl<M: Medium> Drop for Hold<'_, M> {
     fn drop(&mut self) {
-        let mut g = self.inode.xh.lock();
+        let i = self.inode;
+        let mut g = i.xh.lock();
         debug_assert!(g.count > 0, "hold count underflow");
+        debug_assert!(!g.leased, "a lease while a local writer holds the lock");
         g.count -= 1;
         if g.count == 0 {
             if let Some(p) = &self.fs.share {
-                p.unlock(self.inode.ino);
+                let keep = p.is_client()
+                    && self.fs.leases.waker.get().is_some()
+                    && !g.draining
+                    && !p.table().waiters(i.ino);
+                if keep {
+                    g.leased = true;
+                    g.used = true;
+                    if !g.listed {
+                        g.listed = true;
+                        self.fs.list_lease(i);
+                    }
+                } else {
+                    p.unlock(i.ino);
+                }
             }
             if g.draining {
                 g.draining = false;
-                self.inode.xh_cv.notify_all();
+                i.xh_cv.notify_all();
             }
         }
     }
@@ -99,7 +149,7 @@ impl<M: Medium> Fs<M> {
 
     /// Take (or join) this process's hold on `i`'s cross-process lock. `None` when
     /// nothing else can write `i` (no sharing, or not a regular file).
-    pub(crate) fn hold<'a>(&'a self, i: &'a Inode) -> Result<Option<Hold<'a, M>>> {
+    pub(crate) fn hold<'a>(&'a self, i: &'a Arc<Inode>) -> Result<Option<Hold<'a, M>>> {
         let Some(p) = &self.share else { return Ok(None) };
         if !i.shared {
             return Ok(None);
@@ -109,12 +159,24 @@ impl<M: Medium> Fs<M> {
             if g.count > 0 && !g.draining && p.table().waiters(i.ino) {
                 g.draining = true;
             }
-            if !g.draining {
+            // A join nested in this thread's own hold (`locked`) must not wait for
+            // the drain: the outer hold it would wait for is its own.
+            if !g.draining || OUTER.with(|o| o.get()) == i.ino {
                 break;
             }
             i.xh_cv.wait(&mut g);
         }
-        if g.count == 0 {
+        if g.count == 0 && g.leased {
+            g.leased = false;
+            if let Err(e) = p.check() {
+                // Revoked: the daemon takes (or took) the lock over.
+                p.table().release_if_held(i.ino, p.id());
+                return Err(e);
+            }
+            debug_assert_eq!(p.table().holder(i.ino), Some(p.id()), "a lease lost its lock");
+            debug_assert!(self.is_fresh(i, &i.st.read()), "a lease's state went stale");
+            g.used = true;
+        } else if g.count == 0 {
             p.lock(i.ino)?;
             let r = {
                 let mut st = i.st.write();
@@ -135,7 +197,56 @@ impl<M: Medium> Fs<M> {
     pub fn locked<T>(&self, ino: u64, f: impl FnOnce() -> T) -> Result<T> {
         let i = self.inode(ino)?;
         let _h = self.hold(&i)?;
+        struct Outer(u64);
+        impl Drop for Outer {
+            fn drop(&mut self) {
+                OUTER.with(|o| o.set(self.0));
+            }
+        }
+        let _outer = Outer(OUTER.with(|o| o.replace(ino)));
         Ok(f())
+    }
+
+    /// List a new lease (under its `xh`; lock order `xh`, then the list).
+    fn list_lease(&self, i: &Arc<Inode>) {
+        let mut l = self.leases.list.lock();
+        l.push(i.clone());
+        if l.len() == 1 {
+            if let Some(w) = self.leases.waker.get() {
+                w();
+            }
+        }
+    }
+
+    /// Let this client keep leases: the caller promises a keeper that calls
+    /// [`Self::tick_leases`] within every [`LEASE_TICK`] while it returns true, and
+    /// soon after `wake` is called (when a lease is taken while there was none).
+    /// Without a keeper no lease is kept. Set once; later calls are ignored.
+    pub fn keep_leases(&self, wake: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.leases.waker.set(wake);
+    }
+
+    /// The lease keeper: give back every lease another party waits for or that no
+    /// local writer used since the last tick (with `all`, every lease). Returns
+    /// whether leases remain (tick again within [`LEASE_TICK`]).
+    pub fn tick_leases(&self, all: bool) -> bool {
+        let Some(p) = self.share.as_ref().filter(|p| p.is_client()) else { return false };
+        // A revoked client's leases are the daemon's to take over: drop them all.
+        let all = all || p.check().is_err();
+        let snapshot: Vec<Arc<Inode>> = self.leases.list.lock().clone();
+        for i in &snapshot {
+            let mut g = i.xh.lock();
+            if g.leased && (all || !g.used || p.table().waiters(i.ino)) {
+                g.leased = false;
+                p.table().release_if_held(i.ino, p.id());
+            }
+            g.used = false;
+            if !g.leased && g.count == 0 && g.listed {
+                g.listed = false;
+                self.leases.list.lock().retain(|x| !Arc::ptr_eq(x, i));
+            }
+        }
+        !self.leases.list.lock().is_empty()
     }
 
     /// Does `st` describe the committed log of `i` as it is now?
@@ -220,7 +331,7 @@ impl<M: Medium> Fs<M> {
     /// and is repeated until no block was freed under it (see the module comment).
     pub(crate) fn read_fresh<T>(
         &self,
-        i: &Inode,
+        i: &Arc<Inode>,
         data: bool,
         mut f: impl FnMut(&InodeState) -> T,
     ) -> Result<T> {
@@ -279,7 +390,8 @@ impl<M: Medium> Fs<M> {
         let size = self.grant_size.load(Ordering::Relaxed).max(GRANT_MIN);
         let runs = p.grant(need.max(size))?;
         for &(b, n) in &runs {
-            self.balloc.free(b, n); // owned by us already (the daemon marked them)
+            // Owned by us already (the daemon marked them).
+            self.poison_on(self.balloc.free(b, n));
         }
         self.grant_size.store((size * 2).min(GRANT_MAX), Ordering::Relaxed);
         p.publish_pool(self.balloc.free_blocks());
@@ -336,11 +448,14 @@ impl<M: Medium> Fs<M> {
             gc_stats: GcStats::default(),
             share: Some(party),
             grant_size: AtomicU64::new(GRANT_MIN),
+            leases: Default::default(),
+            poisoned: Default::default(),
         })
     }
 
     /// A client's orderly end: its free blocks go back to the daemon.
     pub fn detach(self) -> M {
+        self.tick_leases(true);
         if let Some(p) = self.share.as_ref().filter(|p| p.is_client()) {
             let free = self.balloc.free_blocks();
             if free > 0 {
@@ -417,7 +532,7 @@ impl<M: Medium> Fs<M> {
         }
         for &(b, n) in runs {
             t.set_owner(b, n, DAEMON);
-            self.balloc.free(b, n);
+            self.poison_on(self.balloc.free(b, n));
         }
         self.publish_free();
         Ok(())
@@ -464,7 +579,7 @@ impl<M: Medium> Fs<M> {
         let runs = t.owned_runs(party, self.geo.data_start, self.geo.nblocks);
         for &(b, n) in &runs {
             t.set_owner(b, n, DAEMON);
-            self.balloc.free(b, n);
+            self.poison_on(self.balloc.free(b, n));
             out.blocks_returned += n;
         }
         t.set_party_state(party, P_FREE);

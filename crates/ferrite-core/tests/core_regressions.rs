@@ -277,3 +277,88 @@ fn open_with_o_creat_racing_another_creator_opens_the_file() {
     });
     assert_fsck_clean(&fs, "after racing O_CREAT opens");
 }
+
+/// Bug: fallocate listed every page of its range before it allocated anything, so
+/// `fallocate(fd, 0, 0, 1 << 62)` walked 2^50 pages holding the inode and range
+/// locks (one call stalled the daemon). It now counts holes from the extent map
+/// and fails with ENOSPC at once. The call runs on a thread and must end within a
+/// minute (it takes microseconds now; before, the test hung here).
+#[test]
+fn fallocate_far_beyond_the_pool_fails_at_once_and_changes_nothing() {
+    let fs = std::sync::Arc::new(fresh_sim(8 << 20, 2));
+    let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 4096, b"kept").unwrap();
+    let before = fs.getattr(f).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let fs2 = fs.clone();
+    std::thread::spawn(move || {
+        let modes = [
+            FallocMode { keep_size: false, punch_hole: false },
+            FallocMode { keep_size: true, punch_hole: false },
+        ];
+        let r: Vec<_> = modes.iter().map(|&m| fs2.fallocate(f, m, 0, 1 << 62)).collect();
+        let _ = tx.send(r);
+    });
+    let r = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("fallocate hung");
+    for x in r {
+        assert!(matches!(x, Err(Error::NoSpace)), "{x:?}");
+    }
+    let after = fs.getattr(f).unwrap();
+    assert_eq!((after.size, after.blocks), (before.size, before.blocks));
+    let mut buf = [0u8; 4];
+    fs.read(f, 4096, &mut buf).unwrap();
+    assert_eq!(&buf, b"kept");
+    // A range that fits still works, around the existing page.
+    fs.fallocate(f, FallocMode { keep_size: false, punch_hole: false }, 0, 5 * 4096).unwrap();
+    assert_eq!(fs.getattr(f).unwrap().size, 5 * 4096);
+    fs.read(f, 4096, &mut buf).unwrap();
+    assert_eq!(&buf, b"kept");
+    assert_fsck_clean(&*fs, "after fallocate");
+}
+
+/// Bug: a clean mount trusts its allocator checkpoint; one with valid checksums but
+/// wrong bits (here: every data block marked free) handed out blocks in use, and
+/// the first free of such a block hit a double-free `assert!` (a panic in the
+/// daemon). Now the double free is found, the `Fs` stops committing (EROFS) with
+/// the reason kept, and nothing panics.
+#[test]
+fn a_wrong_but_valid_checkpoint_turns_the_pool_read_only_instead_of_panicking() {
+    let fs = fresh_sim(8 << 20, 2);
+    let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    for pg in 0..16u64 {
+        fs.write(f, pg * 4096, &[pg as u8 + 1; 4096]).unwrap();
+    }
+    let geo = *fs.geometry();
+    let mut img = fs.unmount().unwrap().current_image();
+    // Every data block free in the block bitmap; checksums recomputed (see
+    // docs/FORMAT.md, the recovery area).
+    let hdr = (geo.ckpt_start * 4096) as usize;
+    let boff = hdr + 4096;
+    let blen = geo.nblocks.div_ceil(8) as usize;
+    let ioff = boff + blen.div_ceil(4096) * 4096;
+    let ilen = geo.ninodes.div_ceil(8) as usize;
+    for b in geo.data_start..geo.nblocks {
+        img[boff + (b / 8) as usize] &= !(1u8 << (b % 8));
+    }
+    let c = crc32c::crc32c_append(crc32c::crc32c(&img[boff..boff + blen]), &img[ioff..ioff + ilen]);
+    img[hdr + 32..hdr + 40].copy_from_slice(&geo.data_start.to_le_bytes()); // used_blocks
+    img[hdr + 48..hdr + 52].copy_from_slice(&c.to_le_bytes());
+    let h = crc32c::crc32c(&img[hdr..hdr + 52]);
+    img[hdr + 52..hdr + 56].copy_from_slice(&h.to_le_bytes());
+    let fs = Fs::mount(SimMedium::from_image(img), &MountOptions::default()).unwrap();
+    assert!(fs.mount_report().clean, "the doctored checkpoint was used");
+    // Overwrites free the file's old blocks, which the allocator holds as free.
+    let mut refused = None;
+    for round in 0..64u64 {
+        let r = fs.write(f, (round % 16) * 4096, &[0xee; 4096]);
+        match r {
+            Ok(_) => assert!(refused.is_none(), "a write succeeded after the pool went read-only"),
+            Err(Error::ReadOnly) => refused = refused.or(Some(round)),
+            Err(e) => panic!("unexpected error {e:?}"),
+        }
+    }
+    assert!(refused.is_some(), "the double free went unnoticed");
+    let why = fs.poisoned().expect("a reason is kept");
+    assert!(why.contains("already free"), "{why}");
+    assert!(matches!(fs.create(fs.root(), b"g", 0o644, 0, 0), Err(Error::ReadOnly)));
+}

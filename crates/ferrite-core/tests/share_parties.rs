@@ -68,6 +68,37 @@ impl World {
     }
 }
 
+/// A client's lease keeper, as a real client's watcher thread runs it: while it
+/// lives the client keeps inode locks between its writes and gives each back when
+/// another party waits or nobody used it for a tick.
+struct Keeper {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn keeper(c: &Arc<Fs<Med>>) -> Keeper {
+    c.keep_leases(Box::new(|| {}));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (c, s) = (c.clone(), stop.clone());
+    let thread = std::thread::spawn(move || {
+        while !s.load(Ordering::Acquire) {
+            c.tick_leases(false);
+            std::thread::sleep(LEASE_TICK);
+        }
+        c.tick_leases(true);
+    });
+    Keeper { stop, thread: Some(thread) }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.join().expect("keeper");
+        }
+    }
+}
+
 fn unique(d: Arc<Fs<Med>>) -> Fs<Med> {
     Arc::try_unwrap(d).ok().expect("daemon Fs still shared")
 }
@@ -229,9 +260,12 @@ fn parties_write_one_file_at_once() {
     let whole = w.d.create(root, b"whole", 0o644, 0, 0).unwrap().ino;
     w.d.write(whole, 0, &[0u8; 9000]).unwrap();
     w.d.write(shared, 0, &vec![0u8; 3 * RANGE as usize]).unwrap();
+    // One client keeps leases (as real clients do), one does not.
     let (_p1, c1) = w.client();
+    let c1 = Arc::new(c1);
+    let k1 = keeper(&c1);
     let (_p2, c2) = w.client();
-    let parties: Vec<&Fs<Med>> = vec![&w.d, &c1, &c2];
+    let parties: Vec<&Fs<Med>> = vec![&w.d, &*c1, &c2];
     let stop = AtomicBool::new(false);
     let ranges: Vec<Vec<u8>> = std::thread::scope(|s| {
         let writers: Vec<_> = parties
@@ -288,7 +322,8 @@ fn parties_write_one_file_at_once() {
             }
         }
     }
-    drop(c1.crash());
+    drop(k1);
+    drop(unique(c1).crash());
     drop(c2.crash());
     let d = unique(w.d);
     let img = d.crash();
@@ -296,4 +331,86 @@ fn parties_write_one_file_at_once() {
         Fs::mount(SimMedium::from_image(img.current_image()), &MountOptions::default()).unwrap();
     assert_fsck_clean(&fs, "after crash with clients");
     assert!(read_all(&fs, shared) == expect);
+}
+
+#[test]
+fn a_clients_lease_is_kept_between_writes_and_given_back_when_asked_or_idle() {
+    let w = world(32 << 20);
+    let ino = w.d.create(w.d.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    let (pid, c) = w.client();
+    let c = Arc::new(c);
+    let k = keeper(&c);
+    let mut model = Vec::new();
+    // After a write returns the client still holds the file's lock (a lease); the
+    // keeper may give it back when the test thread is descheduled for two ticks, so
+    // it must be seen at least once in many tries.
+    let mut kept = 0;
+    for i in 0..200u32 {
+        let data = [i as u8; 100];
+        c.write(ino, i as u64 * 10, &data).unwrap();
+        model_write(&mut model, i as usize * 10, &data);
+        kept += (w.table.holder(ino) == Some(pid)) as u32;
+    }
+    assert!(kept > 0, "no lease was ever kept");
+    // The daemon writes the same file: it waits for the lease, not forever.
+    for i in 0..50u32 {
+        c.write(ino, 0, &[i as u8; 10]).unwrap();
+        model_write(&mut model, 0, &[i as u8; 10]);
+        w.d.write(ino, 5, &[200 + i as u8; 10]).unwrap();
+        model_write(&mut model, 5, &[200 + i as u8; 10]);
+    }
+    assert_eq!(read_all(&w.d, ino), model);
+    assert_eq!(read_all(&*c, ino), model);
+    // Unused, the lease goes back by itself.
+    c.write(ino, 0, b"x").unwrap();
+    model_write(&mut model, 0, b"x");
+    let mut waited = 0;
+    while w.table.holder(ino).is_some() {
+        assert!(waited < 10_000, "an idle lease was never given back");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        waited += 1;
+    }
+    drop(k);
+    let c = unique(c);
+    let fs = {
+        drop(c.detach());
+        w.remount_clean()
+    };
+    assert_eq!(read_all(&fs, ino), model);
+}
+
+/// Bug: an operation nested in a client's own hold (`Fs::locked`, which direct
+/// clients use to move a shared file offset) waited for a drain when another party
+/// waited for the lock, and the drain waited for the outer hold: a self-deadlock.
+/// A forked child that had waited for its parent's lease kept the waiters bit and
+/// hung in its first `write(2)` (direct_access's fork test). The nested write must
+/// go through, then the waiting daemon gets the lock.
+#[test]
+fn a_write_nested_in_a_clients_hold_does_not_wait_for_its_own_drain() {
+    let w = world(32 << 20);
+    let ino = w.d.create(w.d.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    let (_pid, c) = w.client();
+    let c = Arc::new(c);
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Plain threads (not scoped): if the write deadlocks, the test fails at the
+    // timeout instead of hanging in a join.
+    let (d, table) = (w.d.clone(), w.table.clone());
+    std::thread::spawn(move || {
+        let r = c.locked(ino, || {
+            let d = std::thread::spawn(move || d.write(ino, 100, b"daemon").unwrap());
+            while !table.waiters(ino) {
+                std::thread::yield_now();
+            }
+            (c.write(ino, 0, b"nested"), d)
+        });
+        let (r, d) = r.unwrap();
+        r.unwrap();
+        d.join().unwrap();
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60)).expect("nested write deadlocked");
+    let mut buf = [0u8; 106];
+    w.d.read(ino, 0, &mut buf).unwrap();
+    assert_eq!(&buf[..6], b"nested");
+    assert_eq!(&buf[100..], b"daemon");
 }

@@ -8,6 +8,12 @@
 //!   the pool. A watcher thread notices the daemon's end (the connection hangs up):
 //!   it waits until no inode lock of this client is held (no operation of it is
 //!   half-committed), then drops that lock, so the pool can be mounted again.
+//! - The watcher is also the keeper of the client's inode-lock leases (see
+//!   `ferrite_core`'s sharing module): while leases exist it wakes every
+//!   `LEASE_TICK` and gives back the ones another party waits for or nobody used;
+//!   with none it sleeps until the core's waker (an eventfd) says one was taken.
+//!   Before the watcher waits for this client's locks to be released at the
+//!   daemon's end, it gives every lease back.
 //! - After `fork`, the child must call [`Client::abandon`] (never detach): the
 //!   allocator and the connection it inherited are the parent's.
 
@@ -15,6 +21,7 @@ use crate::wire::{self, In, Out};
 use ferrite_core::share::{BlockSource, Party, Table, P_ACTIVE, P_REVOKED};
 use ferrite_core::{Error, Fs, MapOptions, MmapMedium};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr};
 use parking_lot::Mutex;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -154,6 +161,8 @@ pub struct Client {
     fs: Option<Arc<Fs<MmapMedium>>>,
     conn: Arc<Conn>,
     watcher: Option<JoinHandle<()>>,
+    /// Wakes the watcher when the first lease is taken.
+    waker: Arc<EventFd>,
     dead: Arc<AtomicBool>,
     mount: PathBuf,
     info: Info,
@@ -221,17 +230,26 @@ impl Client {
             }
         };
         let dead = Arc::new(AtomicBool::new(false));
+        let waker =
+            EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+                .map_err(|e| fail("eventfd", &e))?;
+        let waker = Arc::new(waker);
+        let w = waker.clone();
+        fs.keep_leases(Box::new(move || {
+            let _ = w.write(1);
+        }));
         let watcher = {
-            let (fs, conn, dead) = (fs.clone(), conn.clone(), dead.clone());
+            let (fs, conn, dead, waker) = (fs.clone(), conn.clone(), dead.clone(), waker.clone());
             std::thread::Builder::new()
                 .name("ferrite-watch".into())
-                .spawn(move || watch(fs, conn, dead, party))
+                .spawn(move || watch(fs, conn, waker, dead, party))
                 .map_err(|e| fail("watcher thread", &e))?
         };
         Ok(Client {
             fs: Some(fs),
             conn,
             watcher: Some(watcher),
+            waker,
             dead,
             mount: mount.to_path_buf(),
             info,
@@ -276,14 +294,16 @@ impl Client {
         self.party().table().set_flag(ino, ferrite_core::share::MAPPED, true);
     }
 
-    /// The descriptors this client keeps open (its connection and the pool file).
-    pub fn fds(&self) -> [std::os::fd::RawFd; 2] {
-        [self.conn.fd.as_raw_fd(), self.fs().medium().raw_fd()]
+    /// The descriptors this client keeps open (its connection, the pool file and
+    /// the lease keeper's eventfd).
+    pub fn fds(&self) -> [std::os::fd::RawFd; 3] {
+        [self.conn.fd.as_raw_fd(), self.fs().medium().raw_fd(), self.waker.as_raw_fd()]
     }
 
     /// The process is exiting (other threads may still run): tell the daemon this is
     /// an orderly end, and let it take the blocks back itself.
     pub fn exiting(&self) {
+        self.fs().tick_leases(true);
         let _ = wire::send(self.conn.fd.as_raw_fd(), wire::BYE, &[], &[], true);
     }
 
@@ -312,8 +332,7 @@ impl Client {
     /// of the pool file without telling the daemon anything (they are the parent's),
     /// and forget the rest.
     pub fn abandon(self) {
-        let fds = [self.conn.fd.as_raw_fd(), self.fs().medium().raw_fd()];
-        for fd in fds {
+        for fd in self.fds() {
             // A plain close of our copy: the parent's connection and lock stay.
             let _ = nix::unistd::close(fd);
         }
@@ -330,19 +349,35 @@ impl Drop for Client {
 /// Wait for the connection to hang up. Unless we are detaching, the daemon is gone
 /// (or took direct access back): stop committing, wait for operations in flight,
 /// release the pool.
-fn watch(fs: Arc<Fs<MmapMedium>>, conn: Arc<Conn>, dead: Arc<AtomicBool>, party: u32) {
+fn watch(
+    fs: Arc<Fs<MmapMedium>>,
+    conn: Arc<Conn>,
+    waker: Arc<EventFd>,
+    dead: Arc<AtomicBool>,
+    party: u32,
+) {
     // The program's signal handlers must run on its own threads, not on this one.
     let _ = nix::sys::signal::pthread_sigmask(
         nix::sys::signal::SigmaskHow::SIG_BLOCK,
         Some(&nix::sys::signal::SigSet::all()),
         None,
     );
+    let tick = PollTimeout::try_from(ferrite_core::LEASE_TICK).expect("a short tick");
+    let mut leases = false;
     loop {
-        let mut p = [PollFd::new(conn.fd.as_fd(), PollFlags::from_bits_retain(libc::POLLRDHUP))];
-        let r = poll(&mut p, PollTimeout::NONE);
+        let mut p = [
+            PollFd::new(conn.fd.as_fd(), PollFlags::from_bits_retain(libc::POLLRDHUP)),
+            PollFd::new(waker.as_fd(), PollFlags::POLLIN),
+        ];
+        let r = poll(&mut p, if leases { tick } else { PollTimeout::NONE });
         if conn.detaching.load(Ordering::Acquire) {
             return;
         }
+        if p[1].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
+            let _ = waker.read();
+        }
+        leases = fs.tick_leases(false);
+        let p = &p[..1];
         let hup = p[0].revents().is_some_and(|r| {
             r.intersects(
                 PollFlags::from_bits_retain(libc::POLLRDHUP)
@@ -358,9 +393,10 @@ fn watch(fs: Arc<Fs<MmapMedium>>, conn: Arc<Conn>, dead: Arc<AtomicBool>, party:
     }
     let table = fs.party().expect("party").table().clone();
     if !table.daemon_alive() && table.party_state(party) == P_ACTIVE {
-        // Nobody can reuse our slot now: revoke ourselves, then let every operation
-        // that holds one of our locks finish.
+        // Nobody can reuse our slot now: revoke ourselves, give our leases back,
+        // then let every operation that holds one of our locks finish.
         table.set_party_state(party, P_REVOKED);
+        fs.tick_leases(true);
         let n = table.ninodes();
         for ino in 1..=n {
             while table.holder(ino) == Some(party) {

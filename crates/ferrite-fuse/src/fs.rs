@@ -13,9 +13,10 @@
 //!   one per open file or directory handle; `forget`, `release` and `releasedir` drop
 //!   them, so an unlinked file or removed directory stays usable while the kernel or a
 //!   process still holds it, and is freed by the core at the last drop.
-//! - A panic inside a handler is caught: the request gets EIO, the daemon keeps serving,
-//!   and the final unmount skips the clean checkpoint (the next mount recovers from the
-//!   logs instead of trusting DRAM state that a panic may have left half-updated).
+//! - A panic inside a handler is caught: the request gets EIO, the core commits
+//!   nothing more (later writes get EROFS; reads go on), and the final unmount skips
+//!   the clean checkpoint (the next mount recovers from the logs instead of trusting
+//!   DRAM state that a panic may have left half-updated).
 
 use crate::nodes::{Node, NodeTable};
 use ferrite_core::{
@@ -328,6 +329,8 @@ impl FerriteFuse {
         if catch_unwind(AssertUnwindSafe(f)).is_err() {
             self.health.poisoned.store(true, Ordering::SeqCst);
             eprintln!("ferrite: internal error (panic) in {what}; answered EIO, pool will be recovered at next mount");
+            // DRAM state may be half-updated: commit nothing more on it.
+            self.fs.stop_commits(&format!("internal error (panic) in {what}"));
         }
     }
 
