@@ -42,6 +42,8 @@ pub enum Error {
     CrossDevice,
     /// EBADF
     BadHandle,
+    /// ENXIO: no data (SEEK_DATA) or hole (SEEK_HOLE) at or after the offset.
+    NoOffset,
     /// EOPNOTSUPP
     NotSupported(&'static str),
     /// The pool is mounted by another process (or this one).
@@ -114,6 +116,7 @@ impl Error {
             Error::Busy | Error::PoolInUse { .. } => libc::EBUSY,
             Error::CrossDevice => libc::EXDEV,
             Error::BadHandle => libc::EBADF,
+            Error::NoOffset => libc::ENXIO,
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::Foreign(_) | Error::Corrupt(_) | Error::Version { .. } => libc::EUCLEAN,
             Error::Disconnected(_) => libc::ENOTCONN,
@@ -143,6 +146,7 @@ impl std::fmt::Display for Error {
             Error::Busy => write!(f, "resource busy"),
             Error::CrossDevice => write!(f, "cross-device link"),
             Error::BadHandle => write!(f, "bad file handle"),
+            Error::NoOffset => write!(f, "no data or hole at or after that offset"),
             Error::NotSupported(m) => write!(f, "not supported: {m}"),
             Error::PoolInUse { path, holder } => {
                 write!(f, "pool {} is in use by {holder}", path.display())

@@ -184,6 +184,34 @@ impl FileIndex {
         Some(out)
     }
 
+    /// The first page at or after `pg` with content (a run or an op), if any.
+    pub fn next_data(&self, pg: u64) -> Option<u64> {
+        let run = self.ext.runs_in(pg, u64::MAX).next().map(|(s, _)| s.max(pg));
+        let op = self.ops.keys().copied().filter(|&p| p >= pg).min();
+        match (run, op) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The first page at or after `pg` without content (walks runs and ops, not
+    /// the pages of a run).
+    pub fn next_hole(&self, mut pg: u64) -> u64 {
+        loop {
+            if let Some((s, e)) = self.ext.floor(pg) {
+                if pg < s + e.len as u64 {
+                    pg = s + e.len as u64;
+                    continue;
+                }
+            }
+            if self.ops.contains_key(&pg) {
+                pg += 1;
+                continue;
+            }
+            return pg;
+        }
+    }
+
     /// The block mapped at page `pg` and the entry that mapped it.
     pub fn lookup(&self, pg: u64) -> Option<(u64, u64)> {
         let (s, e) = self.ext.floor(pg)?;
@@ -714,6 +742,33 @@ mod tests {
             }
         }
         assert_eq!(FileIndex::default().holes(0, 1 << 50, 1000), None);
+    }
+
+    /// `next_data` and `next_hole` (lseek's SEEK_DATA / SEEK_HOLE) agree with a
+    /// page-by-page scan.
+    #[test]
+    fn next_data_and_hole_match_a_page_walk() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for _ in 0..300 {
+            let mut f = FileIndex::default();
+            for k in 0..rnd(8) {
+                f.insert(rnd(200), 1 + rnd(30) as u32, 5000 + k * 64, k);
+            }
+            for _ in 0..rnd(8) {
+                f.ops.entry(rnd(220)).or_default();
+            }
+            let has = |p: u64| f.lookup(p).is_some() || f.ops.contains_key(&p);
+            for pg in 0..260 {
+                assert_eq!(f.next_data(pg), (pg..260).find(|&p| has(p)), "data from {pg}");
+                assert_eq!(f.next_hole(pg), (pg..).find(|&p| !has(p)).unwrap(), "hole {pg}");
+            }
+        }
     }
 
     #[test]

@@ -416,6 +416,30 @@ impl<M: Medium> Fs<M> {
 
     // ------------------------------------------------------------- fallocate
 
+    /// lseek's SEEK_DATA (`hole` false) and SEEK_HOLE (`hole` true), at page
+    /// granularity from the extent map: a page with any content is data, the end of
+    /// the file is a hole. `NoOffset` (ENXIO) at or past the end.
+    pub fn seek_data(&self, ino: u64, off: u64, hole: bool) -> Result<u64> {
+        let i = self.inode(ino)?;
+        self.check_regular(&i)?;
+        self.read_fresh(&i, false, |st| {
+            let size = st.attr.size;
+            if off >= size {
+                return Err(Error::NoOffset);
+            }
+            let Some(f) = st.file() else { return Err(Error::IsDir) };
+            let pg = off / BLOCK;
+            if hole {
+                Ok((f.next_hole(pg) * BLOCK).clamp(off, size))
+            } else {
+                match f.next_data(pg) {
+                    Some(p) if p * BLOCK < size => Ok((p * BLOCK).max(off)),
+                    _ => Err(Error::NoOffset),
+                }
+            }
+        })?
+    }
+
     /// fallocate: allocate (zeroed) blocks for holes, or punch a hole.
     pub fn fallocate(&self, ino: u64, mode: FallocMode, off: u64, len: u64) -> Result<()> {
         self.check_writable()?;

@@ -151,3 +151,39 @@ fn rename_into_a_removed_open_directory_is_enoent() {
     fs.release(d.ino).unwrap();
     remount(fs, true);
 }
+
+/// lseek's SEEK_DATA / SEEK_HOLE from the extent map, page granularity (as tmpfs):
+/// written pages and embedded small writes are data, never-written pages and
+/// punched ones are holes, the end of the file is a hole, ENXIO at or past it.
+#[test]
+fn seek_data_and_hole_follow_the_extent_map() {
+    let fs = fresh(16 << 20);
+    let f = fs.create(fs.root(), b"sparse", 0o644, 0, 0).unwrap().ino;
+    const P: u64 = 4096;
+    fs.write(f, 0, &[1u8; 4096]).unwrap(); // page 0: a copy-on-write page
+    fs.write(f, 5 * P + 10, b"small").unwrap(); // page 5: embedded in the log
+    fs.write(f, 9 * P, &[2u8; 3 * 4096]).unwrap(); // pages 9-11
+    fs.setattr(f, &SetAttr { size: Some(20 * P), ..Default::default() }).unwrap();
+    let punch = FallocMode { keep_size: true, punch_hole: true };
+    fs.fallocate(f, punch, 10 * P, P).unwrap(); // page 10 becomes a hole
+    let data = |o: u64| fs.seek_data(f, o, false).map_err(|e| e.errno());
+    let hole = |o: u64| fs.seek_data(f, o, true).map_err(|e| e.errno());
+    assert_eq!(data(0), Ok(0));
+    assert_eq!(data(100), Ok(100));
+    assert_eq!(hole(0), Ok(P));
+    assert_eq!(data(P), Ok(5 * P));
+    assert_eq!(hole(5 * P + 3), Ok(6 * P));
+    assert_eq!(data(6 * P), Ok(9 * P));
+    assert_eq!(hole(9 * P), Ok(10 * P));
+    assert_eq!(data(10 * P), Ok(11 * P));
+    assert_eq!(hole(11 * P), Ok(12 * P));
+    assert_eq!(data(12 * P), Err(libc::ENXIO), "no data after page 11");
+    assert_eq!(hole(15 * P), Ok(15 * P));
+    assert_eq!(hole(20 * P), Err(libc::ENXIO));
+    assert_eq!(data(20 * P), Err(libc::ENXIO));
+    // The end of the file is a hole even inside a data page.
+    let g = fs.create(fs.root(), b"dense", 0o644, 0, 0).unwrap().ino;
+    fs.write(g, 0, &[3u8; 6000]).unwrap();
+    assert_eq!(fs.seek_data(g, 0, true).unwrap(), 6000);
+    assert!(matches!(fs.seek_data(fs.root(), 0, true), Err(Error::IsDir)));
+}

@@ -26,8 +26,8 @@ use ferrite_core::{
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags,
     Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -88,6 +88,7 @@ pub const OPS: &[&str] = &[
     "access",
     "create",
     "fallocate",
+    "lseek",
     "copy_file_range",
 ];
 
@@ -1195,6 +1196,35 @@ impl Filesystem for FerriteFuse {
             });
             match r {
                 Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        })
+    }
+
+    /// Only SEEK_DATA and SEEK_HOLE reach the daemon (the kernel moves offsets
+    /// itself); holes come from the core's extent map.
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        self.guard("lseek", || {
+            if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
+                return reply.error(Errno::EINVAL);
+            }
+            if offset < 0 {
+                return reply.error(Errno::ENXIO);
+            }
+            let hole = whence == libc::SEEK_HOLE;
+            let r = self.ino(ino).and_then(|i| {
+                self.fs.seek_data(i, offset as u64, hole).map_err(|e| self.err("lseek", e))
+            });
+            match r {
+                Ok(o) => reply.offset(o as i64),
                 Err(e) => reply.error(e),
             }
         })

@@ -167,25 +167,13 @@ pub fn lseek(c: &Client, d: &Desc, fd: i32, off: i64, whence: i32) -> R<Do<i64>>
         libc::SEEK_SET => off,
         libc::SEEK_CUR => (*p as i64).checked_add(off).ok_or(libc::EOVERFLOW)?,
         libc::SEEK_END => size()?.checked_add(off).ok_or(libc::EOVERFLOW)?,
-        // Every byte below the size counts as data (holes are not reported).
-        libc::SEEK_DATA => {
+        // Holes from the extent map, at page granularity (as tmpfs).
+        libc::SEEK_DATA | libc::SEEK_HOLE => {
             if off < 0 {
                 return Err(libc::EINVAL);
             }
-            if off >= size()? {
-                return Err(libc::ENXIO);
-            }
-            off
-        }
-        libc::SEEK_HOLE => {
-            if off < 0 {
-                return Err(libc::EINVAL);
-            }
-            let s = size()?;
-            if off >= s {
-                return Err(libc::ENXIO);
-            }
-            s
+            let hole = whence == libc::SEEK_HOLE;
+            c.fs().seek_data(d.ino, off as u64, hole).map_err(e)? as i64
         }
         _ => return Err(libc::EINVAL),
     };
