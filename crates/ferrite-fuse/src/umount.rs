@@ -162,8 +162,12 @@ pub fn wait_released(pool: &Path, timeout: Duration) -> bool {
 
 /// Remove a dead FUSE mount (daemon gone: "Transport endpoint is not connected") at
 /// `mp`, so a new mount can take its place. Returns whether one was removed.
+///
+/// The probe opens the directory: an open always reaches the daemon (OPENDIR), while
+/// a `stat` of a dead mount's root may be answered from the kernel's attribute cache
+/// (the mount lets the kernel cache attributes for long) and succeed.
 pub fn clear_stale(mp: &Path) -> bool {
-    match std::fs::metadata(mp) {
+    match std::fs::read_dir(mp) {
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => detach(&absolute(mp), true).is_ok(),
         _ => false,
     }
