@@ -817,7 +817,6 @@ fn random_syscall_sequences_match_tmpfs() {
         "fsync",
         "opendir",
         "readdirplus",
-        "releasedir",
         "setxattr",
         "getxattr",
         "listxattr",

@@ -27,9 +27,11 @@
 //!   and remembers, so later calls cost no round trip (the kernel still writes back
 //!   its own dirty pages before, in writeback-cache mode and for mmap).
 //! - Lookup counts follow [`crate::nodes`]: one core `open` pin per counted lookup and
-//!   one per open file or directory handle; `forget`, `release` and `releasedir` drop
-//!   them, so an unlinked file or removed directory stays usable while the kernel or a
-//!   process still holds it, and is freed by the core at the last drop.
+//!   one per open file handle; `forget` and `release` drop them, so an unlinked file or
+//!   removed directory stays usable while the kernel or a process still holds it, and
+//!   is freed by the core at the last drop. Directory handles take no pin (the kernel
+//!   keeps an open directory's inode, so its lookup count); where the kernel offers
+//!   FUSE_NO_OPENDIR_SUPPORT, OPENDIR is answered ENOSYS once and never sent again.
 //! - A panic inside a handler is caught: the request gets EIO, the daemon keeps serving,
 //!   and the final unmount skips the clean checkpoint (the next mount recovers from the
 //!   logs instead of trusting DRAM state that a panic may have left half-updated).
@@ -157,6 +159,9 @@ pub struct FerriteFuse {
     health: Arc<Health>,
     direct: Option<DirectState>,
     notifier: Arc<OnceLock<Notifier>>,
+    /// The kernel takes ENOSYS from OPENDIR as "directory handles need nothing" and
+    /// sends no more OPENDIR or RELEASEDIR (FUSE_NO_OPENDIR_SUPPORT, Linux 5.1).
+    zero_message_opendir: bool,
 }
 
 /// An open file or directory handle.
@@ -309,6 +314,7 @@ impl FerriteFuse {
             health,
             direct: None,
             notifier: Arc::new(OnceLock::new()),
+            zero_message_opendir: false,
         }
     }
 
@@ -730,6 +736,8 @@ impl Filesystem for FerriteFuse {
         ] {
             let _ = config.add_capabilities(f);
         }
+        self.zero_message_opendir =
+            config.add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT).is_ok();
         if self.direct.is_some() || self.cfg.direct_io {
             // Plain processes given FOPEN_DIRECT_IO may still map files shared.
             let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
@@ -1091,6 +1099,16 @@ impl Filesystem for FerriteFuse {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.guard("opendir", || {
+            if self.zero_message_opendir {
+                // A directory handle holds nothing here: readdir and fsyncdir name the
+                // directory by node id, and the kernel's lookup count (one core pin,
+                // see `nodes`) keeps an open directory alive after rmdir until its
+                // last close. ENOSYS: the kernel opens directories without asking.
+                return match self.node(ino) {
+                    Ok(_) => reply.error(Errno::ENOSYS),
+                    Err(e) => reply.error(e),
+                };
+            }
             let r = self.node(ino).and_then(|n| {
                 let a = self.fs.open(n.ino).map_err(|e| self.err("open", e))?;
                 if a.ftype != FileType::Directory {
