@@ -8,8 +8,8 @@
 use std::path::PathBuf;
 
 /// Experiments, in the order they run.
-pub const EXPERIMENTS: [&str; 8] =
-    ["micro", "append", "meta", "filebench", "programs", "recovery", "gc", "memory"];
+pub const EXPERIMENTS: [&str; 9] =
+    ["micro", "append", "meta", "filebench", "programs", "real-work", "recovery", "gc", "memory"];
 /// Target selectors.
 pub const TARGETS: [&str; 6] = ["lib", "fuse", "direct", "tmpfs", "ext4", "hw"];
 /// Micro access patterns.
@@ -27,7 +27,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub smoke: bool,
     /// Experiments to run, comma-separated: micro, append, meta, filebench, programs
-    /// (real fio and sqlite3), recovery, gc, memory [default: all]. Write amplification
+    /// (real fio and sqlite3), real-work (cp, tar, git, find, stat, rm of a source
+    /// tree), recovery, gc, memory [default: all]. Write amplification
     /// is measured with micro and append.
     #[arg(long, value_delimiter = ',')]
     pub experiments: Vec<String>,
@@ -92,6 +93,10 @@ pub struct BenchArgs {
     /// Library and FUSE pool size, and the ext4 image size, e.g. 4G.
     #[arg(long, value_parser = parse_size)]
     pub pool_size: Option<u64>,
+    /// Source tree of the real-work jobs [default: /usr/include; /usr/include/linux
+    /// with --quick and --smoke].
+    #[arg(long)]
+    pub real_src: Option<PathBuf>,
     /// No progress bars.
     #[arg(long)]
     pub no_progress: bool,
@@ -182,6 +187,8 @@ pub struct Config {
     pub mem_files: usize,
     /// Pool size (library, FUSE) and ext4 image size.
     pub pool_size: u64,
+    /// Source tree of the real-work jobs.
+    pub real_src: PathBuf,
     /// Output directory.
     pub out: PathBuf,
     /// Scratch directory.
@@ -225,6 +232,7 @@ impl Config {
                 mem_data: 16 * M,
                 mem_files: 1000,
                 pool_size: 256 * M,
+                real_src: PathBuf::from("/usr/include/linux"),
                 out: PathBuf::new(),
                 work_dir: PathBuf::new(),
                 ferrite_bin: None,
@@ -257,6 +265,7 @@ impl Config {
                 mem_data: 128 * M,
                 mem_files: 20_000,
                 pool_size: G,
+                real_src: PathBuf::from("/usr/include/linux"),
                 out: PathBuf::new(),
                 work_dir: PathBuf::new(),
                 ferrite_bin: None,
@@ -289,6 +298,7 @@ impl Config {
                 mem_data: G,
                 mem_files: 100_000,
                 pool_size: 3 * G,
+                real_src: PathBuf::from("/usr/include"),
                 out: PathBuf::new(),
                 work_dir: PathBuf::new(),
                 ferrite_bin: None,
@@ -367,6 +377,9 @@ impl Config {
         }
         if let Some(x) = a.file_size {
             c.file_size = x;
+        }
+        if let Some(x) = &a.real_src {
+            c.real_src = x.clone();
         }
         if let Some(x) = a.files {
             if x == 0 {

@@ -426,6 +426,7 @@ pub fn run(args: &BenchArgs) -> i32 {
                 "meta" => exp::meta::run(&mut ctx),
                 "filebench" => exp::filebench::run(&mut ctx),
                 "programs" => exp::programs::run(&mut ctx),
+                "real-work" => exp::realwork::run(&mut ctx),
                 "recovery" => exp::recovery::run(&mut ctx),
                 "memory" => exp::memory::run(&mut ctx),
                 _ => Ok(()),

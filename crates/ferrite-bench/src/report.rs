@@ -144,13 +144,14 @@ fn table_md(res: &mut Results, t: &Table, out: &mut String) {
 }
 
 /// Experiment titles, in report order.
-pub const SECTIONS: [(&str, &str); 9] = [
+pub const SECTIONS: [(&str, &str); 10] = [
     ("micro", "fio-style micro benchmarks"),
     ("append", "Appends with a sync after each (FLEX, Figure 5)"),
     ("wa", "Write amplification and fences (counted in software)"),
     ("meta", "Metadata"),
     ("filebench", "Filebench-style personalities"),
     ("programs", "Real programs: fio and sqlite3"),
+    ("real-work", "Real work: cp, tar, git, find, stat, rm"),
     ("recovery", "Recovery"),
     ("gc", "GC under pressure"),
     ("memory", "Memory"),

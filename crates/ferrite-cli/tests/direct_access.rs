@@ -770,3 +770,74 @@ fn git_under_ferrite_run() {
     let s = direct_stats(&stats);
     assert!(s.iter().map(|x| x.direct).sum::<u64>() > 100, "git wrote directly: {s:?}");
 }
+
+// ------------------------------------------------- the kernel's attribute cache
+
+#[test]
+#[ignore = "run by a_direct_write_is_seen_by_stat_in_plain_processes"]
+fn child_growing_writer() {
+    let p = PathBuf::from(env("FT_PATH"));
+    let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    for step in 1..=env_n("FT_STEPS") {
+        f.write_all_at(&[b'g'; 3000], (step - 1) * 3000).unwrap();
+        say(&format!("wrote {step}"));
+        assert_eq!(lines.next().unwrap().unwrap(), "next");
+    }
+    f.set_len(1234).unwrap();
+    say("truncated");
+    assert_eq!(lines.next().unwrap().unwrap(), "next");
+    f.write_all_at(b"tail", 5000).unwrap();
+    // Closed on return: the last write is seen after the close.
+}
+
+/// The kernel keeps a file's attributes for long (docs/FUSE.md, "Kernel caches"), but
+/// a preloaded process writes and truncates the pool directly, which the kernel does
+/// not see: the daemon must not let plain processes see the size from before. Here the
+/// kernel has the file's attributes cached before the client opens it; the plain
+/// process then `stat`s (by path and by descriptor) after every direct write, after a
+/// direct truncate, and after the client closed the file.
+#[test]
+fn a_direct_write_is_seen_by_stat_in_plain_processes() {
+    const STEPS: u64 = 5;
+    let m = Mount::new("direct-attrs", "128M", "");
+    let p = m.path("grows");
+    std::fs::write(&p, b"").unwrap();
+    // Cached by the kernel now (no plain descriptor stays open: a page-cached one
+    // would send the client's writes through the kernel).
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 0);
+    let stats = m.scratch().join("stats");
+    let mut c = child("child_growing_writer")
+        .env("FT_PATH", &p)
+        .env("FT_STEPS", STEPS.to_string())
+        .env("FERRITE_DIRECT_STATS", &stats)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut inp = c.stdin.take().unwrap();
+    let mut plain = None;
+    for step in 1..=STEPS {
+        assert_eq!(listen(&mut out, |_| false), format!("wrote {step}"), "child stopped");
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), step * 3000, "stat at step {step}");
+        // Opened while the client writes: served without the page cache.
+        let plain = plain.get_or_insert_with(|| std::fs::File::open(&p).unwrap());
+        assert_eq!(plain.metadata().unwrap().len(), step * 3000, "fstat at step {step}");
+        writeln!(inp, "next").unwrap();
+        inp.flush().unwrap();
+    }
+    assert_eq!(listen(&mut out, |_| false), "truncated", "child stopped");
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 1234, "stat after a direct truncate");
+    writeln!(inp, "next").unwrap();
+    inp.flush().unwrap();
+    drop(inp);
+    wait_ok(c, "growing writer");
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 5004, "stat after the client closed");
+    let plain = plain.expect("opened");
+    assert_eq!(plain.metadata().unwrap().len(), 5004, "fstat after the client closed");
+    let s = direct_stats(&stats);
+    assert!(s.iter().any(|s| s.direct >= STEPS + 2), "the writes went direct: {s:?}");
+}

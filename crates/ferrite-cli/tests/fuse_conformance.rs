@@ -817,7 +817,6 @@ fn random_syscall_sequences_match_tmpfs() {
         "fsync",
         "opendir",
         "readdirplus",
-        "releasedir",
         "setxattr",
         "getxattr",
         "listxattr",
@@ -1058,4 +1057,130 @@ fn removed_open_directory_stays_valid_until_closed() {
     assert_eq!(results[0], results[1], "tmpfs vs mount");
     assert!(results[1][0].contains("Ok((16877, 0))"), "{:?}", results[1]);
     drop(m);
+}
+
+/// The kernel caches entries, negative entries and attributes of the mount for long
+/// (docs/FUSE.md, "Kernel caches"); this catches a cache that goes stale. Each case
+/// first makes the kernel cache what is about to change (a `stat`, a failed `stat`,
+/// an open descriptor), changes it from another process (coreutils, so through the
+/// kernel but not through this process's calls) or another descriptor, and looks
+/// again; tmpfs is the reference. Inode numbers are compared as "same object as
+/// before" only.
+#[test]
+fn cached_names_and_attributes_never_go_stale() {
+    let mut m = Mount::new("staleness", "64M", "");
+    let tmp =
+        tempfile::Builder::new().prefix("ferrite-ref").tempdir_in("/dev/shm").expect("tmpfs dir");
+    let sh = |root: &Path, script: &str| {
+        let st = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(root)
+            .status()
+            .expect("run sh");
+        assert!(st.success(), "{script} in {}", root.display());
+    };
+    let look = |p: &Path| -> String {
+        match rfs::lstat(p) {
+            Ok(s) => stat_text(&s),
+            Err(x) => e(x),
+        }
+    };
+    let ino = |p: &Path| rfs::lstat(p).map(|s| s.st_ino).unwrap_or(0);
+    let mut results = Vec::new();
+    for root in [tmp.path(), m.mnt.as_path()] {
+        let mut out = Vec::new();
+        let p = |n: &str| root.join(n);
+        // Rename over a cached name: the name now leads to the other object.
+        std::fs::write(p("x"), b"old").unwrap();
+        std::fs::write(p("y"), b"new contents").unwrap();
+        let old_x = rfs::open(p("x"), OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).unwrap();
+        let y_ino = ino(&p("y"));
+        out.push(format!("before rename: x {} y {}", look(&p("x")), look(&p("y"))));
+        sh(root, "mv y x");
+        out.push(format!(
+            "after rename: x {} same-as-y {} y {} content {:?} old x fstat nlink {:?}",
+            look(&p("x")),
+            ino(&p("x")) == y_ino,
+            look(&p("y")),
+            std::fs::read(p("x")).map(String::from_utf8),
+            rfs::fstat(&old_x).map(|s| s.st_nlink)
+        ));
+        // Link count after link and unlink by another process.
+        std::fs::write(p("f"), b"f").unwrap();
+        let f = rfs::open(p("f"), OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).unwrap();
+        out.push(format!("f {} fd nlink {:?}", look(&p("f")), rfs::fstat(&f).map(|s| s.st_nlink)));
+        sh(root, "ln f g");
+        out.push(format!(
+            "after ln: f {} fd nlink {:?}",
+            look(&p("f")),
+            rfs::fstat(&f).map(|s| s.st_nlink)
+        ));
+        sh(root, "rm g");
+        out.push(format!(
+            "after rm: f {} g {} fd nlink {:?}",
+            look(&p("f")),
+            look(&p("g")),
+            rfs::fstat(&f).map(|s| s.st_nlink)
+        ));
+        // Size after a write through another descriptor, and by another process.
+        let a = rfs::open(
+            p("s"),
+            OFlags::CREATE | OFlags::RDWR | OFlags::CLOEXEC,
+            Mode::from_bits_retain(0o644),
+        )
+        .unwrap();
+        out.push(format!("s {} fd size {:?}", look(&p("s")), rfs::fstat(&a).map(|s| s.st_size)));
+        let b = rfs::open(p("s"), OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty()).unwrap();
+        rustix::io::pwrite(&b, &[5u8; 1000], 3000).unwrap();
+        out.push(format!(
+            "after pwrite: s {} fd size {:?}",
+            look(&p("s")),
+            rfs::fstat(&a).map(|s| s.st_size)
+        ));
+        sh(root, "printf 12345 >> s");
+        out.push(format!(
+            "after append: s {} fd size {:?}",
+            look(&p("s")),
+            rfs::fstat(&a).map(|s| s.st_size)
+        ));
+        sh(root, "truncate -s 10 s && chmod 600 s");
+        out.push(format!(
+            "after truncate, chmod: s {} fd {:?}",
+            look(&p("s")),
+            rfs::fstat(&a).map(|s| (s.st_size, s.st_mode))
+        ));
+        // A name removed and made again as another type (and a cached failed lookup).
+        std::fs::write(p("n"), b"n").unwrap();
+        out.push(format!("n {} m {}", look(&p("n")), look(&p("m"))));
+        sh(root, "rm n && mkdir n && touch m");
+        out.push(format!("n {} m {}", look(&p("n")), look(&p("m"))));
+        sh(root, "rmdir n && ln -s target n && rm m");
+        out.push(format!(
+            "n {} -> {:?} m {}",
+            look(&p("n")),
+            std::fs::read_link(p("n")),
+            look(&p("m"))
+        ));
+        sh(root, "rm n && mkdir -p n/sub && echo hi > n/sub/file");
+        out.push(format!("n {} n/sub/file {}", look(&p("n")), look(&p("n/sub/file"))));
+        sh(root, "rm -r n && echo plain > n");
+        out.push(format!(
+            "n {} n/sub/file {} content {:?}",
+            look(&p("n")),
+            look(&p("n/sub/file")),
+            std::fs::read(p("n")).map(String::from_utf8)
+        ));
+        // Directory link counts as subdirectories come and go from another process.
+        std::fs::create_dir(p("d")).unwrap();
+        out.push(format!("d {}", look(&p("d"))));
+        sh(root, "mkdir d/e d/e2 && mv d/e2 .");
+        out.push(format!("d {} e2 {}", look(&p("d")), look(&p("e2"))));
+        results.push(out);
+    }
+    for (a, b) in results[0].iter().zip(&results[1]) {
+        assert_eq!(a, b, "tmpfs vs mount");
+    }
+    assert_eq!(results[0].len(), results[1].len());
+    m.umount();
 }

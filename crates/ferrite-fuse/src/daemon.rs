@@ -385,7 +385,11 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
     let report = fs.mount_report().clone();
     let durability = fs.medium().durability();
     let health = Arc::new(Health::default());
-    let cfg = FuseConfig { writeback_cache: p.opts.writeback_cache, direct_io: p.opts.direct_io };
+    let cfg = FuseConfig {
+        writeback_cache: p.opts.writeback_cache,
+        direct_io: p.opts.direct_io,
+        no_cache: p.opts.no_cache,
+    };
     let mut fuse = FerriteFuse::new(fs.clone(), cfg, health.clone());
     let server = match shared {
         Some(sh) => match ferrite_direct::Server::start(fs.clone(), sh, &p.pool) {
@@ -397,8 +401,13 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
         },
         None => None,
     };
+    let notifier = fuse.notifier_slot();
     let session = match Session::new(fuse, &p.mountpoint, &fuser_config(p)) {
-        Ok(s) => s,
+        Ok(s) => {
+            // Before any request is served: nothing is cached yet.
+            let _ = notifier.set(s.notifier());
+            s
+        }
         Err(e) => {
             if let Some(srv) = server {
                 srv.stop();

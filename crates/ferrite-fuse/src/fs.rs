@@ -1,18 +1,37 @@
 //! The FUSE request handlers: every kernel request becomes one core operation.
 //!
 //! Invariants:
-//! - Attribute and entry replies carry a zero time-to-live, so the kernel asks again
-//!   for every `stat` and path walk and can never show a stale link count, size, mode
-//!   or time (link, rename, chmod, truncate and writes all go through here).
+//! - The kernel caches entries, negative entries ("no such name") and attributes for
+//!   `CACHE_TTL` (an hour) and is never shown a stale one. Every change to names and
+//!   attributes that a plain process can make reaches the daemon through this kernel,
+//!   which updates or drops its own caches as part of that request (the dentry moves
+//!   or goes, the link count drops, the directory's and the file's attributes are
+//!   marked stale after create, link, unlink, rename, write, fallocate, setxattr);
+//!   direct-access clients create, rename and remove through the mount too. The only
+//!   changes the kernel cannot see are the data writes and truncates of direct-access
+//!   clients, and only through a handle they opened for writing (O_DIRECT, counted
+//!   in [`DirectState`]). So: while a client has an inode open for writing, every
+//!   reply carries a zero attribute time-to-live for it, and the kernel's cached
+//!   attributes are dropped (notify_inval_inode, attributes only) when such a handle
+//!   is opened (after counting it, before the reply) and when it is released.
+//!   `-o nocache` gives every reply a zero time-to-live instead.
+//! - Attributes of a reply that the kernel may cache are the core's caught-up ones
+//!   (`Fs::getattr`), never the daemon's possibly lagging view of an inode shared
+//!   with direct-access clients.
+//! - Invalidations are sent from inside handlers only for attributes: that takes no
+//!   inode or page lock in the kernel (an entry invalidation takes the parent's
+//!   lock and could deadlock against the request being served; none is needed).
 //! - Durability is the core's: a reply is sent only after the core operation returned,
 //!   and every core operation is durable when it returns. `flush` and `fsync` have
 //!   nothing left to write: they answer ENOSYS, which the kernel treats as success
 //!   and remembers, so later calls cost no round trip (the kernel still writes back
 //!   its own dirty pages before, in writeback-cache mode and for mmap).
 //! - Lookup counts follow [`crate::nodes`]: one core `open` pin per counted lookup and
-//!   one per open file or directory handle; `forget`, `release` and `releasedir` drop
-//!   them, so an unlinked file or removed directory stays usable while the kernel or a
-//!   process still holds it, and is freed by the core at the last drop.
+//!   one per open file handle; `forget` and `release` drop them, so an unlinked file or
+//!   removed directory stays usable while the kernel or a process still holds it, and
+//!   is freed by the core at the last drop. Directory handles take no pin (the kernel
+//!   keeps an open directory's inode, so its lookup count); where the kernel offers
+//!   FUSE_NO_OPENDIR_SUPPORT, OPENDIR is answered ENOSYS once and never sent again.
 //! - A panic inside a handler is caught: the request gets EIO, the core commits
 //!   nothing more (later writes get EROFS; reads go on), and the final unmount skips
 //!   the clean checkpoint (the next mount recovers from the logs instead of trusting
@@ -23,6 +42,7 @@ use ferrite_core::{
     Attr, DirEntry, Error, FallocMode, FileType, Fs, MmapMedium, RenameFlags, SetAttr, SetTime, Ts,
     XattrSet,
 };
+use fuser::Notifier;
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, Filesystem, FopenFlags,
     Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate,
@@ -36,11 +56,16 @@ use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Attribute and entry time-to-live: zero, the kernel always asks.
-const TTL: Duration = Duration::ZERO;
+/// How long the kernel may keep an entry (name to node id), a negative entry (no such
+/// name) or the attributes of an inode without asking. Exact invalidation makes any
+/// length safe (see the module docs); an hour bounds the harm of a bug in that rule.
+const CACHE_TTL: Duration = Duration::from_secs(3600);
+/// Time-to-live of replies that must not be cached (`-o nocache`, and the attributes
+/// of files a direct-access client may be writing).
+const NO_TTL: Duration = Duration::ZERO;
 /// Largest write the kernel may send (and copy_file_range chunk).
 pub const MAX_WRITE: u32 = 1 << 20;
 /// Directory entries read from the core per readdir batch.
@@ -53,6 +78,8 @@ pub struct FuseConfig {
     pub writeback_cache: bool,
     /// Open files with FOPEN_DIRECT_IO (no kernel page cache for data).
     pub direct_io: bool,
+    /// Zero time-to-live for every entry and attribute reply (`-o nocache`).
+    pub no_cache: bool,
 }
 
 /// The request kinds counted by [`Health`], in report order.
@@ -133,12 +160,19 @@ pub struct FerriteFuse {
     cfg: FuseConfig,
     health: Arc<Health>,
     direct: Option<DirectState>,
+    notifier: Arc<OnceLock<Notifier>>,
+    /// The kernel takes ENOSYS from OPENDIR as "directory handles need nothing" and
+    /// sends no more OPENDIR or RELEASEDIR (FUSE_NO_OPENDIR_SUPPORT, Linux 5.1).
+    zero_message_opendir: bool,
 }
 
 /// An open file or directory handle.
 #[derive(Clone, Copy)]
 struct Handle {
+    /// Core inode.
     ino: u64,
+    /// The kernel's node id of it (for invalidations).
+    nodeid: u64,
     kind: OpenKind,
 }
 
@@ -246,6 +280,27 @@ fn file_attr(nodeid: u64, a: &Attr) -> FileAttr {
     }
 }
 
+/// The attributes of a negative entry reply (node id 0: "no such name").
+fn negative_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: fuser::FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
 type R<T> = std::result::Result<T, Errno>;
 
 impl FerriteFuse {
@@ -260,6 +315,71 @@ impl FerriteFuse {
             cfg,
             health,
             direct: None,
+            notifier: Arc::new(OnceLock::new()),
+            zero_message_opendir: false,
+        }
+    }
+
+    /// Where the daemon puts the session's notifier once the session exists
+    /// (invalidations are sent through it; before it is set there is nothing cached).
+    pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+        self.notifier.clone()
+    }
+
+    /// Time-to-live of entries and negative entries.
+    fn entry_ttl(&self) -> Duration {
+        if self.cfg.no_cache {
+            NO_TTL
+        } else {
+            CACHE_TTL
+        }
+    }
+
+    /// Time-to-live of the attributes of core inode `ino`: zero while a direct-access
+    /// client has it open for writing (its writes change size and times without the
+    /// kernel seeing them).
+    fn attr_ttl(&self, ino: u64) -> Duration {
+        if self.cfg.no_cache || self.direct_writing(ino) {
+            return NO_TTL;
+        }
+        CACHE_TTL
+    }
+
+    /// [`Self::attr_ttl`] of the inode a node id names.
+    fn node_attr_ttl(&self, nodeid: u64) -> Duration {
+        match self.nodes.get(nodeid) {
+            Some(n) => self.attr_ttl(n.ino),
+            None => NO_TTL,
+        }
+    }
+
+    /// Answer an entry request (lookup, mknod, mkdir, symlink, link) for `fa`.
+    fn reply_entry(&self, reply: ReplyEntry, fa: &FileAttr, generation: u64) {
+        let attr_ttl = self.node_attr_ttl(fa.ino.0);
+        reply.entry_with_ttls(&attr_ttl, &self.entry_ttl(), fa, Generation(generation))
+    }
+
+    /// Does a direct-access client have `ino` open for writing?
+    fn direct_writing(&self, ino: u64) -> bool {
+        self.direct
+            .as_ref()
+            .is_some_and(|d| d.opens.lock().get(&ino).is_some_and(|c| c.direct_writers > 0))
+    }
+
+    /// Make the kernel drop its cached attributes of `nodeid` (not its page cache),
+    /// before the reply to the request being served. Safe inside a handler: an
+    /// attribute-only invalidation takes no inode lock or page lock in the kernel; it
+    /// bumps the inode's attribute version, so a reply computed earlier and delivered
+    /// later cannot bring old attributes back.
+    fn inval_attrs(&self, nodeid: u64) {
+        if self.cfg.no_cache {
+            return;
+        }
+        if let Some(n) = self.notifier.get() {
+            // ENOENT (the kernel does not hold the inode) is no error for fuser.
+            if let Err(e) = n.inval_inode(INodeNo(nodeid), -1, 0) {
+                eprintln!("ferrite: invalidating the attributes of node {nodeid}: {e}");
+            }
         }
     }
 
@@ -271,7 +391,7 @@ impl FerriteFuse {
 
     /// Page-cache use of a new handle of file `ino` opened with `flags`: its kind
     /// and the FOPEN flags of the reply.
-    fn open_kind(&self, ino: u64, flags: i32) -> (OpenKind, FopenFlags) {
+    fn open_kind(&self, ino: u64, nodeid: u64, flags: i32) -> (OpenKind, FopenFlags) {
         let Some(d) = &self.direct else { return (OpenKind::Untracked, self.open_flags()) };
         let mut opens = d.opens.lock();
         let c = opens.entry(ino).or_default();
@@ -280,6 +400,10 @@ impl FerriteFuse {
         if flags & libc::O_DIRECT != 0 {
             if write {
                 c.direct_writers += 1;
+                drop(opens);
+                // Counted first, so replies from now on carry no attribute TTL; then
+                // what the kernel cached before goes (it will change under it).
+                self.inval_attrs(nodeid);
                 return (OpenKind::DirectWriter, FopenFlags::empty());
             }
             return (OpenKind::Uncached, FopenFlags::empty());
@@ -317,6 +441,12 @@ impl FerriteFuse {
             // No handle left: no shared mapping of it is left either.
             d.table.set_flag(h.ino, ferrite_core::share::MAPPED, false);
             opens.remove(&h.ino);
+        }
+        drop(opens);
+        if h.kind == OpenKind::DirectWriter {
+            // The client may have written through this handle: whatever the kernel
+            // holds (replies carried no TTL meanwhile, but a late one may) is dropped.
+            self.inval_attrs(h.nodeid);
         }
     }
 
@@ -365,7 +495,21 @@ impl FerriteFuse {
             return Err(Errno::ENOENT);
         }
         let id = self.nodes.add(a.ino, a.generation);
-        Ok(file_attr(id, &pinned))
+        Ok(file_attr(id, &self.fresh(pinned)))
+    }
+
+    /// The attributes to reply with for an inode just pinned with `Fs::open`, whose
+    /// answer is the daemon's state as it is: with direct access on, a client's
+    /// commits may not be applied to it yet (`Fs::getattr` catches up first). A
+    /// kernel that caches the reply must get the caught-up attributes.
+    fn fresh(&self, pinned: Attr) -> Attr {
+        if self.direct.is_none() {
+            return pinned;
+        }
+        match self.fs.getattr(pinned.ino) {
+            Ok(a) if a.generation == pinned.generation => a,
+            _ => pinned,
+        }
     }
 
     /// Look `name` up in `dir` and count the lookup.
@@ -383,7 +527,7 @@ impl FerriteFuse {
                 continue;
             }
             let id = self.nodes.add(ino, pinned.generation);
-            return Ok(file_attr(id, &pinned));
+            return Ok(file_attr(id, &self.fresh(pinned)));
         }
         Err(Errno::EAGAIN)
     }
@@ -400,13 +544,13 @@ impl FerriteFuse {
         }
     }
 
-    fn add_handle(&self, ino: u64) -> u64 {
-        self.add_handle_kind(ino, OpenKind::Untracked)
+    fn add_handle(&self, ino: u64, nodeid: u64) -> u64 {
+        self.add_handle_kind(ino, nodeid, OpenKind::Untracked)
     }
 
-    fn add_handle_kind(&self, ino: u64, kind: OpenKind) -> u64 {
+    fn add_handle_kind(&self, ino: u64, nodeid: u64, kind: OpenKind) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.lock().insert(fh, Handle { ino, kind });
+        self.handles.lock().insert(fh, Handle { ino, nodeid, kind });
         fh
     }
 
@@ -494,10 +638,10 @@ impl FerriteFuse {
         }
     }
 
-    fn do_setattr(&self, nodeid: INodeNo, ch: &SetAttr) -> R<FileAttr> {
+    fn do_setattr(&self, nodeid: INodeNo, ch: &SetAttr) -> R<(FileAttr, Duration)> {
         let n = self.node(nodeid)?;
         let a = self.fs.setattr(n.ino, ch).map_err(|e| self.err("setattr", e))?;
-        Ok(file_attr(nodeid.0, &a))
+        Ok((file_attr(nodeid.0, &a), self.attr_ttl(n.ino)))
     }
 
     fn do_read(&self, nodeid: INodeNo, offset: u64, size: u32) -> R<Vec<u8>> {
@@ -550,7 +694,8 @@ impl FerriteFuse {
                     let Ok(a) = self.fs.getattr(e.ino) else { continue };
                     let id = self.nodes.nodeid_of(a.ino, a.generation).unwrap_or(a.ino);
                     let fa = file_attr(id, &a);
-                    if reply.add(INodeNo(id), e.cookie, name, &TTL, &fa, Generation(a.generation)) {
+                    let ttl = self.attr_ttl(a.ino);
+                    if reply.add(INodeNo(id), e.cookie, name, &ttl, &fa, Generation(a.generation)) {
                         return Ok(());
                     }
                     continue;
@@ -561,7 +706,9 @@ impl FerriteFuse {
                     Err(_) => continue, // removed meanwhile
                 };
                 let generation = self.gen_of(fa.ino.0);
-                if reply.add(fa.ino, e.cookie, name, &TTL, &fa, Generation(generation)) {
+                // One time-to-live for the entry and the attributes here: the shorter.
+                let ttl = self.node_attr_ttl(fa.ino.0).min(self.entry_ttl());
+                if reply.add(fa.ino, e.cookie, name, &ttl, &fa, Generation(generation)) {
                     // Did not fit: the kernel never saw it, so undo the count.
                     self.drop_lookups(fa.ino.0, 1);
                     return Ok(());
@@ -588,9 +735,13 @@ impl Filesystem for FerriteFuse {
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_ASYNC_DIO,
+            // A symlink's target never changes: the kernel may keep it.
+            InitFlags::FUSE_CACHE_SYMLINKS,
         ] {
             let _ = config.add_capabilities(f);
         }
+        self.zero_message_opendir =
+            config.add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT).is_ok();
         if self.direct.is_some() || self.cfg.direct_io {
             // Plain processes given FOPEN_DIRECT_IO may still map files shared.
             let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
@@ -606,7 +757,18 @@ impl Filesystem for FerriteFuse {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.guard("lookup", || {
             match self.ino(parent).and_then(|d| self.lookup_entry(d, name.as_bytes())) {
-                Ok(fa) => reply.entry(&TTL, &fa, Generation(self.gen_of(fa.ino.0))),
+                Ok(fa) => self.reply_entry(reply, &fa, self.gen_of(fa.ino.0)),
+                Err(Errno::ENOENT) if !self.cfg.no_cache => {
+                    // A negative entry the kernel may keep: every name is made through
+                    // this kernel (direct-access clients create through the mount too),
+                    // which turns its negative dentry positive itself.
+                    reply.entry_with_ttls(
+                        &NO_TTL,
+                        &self.entry_ttl(),
+                        &negative_attr(),
+                        Generation(0),
+                    )
+                }
                 Err(e) => reply.error(e),
             }
         })
@@ -620,13 +782,15 @@ impl Filesystem for FerriteFuse {
         self.guard("getattr", || {
             let r = self.nodes.get(ino.0).ok_or(Errno::ENOENT).and_then(|n| {
                 match self.fs.getattr(n.ino) {
-                    Ok(a) if a.generation == n.generation => Ok(file_attr(ino.0, &a)),
+                    Ok(a) if a.generation == n.generation => {
+                        Ok((file_attr(ino.0, &a), self.attr_ttl(n.ino)))
+                    }
                     Ok(_) | Err(Error::NotFound) => Err(Errno::ENOENT),
                     Err(e) => Err(self.err("getattr", e)),
                 }
             });
             match r {
-                Ok(fa) => reply.attr(&TTL, &fa),
+                Ok((fa, ttl)) => reply.attr(&ttl, &fa),
                 Err(e) => reply.error(e),
             }
         })
@@ -660,7 +824,7 @@ impl Filesystem for FerriteFuse {
                 mtime: mtime.map(set_time),
             };
             match self.do_setattr(ino, &ch) {
-                Ok(fa) => reply.attr(&TTL, &fa),
+                Ok((fa, ttl)) => reply.attr(&ttl, &fa),
                 Err(e) => reply.error(e),
             }
         })
@@ -694,7 +858,7 @@ impl Filesystem for FerriteFuse {
                 return reply.error(Errno::EPERM);
             }
             match self.create_file(req, parent, name, mode, libc::O_EXCL) {
-                Ok((fa, a)) => reply.entry(&TTL, &fa, Generation(a.generation)),
+                Ok((fa, a)) => self.reply_entry(reply, &fa, a.generation),
                 Err(e) => reply.error(e),
             }
         })
@@ -719,7 +883,7 @@ impl Filesystem for FerriteFuse {
                 Ok((self.remember(a)?, a))
             });
             match r {
-                Ok((fa, a)) => reply.entry(&TTL, &fa, Generation(a.generation)),
+                Ok((fa, a)) => self.reply_entry(reply, &fa, a.generation),
                 Err(e) => reply.error(e),
             }
         })
@@ -773,7 +937,7 @@ impl Filesystem for FerriteFuse {
                 Ok((self.remember(a)?, a))
             });
             match r {
-                Ok((fa, a)) => reply.entry(&TTL, &fa, Generation(a.generation)),
+                Ok((fa, a)) => self.reply_entry(reply, &fa, a.generation),
                 Err(e) => reply.error(e),
             }
         })
@@ -828,7 +992,7 @@ impl Filesystem for FerriteFuse {
                 Ok((self.remember(a)?, a))
             });
             match r {
-                Ok((fa, a)) => reply.entry(&TTL, &fa, Generation(a.generation)),
+                Ok((fa, a)) => self.reply_entry(reply, &fa, a.generation),
                 Err(e) => reply.error(e),
             }
         })
@@ -842,8 +1006,8 @@ impl Filesystem for FerriteFuse {
                     let _ = self.fs.release(n.ino);
                     return Err(Errno::EISDIR);
                 }
-                let (kind, fl) = self.open_kind(n.ino, flags.0);
-                Ok((self.add_handle_kind(n.ino, kind), fl))
+                let (kind, fl) = self.open_kind(n.ino, ino.0, flags.0);
+                Ok((self.add_handle_kind(n.ino, ino.0, kind), fl))
             });
             match r {
                 Ok((fh, fl)) => reply.opened(FileHandle(fh), fl),
@@ -939,13 +1103,23 @@ impl Filesystem for FerriteFuse {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.guard("opendir", || {
+            if self.zero_message_opendir {
+                // A directory handle holds nothing here: readdir and fsyncdir name the
+                // directory by node id, and the kernel's lookup count (one core pin,
+                // see `nodes`) keeps an open directory alive after rmdir until its
+                // last close. ENOSYS: the kernel opens directories without asking.
+                return match self.node(ino) {
+                    Ok(_) => reply.error(Errno::ENOSYS),
+                    Err(e) => reply.error(e),
+                };
+            }
             let r = self.node(ino).and_then(|n| {
                 let a = self.fs.open(n.ino).map_err(|e| self.err("open", e))?;
                 if a.ftype != FileType::Directory {
                     let _ = self.fs.release(n.ino);
                     return Err(Errno::ENOTDIR);
                 }
-                Ok(self.add_handle(n.ino))
+                Ok(self.add_handle(n.ino, ino.0))
             });
             match r {
                 Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
@@ -1155,8 +1329,8 @@ impl Filesystem for FerriteFuse {
                 .open(a.ino)
             {
                 Ok(_) => {
-                    let (kind, fl) = self.open_kind(a.ino, flags);
-                    Ok((fa, a, self.add_handle_kind(a.ino, kind), fl))
+                    let (kind, fl) = self.open_kind(a.ino, fa.ino.0, flags);
+                    Ok((fa, a, self.add_handle_kind(a.ino, fa.ino.0, kind), fl))
                 }
                 Err(e) => {
                     self.drop_lookups(fa.ino.0, 1);
@@ -1165,7 +1339,9 @@ impl Filesystem for FerriteFuse {
             });
             match r {
                 Ok((fa, a, fh, fl)) => {
-                    reply.created(&TTL, &fa, Generation(a.generation), FileHandle(fh), fl)
+                    // One time-to-live for the entry and the attributes here.
+                    let ttl = self.attr_ttl(a.ino).min(self.entry_ttl());
+                    reply.created(&ttl, &fa, Generation(a.generation), FileHandle(fh), fl)
                 }
                 Err(e) => reply.error(e),
             }

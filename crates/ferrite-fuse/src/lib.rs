@@ -8,8 +8,10 @@
 //! Invariants:
 //! - Durability is the core's: every reply is sent after the core operation returned,
 //!   and a returned operation is durable (unless `-o writeback_cache`, off by default).
-//! - The kernel never caches attributes or entries (zero time-to-live), so it cannot
-//!   show stale link counts, sizes, modes or times.
+//! - The kernel caches entries, negative entries and attributes for long but never
+//!   shows a stale one: every change passes through it, except direct-access clients'
+//!   writes, whose files get no attribute caching while open for writing and an
+//!   invalidation at open and release (see [`fs`]).
 //! - Permission checks are the kernel's (`default_permissions` is always set).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -46,6 +48,8 @@ Options for -o (comma-separated; also what fstab and `mount -t fuse.ferrite` pas
   msync                  msync at every commit (power-loss durability on non-DAX files)
   direct_io              no kernel page cache for file data
   nodirect               offer no direct access (processes under `ferrite run` use FUSE)
+  nocache                the kernel caches no entries or attributes (every path component
+                         and stat asks the daemon; slower, for comparison and debugging)
   writeback_cache        kernel buffers writes: faster, but a write is durable only after
                          fsync/close (weaker than the default; see docs/FUSE.md)
 Ignored: defaults, auto, noauto, user, users, _netdev, nofail, x-*, relatime, ...

@@ -15,7 +15,8 @@
 //!   [`NodeTable::forget`]), so the core never frees or reuses an inode while the kernel
 //!   can still name it: an unlinked file or removed directory lives until its last
 //!   forget or release. (With pins an older generation cannot linger, so alternate ids
-//!   are a safety net, not a normal path.)
+//!   are a safety net, not a normal path.) An open directory needs no pin of its own:
+//!   the kernel keeps its inode, and so its lookup count, while a file is open on it.
 //! - The root (node id 1) is never removed and never pinned.
 
 use parking_lot::Mutex;

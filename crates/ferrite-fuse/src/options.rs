@@ -32,6 +32,9 @@ pub struct Options {
     pub no_direct_access: bool,
     /// `msync`: msync at every commit (power-loss durability on non-DAX pool files).
     pub msync: bool,
+    /// `nocache`: zero time-to-live for entries and attributes (the kernel asks the
+    /// daemon for every path component and `stat`, as before the caches existed).
+    pub no_cache: bool,
     /// `threads=N`: request-serving threads.
     pub threads: Option<usize>,
     /// `create=SIZE`: format the pool with this size if it does not exist.
@@ -51,6 +54,7 @@ impl Default for Options {
             direct_io: false,
             no_direct_access: false,
             msync: false,
+            no_cache: false,
             threads: None,
             create: None,
         }
@@ -177,6 +181,10 @@ pub fn parse(lists: &[String]) -> Result<Options, String> {
                 novalue()?;
                 o.msync = true;
             }
+            "nocache" => {
+                novalue()?;
+                o.no_cache = true;
+            }
             "threads" => {
                 let v = need(val)?;
                 let n: usize = v.parse().map_err(|_| format!("bad thread count '{v}'"))?;
@@ -255,6 +263,9 @@ mod tests {
         assert_eq!(o.flags, vec![MountOption::NoDev, MountOption::NoExec]);
         assert_eq!(o.threads, Some(3));
         assert_eq!(o.create, Some(1 << 30));
+        assert!(!o.no_cache, "the kernel caches by default");
+        assert!(p("nocache").unwrap().no_cache);
+        assert!(p("nocache=1").is_err());
     }
 
     #[test]

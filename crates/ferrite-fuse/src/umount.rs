@@ -162,11 +162,21 @@ pub fn wait_released(pool: &Path, timeout: Duration) -> bool {
 
 /// Remove a dead FUSE mount (daemon gone: "Transport endpoint is not connected") at
 /// `mp`, so a new mount can take its place. Returns whether one was removed.
+///
+/// The probe reads the directory: a read always reaches the daemon (READDIR), while
+/// a `stat` of a dead mount's root may be answered from the kernel's attribute cache
+/// (the mount lets the kernel cache attributes for long) and succeed, and so may the
+/// open (the mount's directories open without a message to the daemon).
 pub fn clear_stale(mp: &Path) -> bool {
-    match std::fs::metadata(mp) {
+    match answers(mp) {
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => detach(&absolute(mp), true).is_ok(),
         _ => false,
     }
+}
+
+/// Does the file system at directory `mp` answer (a read of its first entry)?
+pub fn answers(mp: &Path) -> std::io::Result<()> {
+    std::fs::read_dir(mp)?.next().transpose().map(|_| ())
 }
 
 /// `ferrite umount`: detach, then wait for the daemon to release the pool.

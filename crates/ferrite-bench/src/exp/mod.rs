@@ -16,6 +16,7 @@ pub mod memory;
 pub mod meta;
 pub mod micro;
 pub mod programs;
+pub mod realwork;
 pub mod recovery;
 
 use crate::config::Config;

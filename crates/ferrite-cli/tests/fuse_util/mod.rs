@@ -137,9 +137,11 @@ impl Mount {
         let child =
             c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log).spawn().expect("spawn");
         self.child = Some(child);
-        // A dead mount left by a killed daemon is listed too, but does not answer.
+        // A dead mount left by a killed daemon is listed too, but does not answer. A
+        // read of the root is the probe: a `stat` may come from the kernel's attribute
+        // cache (the mount lets it cache), a READDIR always reaches the daemon.
         let mnt = self.mnt.clone();
-        let live = |p: &Path| is_mounted(p) && std::fs::metadata(p).is_ok();
+        let live = |p: &Path| is_mounted(p) && ferrite_fuse::umount::answers(p).is_ok();
         let up = wait_for(60, || live(&mnt) || self.child_exited());
         assert!(up && live(&self.mnt), "foreground daemon did not mount:\n{}", self.log_text());
     }
