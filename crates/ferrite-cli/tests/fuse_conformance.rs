@@ -1184,3 +1184,44 @@ fn cached_names_and_attributes_never_go_stale() {
     assert_eq!(results[0].len(), results[1].len());
     m.umount();
 }
+
+/// lseek's SEEK_DATA and SEEK_HOLE on the mount answer as tmpfs does (page
+/// granularity) for written pages, embedded small writes, a punched page, a hole
+/// made by extending with ftruncate, and offsets at and past the end. (Before, the
+/// mount had no lseek: the kernel reported every byte below the size as data.)
+/// Ranges reserved with fallocate are not compared: FerriteFS zeroes and maps them,
+/// so they count as data, where tmpfs and ext4 report unwritten space as holes.
+#[test]
+fn seek_data_and_hole_match_tmpfs() {
+    let mut m = Mount::new("seekhole", "64M", "");
+    let tmp =
+        tempfile::Builder::new().prefix("ferrite-ref").tempdir_in("/dev/shm").expect("tmpfs dir");
+    const P: u64 = 4096;
+    let answers = |dir: &Path| -> Vec<String> {
+        let fd = rfs::open(
+            dir.join("sparse"),
+            OFlags::CREATE | OFlags::RDWR | OFlags::TRUNC,
+            Mode::from_raw_mode(0o644),
+        )
+        .expect("open");
+        rustix::io::pwrite(&fd, &[1u8; 4096], 0).unwrap();
+        rustix::io::pwrite(&fd, b"small", 5 * P + 10).unwrap();
+        rustix::io::pwrite(&fd, &[2u8; 3 * 4096], 9 * P).unwrap();
+        rfs::ftruncate(&fd, 20 * P + 100).unwrap();
+        let punch = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+        rfs::fallocate(&fd, punch, 10 * P, P).unwrap();
+        let mut out = Vec::new();
+        for off in (0..22 * P).step_by(1000) {
+            for (name, w) in [("data", SeekFrom::Data(off)), ("hole", SeekFrom::Hole(off))] {
+                let r = rfs::seek(&fd, w).map(|p| p.to_string()).unwrap_or_else(e);
+                out.push(format!("{name} {off}: {r}"));
+            }
+        }
+        out
+    };
+    let want = answers(tmp.path());
+    let got = answers(&m.mnt);
+    let diff: Vec<_> = want.iter().zip(&got).filter(|(a, b)| a != b).collect();
+    assert!(diff.is_empty(), "tmpfs vs mount: {diff:#?}");
+    m.umount();
+}
