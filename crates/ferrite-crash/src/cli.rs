@@ -69,6 +69,9 @@ pub struct CrashArgs {
 /// Workloads scanned by skip-flush / skip-fence when `--workload all`.
 pub const SCAN_WORKLOADS: &str = "write-pages,namespace,rename,truncate";
 
+/// Workloads scanned by skip-thread-fence when `--workload all`.
+pub const MT_SCAN_WORKLOADS: &str = "mt-private,mt-gc,mt-dir";
+
 fn config(a: &CrashArgs) -> Config {
     let mut c = Config {
         seed: a.seed,
@@ -213,6 +216,8 @@ fn run_inject(a: &CrashArgs, kind: &str) -> i32 {
     }
     let sel = if a.workload == "all" && (kind == "skip-flush" || kind == "skip-fence") {
         SCAN_WORKLOADS
+    } else if a.workload == "all" && kind == "skip-thread-fence" {
+        MT_SCAN_WORKLOADS
     } else {
         a.workload.as_str()
     };
@@ -288,11 +293,13 @@ pub fn explain(v: &explore::Variant) -> String {
             v.regions.join(", "),
             t.exposed_fences
         ),
-        (Fault::SkipFence(_), Some(t)) if !t.fired => "the fence was never reached".into(),
-        (Fault::SkipFence(_), Some(t)) if t.words.is_empty() => {
+        (Fault::SkipFence(_) | Fault::SkipThreadFence(..), Some(t)) if !t.fired => {
+            "the fence was never reached".into()
+        }
+        (Fault::SkipFence(_) | Fault::SkipThreadFence(..), Some(t)) if t.words.is_empty() => {
             "no-op: nothing was waiting for the skipped fence".into()
         }
-        (Fault::SkipFence(_), Some(t)) => format!(
+        (Fault::SkipFence(_) | Fault::SkipThreadFence(..), Some(t)) => format!(
             "{} word(s) of {} became durable one fence late without visible effect",
             t.words.len(),
             v.regions.join(", ")
