@@ -55,6 +55,13 @@ pub struct CrashArgs {
     /// Stop at the first failing crash state.
     #[arg(long)]
     pub stop_on_failure: bool,
+    /// The release run: every workload (single-threaded and `mt-*`) with at least
+    /// 1,000,000 crash states (more if --states says so).
+    #[arg(long)]
+    pub release_budget: bool,
+    /// Also write a JSON summary of the run to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
     #[arg(long, hide = true)]
     #[doc(hidden)]
     pub child_pool: Option<PathBuf>,
@@ -72,10 +79,13 @@ pub const SCAN_WORKLOADS: &str = "write-pages,namespace,rename,truncate";
 /// Workloads scanned by skip-thread-fence when `--workload all`.
 pub const MT_SCAN_WORKLOADS: &str = "mt-private,mt-gc,mt-dir";
 
+/// Crash states of `--release-budget`.
+pub const RELEASE_BUDGET: u64 = 1_000_000;
+
 fn config(a: &CrashArgs) -> Config {
     let mut c = Config {
         seed: a.seed,
-        states: a.states,
+        states: if a.release_budget { a.states.max(RELEASE_BUDGET) } else { a.states },
         stop_on_failure: a.stop_on_failure,
         ..Config::default()
     };
@@ -125,7 +135,8 @@ pub fn run(a: &CrashArgs) -> i32 {
     if let Some(kind) = &a.inject {
         return run_inject(a, kind);
     }
-    let ws = match workloads::select(&a.workload, a.seed) {
+    let sel = if a.release_budget { "all" } else { a.workload.as_str() };
+    let ws = match workloads::select(sel, a.seed) {
         Ok(w) => w,
         Err(e) => {
             eprintln!("crashtest: {e}");
@@ -142,6 +153,13 @@ pub fn run(a: &CrashArgs) -> i32 {
     );
     let rep = explore::run_suite(&ws, &cfg, None, &mut print_workload);
     print_summary(&rep);
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&json_summary(&rep, &cfg)).expect("json");
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("crashtest: cannot write {}: {e}", path.display());
+            return 2;
+        }
+    }
     if rep.failures() == 0 {
         0
     } else {
@@ -167,6 +185,43 @@ fn print_workload(r: &explore::WorkloadReport) {
         println!("    FUNCTIONAL FAILURE at op {}: {}", f.op, f.message);
         println!("    reproduce: ferrite crashtest --workload {} --states 0", r.name);
     }
+}
+
+/// The JSON summary of a run (`--json`).
+pub fn json_summary(rep: &SuiteReport, cfg: &Config) -> serde_json::Value {
+    let total = rep.states() + rep.recovery_states();
+    let wl: Vec<serde_json::Value> = rep
+        .workloads
+        .iter()
+        .map(|w| {
+            let t = &w.tally;
+            serde_json::json!({
+                "name": w.name,
+                "ops": w.ops,
+                "fence_points": w.fence_points,
+                "natural": w.natural,
+                "planned": w.planned,
+                "states": t.states,
+                "recovery_states": t.recovery_states,
+                "probes": t.probes,
+                "failures": t.failure_count + w.functional.is_some() as u64,
+                "functional": w.functional.as_ref().map(|f| format!("op {}: {}", f.op, f.message)),
+                "replays": t.failures.iter().map(|f| f.replay_spec()).collect::<Vec<_>>(),
+                "secs": w.secs,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "seed": cfg.seed,
+        "budget": cfg.states,
+        "checker_threads": cfg.threads,
+        "states": rep.states(),
+        "recovery_states": rep.recovery_states(),
+        "failures": rep.failures(),
+        "secs": rep.secs,
+        "states_per_sec": total as f64 / rep.secs.max(1e-9),
+        "workloads": wl,
+    })
 }
 
 fn print_summary(rep: &SuiteReport) {

@@ -746,6 +746,9 @@ pub fn replay(spec: &ReplaySpec, out: &mut dyn std::io::Write) -> Result<bool, S
         out,
         format!("workload {}: fence {} during op {} ({})", w.name, rec.fence, exp.op, exp.op_desc),
     );
+    if w.mt.is_some() {
+        w_(out, format!("the fence is simulated thread {}'s", rec.thread));
+    }
     let lines = subset::lines(&rec.in_flight);
     w_(out, format!("in flight: {} words in {} cache lines", rec.in_flight.len(), lines.len()));
     let chosen = spec.subset.select(&rec.in_flight);
