@@ -155,7 +155,7 @@ pub fn run(a: &CrashArgs) -> i32 {
         cfg.seed,
         cfg.threads
     );
-    let rep = explore::run_suite(&ws, &cfg, None, &mut print_workload);
+    let rep = explore::run_suite(&ws, &cfg, None, &mut |r| print_workload(r, cfg.seed));
     print_summary(&rep);
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&json_summary(&rep, &cfg)).expect("json");
@@ -171,7 +171,7 @@ pub fn run(a: &CrashArgs) -> i32 {
     }
 }
 
-fn print_workload(r: &explore::WorkloadReport) {
+fn print_workload(r: &explore::WorkloadReport, seed: u64) {
     let t = &r.tally;
     println!(
         "  {:<16} ops {:>3}  fences {:>4}  states {:>6}/{:<7} recovery-crash {:>5}  probes {:>4}  failures {:>3}  {:>6.1}s",
@@ -187,7 +187,7 @@ fn print_workload(r: &explore::WorkloadReport) {
     );
     if let Some(f) = &r.functional {
         println!("    FUNCTIONAL FAILURE at op {}: {}", f.op, f.message);
-        println!("    reproduce: ferrite crashtest --workload {} --states 0", r.name);
+        println!("    reproduce: ferrite crashtest --workload {} --seed {seed} --states 0", r.name);
     }
 }
 
