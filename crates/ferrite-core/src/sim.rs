@@ -1,23 +1,57 @@
-//! Simulated persistent memory: tracks what was written, flushed and fenced.
+//! Simulated persistent memory: tracks what was written, flushed and fenced, per
+//! simulated thread.
 //!
 //! The x86 persistence model, at 8-byte granularity:
 //! - a cached store makes its words *dirty*: they may reach media at any moment,
-//!   in any order, or not at all before a crash;
-//! - a flush of a line moves its dirty words to *flushing*, holding the value at the
-//!   time of the flush; a non-temporal store puts its words there directly;
-//! - a fence makes every flushing word durable.
+//!   in any order, or not at all before a crash. Dirty words belong to no thread
+//!   (a cache line is shared by coherence; any core's flush writes it back);
+//! - a flush of a line by thread T moves the line's dirty words (whoever stored
+//!   them) to T's *flushing* set, holding the value at the time of the flush; a
+//!   non-temporal store by T puts its words in T's flushing set directly (T's
+//!   write-combining buffers);
+//! - a fence by T makes T's flushing words durable, and only T's: a real `sfence`
+//!   orders the issuing core's `clwb`s and non-temporal stores, not another core's.
+//!   When two threads have the same word in flight, the later flush wins: a fence
+//!   never replaces a durable word by an older write-back of it.
 //!
-//! A crash image at a fence point is the durable image plus any subset of the words
-//! still in flight (dirty or flushing). [`SimMedium::set_fence_hook`] lets the crash
-//! simulator see every fence point with the in-flight words, before the fence takes
-//! effect. Torn stores inside an aligned 8-byte word are not modelled (x86 makes them
-//! atomic), nor are media errors.
+//! The simulated thread is a per-OS-thread number ([`set_sim_thread`], 0 unless
+//! set), so every thread that never sets it — a single-threaded workload, recovery
+//! workers, the test harness — is thread 0 and behaves exactly like the original
+//! single-thread model. [`SimMedium::set_global_fence`] restores the old rule (any
+//! fence persists every thread's flushing words), to show what per-thread fences
+//! catch that a global fence hides.
+//!
+//! A crash image at a fence point (of any thread) is the durable image plus any
+//! subset of the words still in flight (dirty, or flushing in any thread), each word
+//! with its latest value. [`SimMedium::set_fence_hook`] lets the crash simulator see
+//! every fence point with the in-flight words, before the fence takes effect.
+//! Torn stores inside an aligned 8-byte word are not modelled (x86 makes them
+//! atomic), nor are media errors, nor older values of a word that was stored or
+//! flushed again before the crash. Locked read-modify-write instructions, which on
+//! x86 also order a core's earlier flushes, are not fences here: only
+//! [`Medium::fence`] is (the simulator is stricter than the hardware there).
 
 use crate::pmem::{line_span, Durability, Medium, PersistStats, CACHE_LINE};
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, BTreeSet};
+use std::cell::Cell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+thread_local! {
+    static SIM_THREAD: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Make the calling OS thread simulated thread `t` for every [`SimMedium`] (its
+/// flushes and fences are `t`'s). Threads that never call this are thread 0.
+pub fn set_sim_thread(t: u32) {
+    SIM_THREAD.with(|c| c.set(t));
+}
+
+/// The simulated thread of the calling OS thread.
+pub fn sim_thread() -> u32 {
+    SIM_THREAD.with(|c| c.get())
+}
 
 /// One word still in flight at a fence point: its offset and the value it would
 /// have if it reached media.
@@ -31,8 +65,10 @@ pub struct InFlight {
 
 /// What a fence hook sees: the durable bytes, and what is in flight.
 pub struct FencePoint<'a> {
-    /// Number of fences before this one.
+    /// Number of fences before this one (of every thread).
     pub index: u64,
+    /// Simulated thread issuing the fence.
+    pub thread: u32,
     /// Bytes certainly on media.
     pub durable: &'a [u8],
     /// Words that may or may not be on media.
@@ -42,6 +78,11 @@ pub struct FencePoint<'a> {
 /// Hook called at every fence, before it takes effect.
 pub type FenceHook = Box<dyn FnMut(&FencePoint<'_>) + Send>;
 
+/// Hook called at the start of every store, flush and fence (a *step*), by the
+/// calling thread, before the medium's state is locked: a scheduler may block the
+/// caller there to interleave simulated threads deterministically.
+pub type StepHook = Arc<dyn Fn() + Send + Sync>;
+
 /// Test-only faults of the persistence path itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SimFault {
@@ -49,6 +90,13 @@ pub enum SimFault {
     SkipFlush(u64),
     /// Ignore the n-th fence call (0-based): it neither persists nor is seen by the hook.
     SkipFence(u64),
+    /// Ignore the n-th fence (0-based) of simulated thread `thread` only.
+    SkipThreadFence {
+        /// The simulated thread.
+        thread: u32,
+        /// Its fence number.
+        n: u64,
+    },
 }
 
 /// What an injected [`SimFault`] did, so a crash tester can explain a fault it did
@@ -65,11 +113,25 @@ pub struct FaultTrace {
     pub exposed_fences: u64,
 }
 
+/// A word in a thread's flushing set: its value and when it was flushed.
+#[derive(Clone, Copy)]
+struct Pend {
+    val: u64,
+    seq: u64,
+}
+
 struct State {
     cur: Vec<u8>,
     durable: Vec<u8>,
     dirty: BTreeSet<u64>,
-    flushing: BTreeMap<u64, u64>,
+    /// Flushing words per simulated thread.
+    flushing: BTreeMap<u32, BTreeMap<u64, Pend>>,
+    /// Next flush sequence number.
+    seq: u64,
+    /// Fences issued per simulated thread.
+    thread_fences: HashMap<u32, u64>,
+    /// Legacy rule: a fence persists every thread's flushing words.
+    global_fence: bool,
     fences: u64,
     flushes: u64,
     hook: Option<FenceHook>,
@@ -81,6 +143,7 @@ struct State {
 /// A simulated pool.
 pub struct SimMedium {
     st: Mutex<State>,
+    step: parking_lot::RwLock<Option<StepHook>>,
     len: u64,
     stats: Arc<PersistStats>,
 }
@@ -106,6 +169,9 @@ impl SimMedium {
                 durable: image,
                 dirty: BTreeSet::new(),
                 flushing: BTreeMap::new(),
+                seq: 1,
+                thread_fences: HashMap::new(),
+                global_fence: false,
                 fences: 0,
                 flushes: 0,
                 hook: None,
@@ -113,14 +179,39 @@ impl SimMedium {
                 trace: FaultTrace::default(),
                 pending: Vec::new(),
             }),
+            step: parking_lot::RwLock::new(None),
             len,
             stats: Arc::new(PersistStats::default()),
+        }
+    }
+
+    /// Install (or remove) the step hook.
+    pub fn set_step_hook(&self, hook: Option<StepHook>) {
+        *self.step.write() = hook;
+    }
+
+    fn step(&self) {
+        let h = self.step.read().clone();
+        if let Some(h) = h {
+            h();
         }
     }
 
     /// Install (or remove) the fence hook.
     pub fn set_fence_hook(&self, hook: Option<FenceHook>) {
         self.st.lock().hook = hook;
+    }
+
+    /// Use the legacy global fence (any thread's fence persists every thread's
+    /// flushing words) instead of per-thread fences. Only meaningful with several
+    /// simulated threads; for comparisons in tests.
+    pub fn set_global_fence(&self, on: bool) {
+        self.st.lock().global_fence = on;
+    }
+
+    /// Fences issued so far by simulated thread `t`.
+    pub fn thread_fence_count(&self, t: u32) -> u64 {
+        self.st.lock().thread_fences.get(&t).copied().unwrap_or(0)
     }
 
     /// Inject a persistence fault.
@@ -176,18 +267,76 @@ impl SimMedium {
     }
 }
 
+/// Move `w` (holding `val`) into thread `t`'s flushing set as its newest write-back.
+fn push_flushing(st: &mut State, t: u32, w: u64, val: u64) {
+    let seq = st.seq;
+    st.seq += 1;
+    st.flushing.entry(t).or_default().insert(w, Pend { val, seq });
+}
+
+/// The newest flushing value of every word, over all threads.
+fn newest_flushing(st: &State) -> BTreeMap<u64, Pend> {
+    let mut out: BTreeMap<u64, Pend> = BTreeMap::new();
+    for set in st.flushing.values() {
+        for (&w, &p) in set {
+            match out.get(&w) {
+                Some(q) if q.seq > p.seq => {}
+                _ => {
+                    out.insert(w, p);
+                }
+            }
+        }
+    }
+    out
+}
+
 fn collect_in_flight(st: &State) -> Vec<InFlight> {
-    let mut v: Vec<InFlight> = st
-        .flushing
-        .iter()
+    let mut v: Vec<InFlight> = newest_flushing(st)
+        .into_iter()
         .filter(|(w, _)| !st.dirty.contains(w))
-        .map(|(&off, &val)| InFlight { off, val })
+        .map(|(off, p)| InFlight { off, val: p.val })
         .collect();
     v.extend(st.dirty.iter().map(|&off| InFlight { off, val: word(&st.cur, off) }));
     v.sort_by_key(|f| f.off);
     // Words whose in-flight value equals the durable one change nothing.
     v.retain(|f| word(&st.durable, f.off) != f.val);
     v
+}
+
+/// Make the flushing words of thread `t` (every thread's with the global rule)
+/// durable. Invariant kept: every word still flushing in some thread was flushed
+/// after the write-back its durable value came from, so a later fence never puts an
+/// older value back (other threads' older write-backs of a word made durable here
+/// are dropped).
+fn persist(st: &mut State, t: u32) {
+    let sets: Vec<BTreeMap<u64, Pend>> = if st.global_fence {
+        std::mem::take(&mut st.flushing).into_values().collect()
+    } else {
+        st.flushing.remove(&t).into_iter().collect()
+    };
+    // With one set and no other thread in flight (the single-thread case) there is
+    // nothing to order against.
+    let track = sets.len() > 1 || !st.flushing.is_empty();
+    let mut written: BTreeMap<u64, u64> = BTreeMap::new();
+    for set in sets {
+        for (w, p) in set {
+            if track {
+                if written.get(&w).is_some_and(|&q| q > p.seq) {
+                    continue;
+                }
+                written.insert(w, p.seq);
+            }
+            let o = w as usize;
+            st.durable[o..o + 8].copy_from_slice(&p.val.to_le_bytes());
+        }
+    }
+    if st.flushing.is_empty() {
+        return;
+    }
+    for set in st.flushing.values_mut() {
+        set.retain(|w, p| written.get(w).is_none_or(|&d| p.seq > d));
+    }
+    st.flushing.retain(|_, set| !set.is_empty());
 }
 
 /// Build a crash image: `durable` plus the chosen in-flight words.
@@ -217,6 +366,7 @@ impl Medium for SimMedium {
     }
 
     fn write(&self, off: u64, src: &[u8]) {
+        self.step();
         let mut st = self.st.lock();
         let o = off as usize;
         st.cur[o..o + src.len()].copy_from_slice(src);
@@ -224,14 +374,16 @@ impl Medium for SimMedium {
     }
 
     fn write_nt(&self, off: u64, src: &[u8]) {
+        self.step();
         let mut st = self.st.lock();
         let o = off as usize;
         st.cur[o..o + src.len()].copy_from_slice(src);
+        let t = sim_thread();
         let mut w = off & !7;
         while w < off + src.len() as u64 {
             st.dirty.remove(&w);
             let v = word(&st.cur, w);
-            st.flushing.insert(w, v);
+            push_flushing(&mut st, t, w, v);
             w += 8;
         }
         self.stats.nt_bytes.fetch_add(src.len() as u64, Ordering::Relaxed);
@@ -248,6 +400,7 @@ impl Medium for SimMedium {
     }
 
     fn flush(&self, off: u64, len: u64) {
+        self.step();
         let mut st = self.st.lock();
         let n = st.flushes;
         st.flushes += 1;
@@ -261,24 +414,42 @@ impl Medium for SimMedium {
         }
         self.stats.flushed_bytes.fetch_add(e - s, Ordering::Relaxed);
         let words: Vec<u64> = st.dirty.range(s..e).copied().collect();
+        let t = sim_thread();
         for w in words {
             st.dirty.remove(&w);
             let v = word(&st.cur, w);
-            st.flushing.insert(w, v);
+            push_flushing(&mut st, t, w, v);
         }
         debug_assert!(e - s >= CACHE_LINE || len == 0);
     }
 
     fn fence(&self) {
+        self.step();
         let mut st = self.st.lock();
         let n = st.fences;
         st.fences += 1;
+        let t = sim_thread();
+        let tn = {
+            let c = st.thread_fences.entry(t).or_insert(0);
+            *c += 1;
+            *c - 1
+        };
         self.stats.fences.fetch_add(1, Ordering::Relaxed);
-        if st.fault == Some(SimFault::SkipFence(n)) {
+        let skip = match st.fault {
+            Some(SimFault::SkipFence(k)) => k == n,
+            Some(SimFault::SkipThreadFence { thread, n: k }) => thread == t && k == tn,
+            _ => false,
+        };
+        if skip {
+            let mine: BTreeSet<u64> = if st.global_fence {
+                st.flushing.values().flat_map(|m| m.keys().copied()).collect()
+            } else {
+                st.flushing.get(&t).map(|m| m.keys().copied().collect()).unwrap_or_default()
+            };
             st.trace.fired = true;
             st.trace.words = collect_in_flight(&st)
                 .iter()
-                .filter(|f| st.flushing.contains_key(&f.off))
+                .filter(|f| mine.contains(&f.off))
                 .map(|f| f.off)
                 .collect();
             st.trace.exposed_fences = !st.trace.words.is_empty() as u64;
@@ -294,15 +465,12 @@ impl Medium for SimMedium {
         if st.hook.is_some() {
             let inflight = collect_in_flight(&st);
             let mut hook = st.hook.take().expect("checked");
-            let point = FencePoint { index: n, durable: &st.durable, in_flight: &inflight };
+            let point =
+                FencePoint { index: n, thread: t, durable: &st.durable, in_flight: &inflight };
             hook(&point);
             st.hook = Some(hook);
         }
-        let flushing = std::mem::take(&mut st.flushing);
-        for (w, v) in flushing {
-            let o = w as usize;
-            st.durable[o..o + 8].copy_from_slice(&v.to_le_bytes());
-        }
+        persist(&mut st, t);
     }
 
     fn durability(&self) -> Durability {
@@ -361,6 +529,141 @@ mod tests {
         m.fence();
         assert_eq!(m.fault_trace().exposed_fences, 1);
         assert_eq!(word(&m.durable_image(), 8), 3);
+    }
+
+    /// Runs `f` as simulated thread `t` on a fresh OS thread.
+    fn as_thread(t: u32, f: impl FnOnce() + Send) {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                set_sim_thread(t);
+                f()
+            });
+        });
+    }
+
+    #[test]
+    fn a_fence_persists_only_its_own_threads_flushes() {
+        let m = SimMedium::new(4096);
+        // Thread 1 stores and flushes; thread 2 fences: nothing of thread 1 persists.
+        as_thread(1, || {
+            m.store_u64(64, 11);
+            m.flush(64, 8);
+        });
+        as_thread(2, || m.fence());
+        assert_eq!(word(&m.durable_image(), 64), 0, "thread 2's fence persisted thread 1's flush");
+        assert_eq!(m.in_flight(), vec![InFlight { off: 64, val: 11 }]);
+        // Thread 1's own fence does.
+        as_thread(1, || m.fence());
+        assert_eq!(word(&m.durable_image(), 64), 11);
+        assert!(m.in_flight().is_empty());
+        assert_eq!((m.thread_fence_count(1), m.thread_fence_count(2)), (1, 1));
+    }
+
+    #[test]
+    fn non_temporal_stores_belong_to_the_storing_thread() {
+        let m = SimMedium::new(4096);
+        as_thread(1, || m.write_nt(128, &[5u8; 8]));
+        m.fence(); // thread 0
+        assert_eq!(word(&m.durable_image(), 128), 0);
+        as_thread(1, || m.fence());
+        assert_eq!(word(&m.durable_image(), 128), u64::from_le_bytes([5; 8]));
+    }
+
+    #[test]
+    fn a_flush_writes_back_another_threads_store_and_its_fence_persists_it() {
+        let m = SimMedium::new(4096);
+        as_thread(1, || m.store_u64(0, 3));
+        as_thread(2, || {
+            m.flush(0, 8);
+            m.fence();
+        });
+        assert_eq!(word(&m.durable_image(), 0), 3, "B's flush + fence persists the line");
+    }
+
+    #[test]
+    fn an_older_write_back_never_replaces_a_newer_durable_value() {
+        let m = SimMedium::new(4096);
+        as_thread(1, || {
+            m.store_u64(0, 1);
+            m.flush(0, 8);
+        });
+        as_thread(2, || {
+            m.store_u64(0, 2);
+            m.flush(0, 8);
+            m.fence();
+        });
+        assert_eq!(word(&m.durable_image(), 0), 2);
+        as_thread(1, || m.fence());
+        assert_eq!(word(&m.durable_image(), 0), 2, "thread 1's stale write-back won");
+        assert!(m.in_flight().is_empty());
+        // The other order: the older write-back is fenced first, the newer one stays
+        // in flight until its own fence.
+        as_thread(1, || {
+            m.store_u64(8, 1);
+            m.flush(8, 8);
+        });
+        as_thread(2, || {
+            m.store_u64(8, 2);
+            m.flush(8, 8);
+        });
+        as_thread(1, || m.fence());
+        assert_eq!(word(&m.durable_image(), 8), 1);
+        assert_eq!(m.in_flight(), vec![InFlight { off: 8, val: 2 }]);
+        as_thread(2, || m.fence());
+        assert_eq!(word(&m.durable_image(), 8), 2);
+    }
+
+    #[test]
+    fn global_fence_mode_is_the_old_rule() {
+        let m = SimMedium::new(4096);
+        m.set_global_fence(true);
+        as_thread(1, || {
+            m.store_u64(64, 9);
+            m.flush(64, 8);
+        });
+        as_thread(2, || m.fence());
+        assert_eq!(word(&m.durable_image(), 64), 9);
+    }
+
+    #[test]
+    fn fence_hook_names_the_fencing_thread_and_sees_every_threads_words() {
+        let m = SimMedium::new(4096);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        m.set_fence_hook(Some(Box::new(move |p: &FencePoint<'_>| {
+            s2.lock().push((p.index, p.thread, p.in_flight.len()));
+        })));
+        as_thread(1, || {
+            m.store_u64(0, 1);
+            m.flush(0, 8);
+        });
+        as_thread(2, || {
+            m.store_u64(64, 1);
+            m.fence();
+        });
+        as_thread(1, || m.fence());
+        assert_eq!(*seen.lock(), vec![(0, 2, 2), (1, 1, 2)]);
+    }
+
+    #[test]
+    fn skip_thread_fence_drops_one_threads_fence_only() {
+        let m = SimMedium::new(4096);
+        m.set_fault(Some(SimFault::SkipThreadFence { thread: 1, n: 0 }));
+        as_thread(2, || {
+            m.store_u64(8, 2);
+            m.flush(8, 8);
+            m.fence();
+        });
+        as_thread(1, || {
+            m.store_u64(16, 1);
+            m.flush(16, 8);
+            m.fence();
+        });
+        let d = m.durable_image();
+        assert_eq!((word(&d, 8), word(&d, 16)), (2, 0));
+        assert_eq!(m.fault_trace().words, vec![16]);
+        as_thread(1, || m.fence());
+        assert_eq!(word(&m.durable_image(), 16), 1);
     }
 
     #[test]

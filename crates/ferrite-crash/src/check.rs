@@ -65,9 +65,11 @@ pub fn check_image(img: Vec<u8>, exp: &Expect) -> Result<Checked, String> {
         let mut why = Vec::new();
         for (i, s) in exp.states.iter().enumerate() {
             let label = match (exp.states.len(), i) {
-                (1, _) => "expected",
-                (_, 0) => "before the operation",
-                _ => "after the operation",
+                (1, _) => "expected".to_string(),
+                (2, 0) => "before the operation".to_string(),
+                (2, _) => "after the operation".to_string(),
+                // Concurrent rounds: the allowed subsets of the operations in flight.
+                (_, i) => format!("allowed state {i}"),
             };
             let d = s.diff(&canon).unwrap_or_else(|| "equal".into());
             why.push(format!("vs {label} (model left, recovered right): {d}"));

@@ -55,6 +55,13 @@ pub struct CrashArgs {
     /// Stop at the first failing crash state.
     #[arg(long)]
     pub stop_on_failure: bool,
+    /// The release run: every workload (single-threaded and `mt-*`) with at least
+    /// 1,000,000 crash states (1,020,000 planned; more if --states says so).
+    #[arg(long)]
+    pub release_budget: bool,
+    /// Also write a JSON summary of the run to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
     #[arg(long, hide = true)]
     #[doc(hidden)]
     pub child_pool: Option<PathBuf>,
@@ -69,10 +76,20 @@ pub struct CrashArgs {
 /// Workloads scanned by skip-flush / skip-fence when `--workload all`.
 pub const SCAN_WORKLOADS: &str = "write-pages,namespace,rename,truncate";
 
+/// Workloads scanned by skip-thread-fence when `--workload all`.
+pub const MT_SCAN_WORKLOADS: &str = "mt-private,mt-gc,mt-dir";
+
+/// Crash states `--release-budget` must check at least.
+pub const RELEASE_BUDGET: u64 = 1_000_000;
+
+/// The budget it plans: the planner's per-point quotas round down (999,550 of a
+/// 1,000,000 budget in the first run), so it plans 2% more.
+const RELEASE_PLAN: u64 = RELEASE_BUDGET + RELEASE_BUDGET / 50;
+
 fn config(a: &CrashArgs) -> Config {
     let mut c = Config {
         seed: a.seed,
-        states: a.states,
+        states: if a.release_budget { a.states.max(RELEASE_PLAN) } else { a.states },
         stop_on_failure: a.stop_on_failure,
         ..Config::default()
     };
@@ -122,7 +139,8 @@ pub fn run(a: &CrashArgs) -> i32 {
     if let Some(kind) = &a.inject {
         return run_inject(a, kind);
     }
-    let ws = match workloads::select(&a.workload, a.seed) {
+    let sel = if a.release_budget { "all" } else { a.workload.as_str() };
+    let ws = match workloads::select(sel, a.seed) {
         Ok(w) => w,
         Err(e) => {
             eprintln!("crashtest: {e}");
@@ -137,8 +155,15 @@ pub fn run(a: &CrashArgs) -> i32 {
         cfg.seed,
         cfg.threads
     );
-    let rep = explore::run_suite(&ws, &cfg, None, &mut print_workload);
+    let rep = explore::run_suite(&ws, &cfg, None, &mut |r| print_workload(r, cfg.seed));
     print_summary(&rep);
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&json_summary(&rep, &cfg)).expect("json");
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("crashtest: cannot write {}: {e}", path.display());
+            return 2;
+        }
+    }
     if rep.failures() == 0 {
         0
     } else {
@@ -146,7 +171,7 @@ pub fn run(a: &CrashArgs) -> i32 {
     }
 }
 
-fn print_workload(r: &explore::WorkloadReport) {
+fn print_workload(r: &explore::WorkloadReport, seed: u64) {
     let t = &r.tally;
     println!(
         "  {:<16} ops {:>3}  fences {:>4}  states {:>6}/{:<7} recovery-crash {:>5}  probes {:>4}  failures {:>3}  {:>6.1}s",
@@ -162,8 +187,45 @@ fn print_workload(r: &explore::WorkloadReport) {
     );
     if let Some(f) = &r.functional {
         println!("    FUNCTIONAL FAILURE at op {}: {}", f.op, f.message);
-        println!("    reproduce: ferrite crashtest --workload {} --states 0", r.name);
+        println!("    reproduce: ferrite crashtest --workload {} --seed {seed} --states 0", r.name);
     }
+}
+
+/// The JSON summary of a run (`--json`).
+pub fn json_summary(rep: &SuiteReport, cfg: &Config) -> serde_json::Value {
+    let total = rep.states() + rep.recovery_states();
+    let wl: Vec<serde_json::Value> = rep
+        .workloads
+        .iter()
+        .map(|w| {
+            let t = &w.tally;
+            serde_json::json!({
+                "name": w.name,
+                "ops": w.ops,
+                "fence_points": w.fence_points,
+                "natural": w.natural,
+                "planned": w.planned,
+                "states": t.states,
+                "recovery_states": t.recovery_states,
+                "probes": t.probes,
+                "failures": t.failure_count + w.functional.is_some() as u64,
+                "functional": w.functional.as_ref().map(|f| format!("op {}: {}", f.op, f.message)),
+                "replays": t.failures.iter().map(|f| f.replay_spec()).collect::<Vec<_>>(),
+                "secs": w.secs,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "seed": cfg.seed,
+        "budget": cfg.states,
+        "checker_threads": cfg.threads,
+        "states": rep.states(),
+        "recovery_states": rep.recovery_states(),
+        "failures": rep.failures(),
+        "secs": rep.secs,
+        "states_per_sec": total as f64 / rep.secs.max(1e-9),
+        "workloads": wl,
+    })
 }
 
 fn print_summary(rep: &SuiteReport) {
@@ -213,6 +275,8 @@ fn run_inject(a: &CrashArgs, kind: &str) -> i32 {
     }
     let sel = if a.workload == "all" && (kind == "skip-flush" || kind == "skip-fence") {
         SCAN_WORKLOADS
+    } else if a.workload == "all" && kind == "skip-thread-fence" {
+        MT_SCAN_WORKLOADS
     } else {
         a.workload.as_str()
     };
@@ -288,11 +352,13 @@ pub fn explain(v: &explore::Variant) -> String {
             v.regions.join(", "),
             t.exposed_fences
         ),
-        (Fault::SkipFence(_), Some(t)) if !t.fired => "the fence was never reached".into(),
-        (Fault::SkipFence(_), Some(t)) if t.words.is_empty() => {
+        (Fault::SkipFence(_) | Fault::SkipThreadFence(..), Some(t)) if !t.fired => {
+            "the fence was never reached".into()
+        }
+        (Fault::SkipFence(_) | Fault::SkipThreadFence(..), Some(t)) if t.words.is_empty() => {
             "no-op: nothing was waiting for the skipped fence".into()
         }
-        (Fault::SkipFence(_), Some(t)) => format!(
+        (Fault::SkipFence(_) | Fault::SkipThreadFence(..), Some(t)) => format!(
             "{} word(s) of {} became durable one fence late without visible effect",
             t.words.len(),
             v.regions.join(", ")

@@ -10,14 +10,23 @@
 //! - Captured fence points of operation `k` are handed to the sink only after `k`
 //!   returned and the model state after `k` is known; the hook never blocks on the
 //!   sink, so checking can run on other threads without deadlock.
+//! - Concurrent workloads ([`drive_mt`]) run round by round; the model and the live
+//!   tree are compared only between rounds, when no operation is in flight. A fence
+//!   point inside a round must recover to the state before the round plus every
+//!   operation of the round that had returned plus any subset of those in flight
+//!   (each all-or-nothing). The operations of a round change one file each and
+//!   different files, so those states are built from the trees before and after
+//!   the round, file by file.
 
 use crate::exec::{exec, live_canon, sync_from_live, Handles};
 use crate::model::{Canon, Model, Op};
-use crate::workloads::Workload;
-use ferrite_core::sim::{FenceHook, FencePoint, InFlight, SimFault};
+use crate::sched::{RoundTag, Sched};
+use crate::workloads::{groupable, Workload};
+use ferrite_core::sim::{set_sim_thread, FenceHook, FencePoint, InFlight, SimFault};
 use ferrite_core::{CoreFault, Fs, MkfsOptions, MountOptions, SimMedium};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// Lock ignoring poison: a panicking check must not wedge the run (the panic itself
 /// is reported).
@@ -35,6 +44,8 @@ pub enum Fault {
     SkipFlush(u64),
     /// Skip the n-th fence of the medium.
     SkipFence(u64),
+    /// Skip the n-th fence of one simulated thread only.
+    SkipThreadFence(u32, u64),
     /// A core persist-order fault.
     Core(CoreFault),
 }
@@ -45,6 +56,7 @@ impl Fault {
         match self {
             Fault::SkipFlush(n) => format!("skip-flush:{n}"),
             Fault::SkipFence(n) => format!("skip-fence:{n}"),
+            Fault::SkipThreadFence(t, n) => format!("skip-thread-fence:{t}:{n}"),
             Fault::Core(CoreFault::TailBeforeData) => "tail-before-data".into(),
             Fault::Core(CoreFault::JournalOutOfOrder) => "journal-out-of-order".into(),
             Fault::Core(CoreFault::EarlyGc) => "early-gc".into(),
@@ -58,6 +70,10 @@ impl Fault {
         Ok(match s.split_once(':') {
             Some(("skip-flush", t)) => Fault::SkipFlush(n(t)?),
             Some(("skip-fence", t)) => Fault::SkipFence(n(t)?),
+            Some(("skip-thread-fence", t)) => {
+                let (a, b) = t.split_once(':').ok_or("skip-thread-fence:THREAD:N")?;
+                Fault::SkipThreadFence(n(a)? as u32, n(b)?)
+            }
             None if s == "tail-before-data" => Fault::Core(CoreFault::TailBeforeData),
             None if s == "journal-out-of-order" => Fault::Core(CoreFault::JournalOutOfOrder),
             None if s == "early-gc" => Fault::Core(CoreFault::EarlyGc),
@@ -77,6 +93,7 @@ impl Fault {
         match self {
             Fault::SkipFlush(n) => Some(SimFault::SkipFlush(n)),
             Fault::SkipFence(n) => Some(SimFault::SkipFence(n)),
+            Fault::SkipThreadFence(thread, n) => Some(SimFault::SkipThreadFence { thread, n }),
             Fault::Core(_) => None,
         }
     }
@@ -100,8 +117,12 @@ pub struct Expect {
 pub struct FenceRec {
     /// Fence number in the run.
     pub fence: u64,
-    /// Operation in flight.
+    /// Operation in flight (of the fencing thread, in a concurrent workload).
     pub op: usize,
+    /// Simulated thread issuing the fence.
+    pub thread: u32,
+    /// Concurrent workloads: the round's status at the fence.
+    pub tag: Option<RoundTag>,
     /// Bytes certainly on media.
     pub durable: Arc<Vec<u8>>,
     /// Words that may or may not be on media.
@@ -132,6 +153,7 @@ pub enum Capture {
 
 struct HookState {
     op: usize,
+    sched: Option<Arc<Sched>>,
     fence: u64,
     capture: Capture,
     recs: Vec<FenceRec>,
@@ -143,7 +165,13 @@ fn make_hook(st: Arc<Mutex<HookState>>) -> FenceHook {
         let mut s = lock(&st);
         let fence = s.fence;
         s.fence += 1;
-        let op = s.op;
+        let (op, tag) = match &s.sched {
+            Some(sc) => match sc.op_of(p.thread) {
+                Some(op) if p.thread != 0 => (op, Some(sc.tag())),
+                _ => (s.op, None),
+            },
+            None => (s.op, None),
+        };
         match &s.capture {
             Capture::Survey => {
                 let lines = crate::subset::lines(p.in_flight).len();
@@ -154,6 +182,8 @@ fn make_hook(st: Arc<Mutex<HookState>>) -> FenceHook {
                     let rec = FenceRec {
                         fence,
                         op,
+                        thread: p.thread,
+                        tag,
                         durable: Arc::new(p.durable.to_vec()),
                         in_flight: Arc::new(p.in_flight.to_vec()),
                     };
@@ -184,6 +214,10 @@ pub struct Driven {
     pub end_fence: u64,
     /// Geometry of the pool.
     pub geo: Option<ferrite_core::layout::Geometry>,
+    /// Concurrent workloads: fences issued by each simulated thread (index t - 1).
+    pub thread_fences: Vec<u64>,
+    /// Concurrent workloads: token hand-overs between threads at medium steps.
+    pub switches: u64,
 }
 
 /// What a pool byte offset holds, for explaining fault traces.
@@ -242,9 +276,13 @@ pub fn drive(
     capture: Capture,
     sink: &mut dyn FnMut(Vec<FenceRec>, Arc<Expect>) -> bool,
 ) -> Result<Driven, Functional> {
+    if w.mt.is_some() {
+        return drive_mt(w, fault, capture, sink);
+    }
     let fail = |op: usize, message: String| Functional { op, message };
     let st = Arc::new(Mutex::new(HookState {
         op: 0,
+        sched: None,
         fence: 0,
         capture,
         recs: Vec::new(),
@@ -317,29 +355,7 @@ pub fn drive(
             }
             _ => exec(&fs, op, &mut handles),
         };
-        let mut next = model.clone();
-        let pred = next.apply(op);
-        match (&live, pred) {
-            (Ok(()), Ok(())) => model = next,
-            (Err(e), Err(p)) if e.errno() == p => {}
-            (Err(ferrite_core::Error::NoSpace), _) if w.nospc => {}
-            (l, p) => {
-                return Err(fail(
-                    k,
-                    format!(
-                        "op {k} ({op}): file system returned {}, model expects {}",
-                        match l {
-                            Ok(()) => "success".to_string(),
-                            Err(e) => format!("{e} (errno {})", e.errno()),
-                        },
-                        match p {
-                            Ok(()) => "success".to_string(),
-                            Err(e) => format!("errno {e}"),
-                        }
-                    ),
-                ))
-            }
-        }
+        check_outcome(k, op, &live, &mut model, w.nospc)?;
         sync_from_live(&mut model, &fs).map_err(|e| fail(k, format!("op {k} ({op}): {e}")))?;
         // Times are copied from the file system, except those the operation set
         // explicitly: those the model knows.
@@ -386,6 +402,8 @@ pub fn drive(
                     let rec = FenceRec {
                         fence: f,
                         op: n + 1,
+                        thread: 0,
+                        tag: None,
                         durable: Arc::new(fs.medium().durable_image()),
                         in_flight: Arc::new(inf),
                     };
@@ -416,6 +434,42 @@ pub fn drive(
     Ok(d)
 }
 
+/// Compare an operation's outcome with the model's prediction and apply it to the
+/// model when it succeeded.
+fn check_outcome(
+    k: usize,
+    op: &Op,
+    live: &Result<(), ferrite_core::Error>,
+    model: &mut Model,
+    nospc: bool,
+) -> Result<(), Functional> {
+    let fail = |op: usize, message: String| Functional { op, message };
+    let mut next = model.clone();
+    let pred = next.apply(op);
+    match (live, pred) {
+        (Ok(()), Ok(())) => *model = next,
+        (Err(e), Err(p)) if e.errno() == p => {}
+        (Err(ferrite_core::Error::NoSpace), _) if nospc => {}
+        (l, p) => {
+            return Err(fail(
+                k,
+                format!(
+                    "op {k} ({op}): file system returned {}, model expects {}",
+                    match l {
+                        Ok(()) => "success".to_string(),
+                        Err(e) => format!("{e} (errno {})", e.errno()),
+                    },
+                    match p {
+                        Ok(()) => "success".to_string(),
+                        Err(e) => format!("errno {e}"),
+                    }
+                ),
+            ))
+        }
+    }
+    Ok(())
+}
+
 fn finish(
     st: Arc<Mutex<HookState>>,
     states: Vec<Arc<Canon>>,
@@ -436,5 +490,281 @@ fn finish(
         trace,
         end_fence: 0,
         geo: None,
+        thread_fences: Vec::new(),
+        switches: 0,
     }
+}
+
+/// How long the token holder may make no progress before the run is declared
+/// stalled (a broken round assumption: it waits for a lock another thread of the
+/// round holds). Not a timing assertion: a healthy step takes microseconds.
+const STALL: Duration = Duration::from_secs(120);
+
+/// `before` with the nodes of `files` taken from `after` (the operations of a round
+/// change one file each; the namespace is the same before and after).
+fn merge(before: &Canon, after: &Canon, files: &[&str]) -> Result<Canon, String> {
+    if before.nodes.len() != after.nodes.len()
+        || before.nodes.iter().zip(&after.nodes).any(|(a, b)| a.path != b.path)
+    {
+        return Err("a round of single-file operations changed the namespace".into());
+    }
+    let nodes =
+        before
+            .nodes
+            .iter()
+            .zip(&after.nodes)
+            .map(|(b, a)| {
+                if files.iter().any(|f| f.as_bytes() == &a.path[..]) {
+                    a.clone()
+                } else {
+                    b.clone()
+                }
+            })
+            .collect();
+    Ok(Canon { nodes })
+}
+
+/// Drive a concurrent workload (its [`crate::workloads::MtPlan`]): rounds of
+/// operations on simulated threads, interleaved at every medium step by the seeded
+/// scheduler; otherwise as [`drive`].
+pub fn drive_mt(
+    w: &Workload,
+    fault: Option<Fault>,
+    capture: Capture,
+    sink: &mut dyn FnMut(Vec<FenceRec>, Arc<Expect>) -> bool,
+) -> Result<Driven, Functional> {
+    let plan = w.mt.as_ref().expect("concurrent workload");
+    let fail = |op: usize, message: String| Functional { op, message };
+    if w.ops.iter().any(|o| matches!(o, Op::Remount | Op::CrashRemount)) {
+        return Err(fail(0, "a concurrent workload cannot remount".into()));
+    }
+    let sched = Arc::new(Sched::new(crate::rng::Rng::new(plan.seed)));
+    let st = Arc::new(Mutex::new(HookState {
+        op: 0,
+        sched: Some(sched.clone()),
+        fence: 0,
+        capture,
+        recs: Vec::new(),
+        survey: Vec::new(),
+    }));
+    let mkfs = MkfsOptions { shards: 1, inodes: w.inodes, uuid: Some(UUID), ..Default::default() };
+    let opts =
+        MountOptions { fault: fault.and_then(Fault::core), workers: 1, ..Default::default() };
+    let mut fs =
+        Fs::mkfs(SimMedium::new(w.pool), &mkfs).map_err(|e| fail(0, format!("mkfs: {e}")))?;
+    if opts.fault.is_some() {
+        let m = fs.unmount().map_err(|e| fail(0, format!("unmount after mkfs: {e}")))?;
+        fs = Fs::mount(m, &opts).map_err(|e| fail(0, format!("mount with fault: {e}")))?;
+    }
+    let m = fs.medium();
+    m.set_global_fence(plan.global_fence);
+    m.set_fence_hook(Some(make_hook(st.clone())));
+    let setup_flushes = m.flush_count();
+    let setup_fences = m.fence_count();
+    if let Some(f) = fault.and_then(Fault::sim) {
+        m.set_fault(Some(f));
+    }
+    let sc = sched.clone();
+    m.set_step_hook(Some(Arc::new(move || sc.step())));
+    let mut model = Model::new();
+    sync_from_live(&mut model, &fs).map_err(|e| fail(0, e))?;
+    let s0 = Arc::new(model.canon(true));
+    let live0 = live_canon(&fs, true).map_err(|e| fail(0, e))?;
+    if let Some(d) = s0.diff(&live0) {
+        return Err(fail(0, format!("fresh file system differs from the model: {d}")));
+    }
+    let mut states = vec![s0.clone()];
+    let recs = std::mem::take(&mut lock(&st).recs);
+    let exp = Arc::new(Expect { nofs_ok: true, states: vec![s0], op: 0, op_desc: "mkfs".into() });
+    let stop_early = |st: &Arc<Mutex<HookState>>, states: Vec<Arc<Canon>>| {
+        fs_medium_cleanup(&fs);
+        Ok(finish(st.clone(), states, setup_flushes, 0, setup_fences, 0, None))
+    };
+    if !sink(recs, exp) {
+        return stop_early(&st, states);
+    }
+    let handles = Mutex::new(Handles::new());
+    for round in &plan.rounds {
+        let pairs: Vec<(u32, usize)> = round.iter().map(|&k| (plan.thread_of[k - 1], k)).collect();
+        let solo = round.len() == 1;
+        let results: Mutex<BTreeMap<usize, Result<(), ferrite_core::Error>>> =
+            Mutex::new(BTreeMap::new());
+        let panicked: Mutex<Option<(usize, String)>> = Mutex::new(None);
+        sched.begin_round(&pairs);
+        std::thread::scope(|sc| {
+            for &(t, k) in &pairs {
+                let (fs, sched, handles, results, panicked) =
+                    (&fs, &sched, &handles, &results, &panicked);
+                let op = &w.ops[k - 1];
+                sc.spawn(move || {
+                    set_sim_thread(t);
+                    sched.arrive(t);
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        if solo {
+                            exec(fs, op, &mut lock(handles))
+                        } else {
+                            // Grouped operations use no handles.
+                            exec(fs, op, &mut Handles::new())
+                        }
+                    }));
+                    match r {
+                        Ok(r) => {
+                            lock(results).insert(k, r);
+                        }
+                        Err(p) => {
+                            let msg = p
+                                .downcast_ref::<String>()
+                                .cloned()
+                                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                                .unwrap_or_default();
+                            *lock(panicked) = Some((k, msg));
+                        }
+                    }
+                    sched.done(t);
+                });
+            }
+            // Watchdog: never hang on a broken round assumption.
+            let mut last = (sched.steps.load(std::sync::atomic::Ordering::Relaxed), Instant::now());
+            while sched.live() > 0 {
+                std::thread::sleep(Duration::from_millis(2));
+                let now = sched.steps.load(std::sync::atomic::Ordering::Relaxed);
+                if now != last.0 {
+                    last = (now, Instant::now());
+                } else if last.1.elapsed() > STALL {
+                    eprintln!(
+                        "crashtest: workload {} stalled in round {round:?}: a thread of the round \
+                         waits for a lock another one holds (see sched.rs); aborting",
+                        w.name
+                    );
+                    std::process::abort();
+                }
+            }
+        });
+        if let Some((k, msg)) = lock(&panicked).take() {
+            return Err(fail(k, format!("op {k} ({}) panicked: {msg}", w.ops[k - 1])));
+        }
+        let before = states.last().expect("state 0").clone();
+        let results = std::mem::take(&mut *lock(&results));
+        for &k in round {
+            let live = results.get(&k).expect("every operation of the round returned");
+            check_outcome(k, &w.ops[k - 1], live, &mut model, w.nospc)?;
+        }
+        let last_k = *round.last().expect("non-empty round");
+        let desc = |k: usize| format!("{} [thread {}]", w.ops[k - 1], plan.thread_of[k - 1]);
+        sync_from_live(&mut model, &fs)
+            .map_err(|e| fail(last_k, format!("round {round:?}: {e}")))?;
+        let after = Arc::new(model.canon(true));
+        let live_c =
+            live_canon(&fs, true).map_err(|e| fail(last_k, format!("round {round:?}: {e}")))?;
+        if let Some(d) = after.diff(&live_c) {
+            let ops: Vec<String> = round.iter().map(|&k| desc(k)).collect();
+            return Err(fail(last_k, format!("after round {round:?} ({}) the file system differs from the model (model left, fs right): {d}", ops.join("; "))));
+        }
+        // The state of the round with a subset of its operations applied.
+        let files = |set: &[usize]| -> Vec<&str> {
+            set.iter().filter_map(|&k| groupable(&w.ops[k - 1])).collect()
+        };
+        let with = |set: &[usize]| -> Result<Arc<Canon>, Functional> {
+            if solo {
+                return Ok(if set.is_empty() { before.clone() } else { after.clone() });
+            }
+            if set.len() == round.len() {
+                return Ok(after.clone());
+            }
+            merge(&before, &after, &files(set)).map(Arc::new).map_err(|e| fail(last_k, e))
+        };
+        for (i, _) in round.iter().enumerate() {
+            states.push(with(&round[..=i])?);
+        }
+        let recs = std::mem::take(&mut lock(&st).recs);
+        let mut groups: Vec<(RoundTag, usize, Vec<FenceRec>)> = Vec::new();
+        for r in recs {
+            let tag = r.tag.clone().unwrap_or_default();
+            match groups.iter_mut().find(|g| g.0 == tag && g.1 == r.op) {
+                Some(g) => g.2.push(r),
+                None => groups.push((tag, r.op, vec![r])),
+            }
+        }
+        for (tag, op, recs) in groups {
+            let mut exp_states: Vec<Arc<Canon>> = Vec::new();
+            let n = tag.in_flight.len();
+            for mask in 0..1u32 << n {
+                let mut set = tag.returned.clone();
+                set.extend((0..n).filter(|b| mask & 1 << b != 0).map(|b| tag.in_flight[b]));
+                let c = with(&set)?;
+                if !exp_states.iter().any(|e| **e == *c) {
+                    exp_states.push(c);
+                }
+            }
+            let mut op_desc = desc(op);
+            if !solo {
+                let others: Vec<String> = tag
+                    .in_flight
+                    .iter()
+                    .filter(|&&k| k != op)
+                    .map(|&k| format!("{k}: {}", desc(k)))
+                    .collect();
+                if !others.is_empty() {
+                    op_desc.push_str(&format!("; also in flight: {}", others.join(", ")));
+                }
+            }
+            let exp = Arc::new(Expect { nofs_ok: false, states: exp_states, op, op_desc });
+            if !sink(recs, exp) {
+                return stop_early(&st, states);
+            }
+        }
+    }
+    // The pseudo fence point after the last operation.
+    let n = w.ops.len();
+    let end_fence = {
+        let mut s = lock(&st);
+        s.op = n + 1;
+        let f = s.fence;
+        s.fence += 1;
+        let inf = fs.medium().in_flight();
+        match &s.capture {
+            Capture::Survey => {
+                let lines = crate::subset::lines(&inf).len();
+                s.survey.push(SurveyPoint { fence: f, op: n + 1, words: inf.len(), lines });
+            }
+            Capture::Some(set) => {
+                if set.contains(&f) {
+                    let rec = FenceRec {
+                        fence: f,
+                        op: n + 1,
+                        thread: 0,
+                        tag: None,
+                        durable: Arc::new(fs.medium().durable_image()),
+                        in_flight: Arc::new(inf),
+                    };
+                    s.recs.push(rec);
+                }
+            }
+        }
+        f
+    };
+    let recs = std::mem::take(&mut lock(&st).recs);
+    let exp = Arc::new(Expect {
+        nofs_ok: false,
+        states: vec![states[n].clone()],
+        op: n + 1,
+        op_desc: "after the last operation".into(),
+    });
+    sink(recs, exp);
+    let m = fs.medium();
+    let trace = fault.and_then(Fault::sim).map(|_| m.fault_trace());
+    let (tf, tfe) = (m.flush_count(), m.fence_count());
+    let thread_fences = (1..=plan.threads).map(|t| m.thread_fence_count(t)).collect();
+    fs_medium_cleanup(&fs);
+    let mut d = finish(st, states, setup_flushes, tf, setup_fences, tfe, trace);
+    d.end_fence = end_fence;
+    d.geo = Some(*fs.geometry());
+    d.thread_fences = thread_fences;
+    d.switches = sched.switches.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(d)
+}
+
+fn fs_medium_cleanup(fs: &Fs<SimMedium>) {
+    fs.medium().set_fence_hook(None);
+    fs.medium().set_step_hook(None);
 }

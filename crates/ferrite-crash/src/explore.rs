@@ -491,9 +491,10 @@ pub fn run_suite(
 }
 
 /// The injectable fault kinds, as `--inject` names them.
-pub const FAULT_KINDS: [&str; 6] = [
+pub const FAULT_KINDS: [&str; 7] = [
     "skip-flush",
     "skip-fence",
+    "skip-thread-fence",
     "tail-before-data",
     "journal-out-of-order",
     "early-gc",
@@ -579,6 +580,27 @@ pub fn inject(
                         }
                     })
                     .collect()
+            }
+            "skip-thread-fence" => {
+                // Every simulated thread's fences, `variants` spread over them.
+                let nt = base.thread_fences.len().max(1);
+                let per = variants.div_ceil(nt).max(1);
+                let mut v = Vec::new();
+                for (i, &n) in base.thread_fences.iter().enumerate() {
+                    let pick: Vec<u64> = if n as usize <= per {
+                        (0..n).collect()
+                    } else {
+                        (0..per as u64).map(|j| j * n / per as u64).collect()
+                    };
+                    v.extend(pick.into_iter().map(|x| Fault::SkipThreadFence(i as u32 + 1, x)));
+                }
+                if v.is_empty() {
+                    return Err(format!(
+                        "skip-thread-fence needs a concurrent workload (mt-*), not {}",
+                        w.name
+                    ));
+                }
+                v
             }
             "tail-before-data" => vec![Fault::Core(CoreFault::TailBeforeData)],
             "journal-out-of-order" => vec![Fault::Core(CoreFault::JournalOutOfOrder)],
@@ -724,6 +746,9 @@ pub fn replay(spec: &ReplaySpec, out: &mut dyn std::io::Write) -> Result<bool, S
         out,
         format!("workload {}: fence {} during op {} ({})", w.name, rec.fence, exp.op, exp.op_desc),
     );
+    if w.mt.is_some() {
+        w_(out, format!("the fence is simulated thread {}'s", rec.thread));
+    }
     let lines = subset::lines(&rec.in_flight);
     w_(out, format!("in flight: {} words in {} cache lines", rec.in_flight.len(), lines.len()));
     let chosen = spec.subset.select(&rec.in_flight);

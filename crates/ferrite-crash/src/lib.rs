@@ -12,7 +12,8 @@
 //! Modules: [`model`] (reference tree, operations), [`exec`] (operations on a live
 //! pool, canonical tree), [`gen`] (model-based random workloads), [`workloads`]
 //! (the named suite), [`drive`] (running a workload under a fence hook), [`subset`]
-//! (in-flight subsets), [`check`] (the oracle), [`explore`] (budgets, parallel
+//! (in-flight subsets), [`sched`] (the step scheduler of concurrent
+//! workloads), [`check`] (the oracle), [`explore`] (budgets, parallel
 //! checking, fault scans, replay), [`process`] (real process kills), [`cli`].
 #![forbid(unsafe_code)]
 
@@ -25,6 +26,7 @@ pub mod gen;
 pub mod model;
 pub mod process;
 pub mod rng;
+pub mod sched;
 pub mod subset;
 pub mod workloads;
 

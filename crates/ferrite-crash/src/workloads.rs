@@ -5,10 +5,242 @@
 //! up front from their seed), so running it twice issues the same stores, flushes
 //! and fences (the pool has one shard and a fixed uuid; nothing depends on time but
 //! the timestamp values themselves).
+//!
+//! Concurrent workloads (`mt-*`) add an [`MtPlan`]: each operation belongs to a
+//! simulated thread, and the operations run in *rounds* fixed up front from the
+//! seed. A round holds either one operation (any kind) or several single-inode
+//! operations of different threads on different files ([`groupable`]), which the
+//! step scheduler ([`crate::sched`]) interleaves at every store, flush and fence.
+//! Operations that share an inode or touch several inodes never share a round: they
+//! hold locks across medium steps that another thread of the round could need, so
+//! they interleave with the others at operation boundaries only.
 
 use crate::gen::{generate, GenConfig};
 use crate::model::{Op, RenameKind, XattrHow};
+use crate::rng::Rng;
 use ferrite_core::Ts;
+
+/// How a concurrent workload runs.
+#[derive(Clone, Debug)]
+pub struct MtPlan {
+    /// Simulated threads (numbered 1..=threads; thread 0 is the driver: mkfs, mount).
+    pub threads: u32,
+    /// Simulated thread of each operation.
+    pub thread_of: Vec<u32>,
+    /// Rounds of 1-based operation indices, in order; together they list every
+    /// operation once, in increasing order.
+    pub rounds: Vec<Vec<usize>>,
+    /// Seed of the step scheduler.
+    pub seed: u64,
+    /// Simulate the old global fence (any thread's fence persists every thread's
+    /// flushes): only to show what per-thread fences catch.
+    pub global_fence: bool,
+}
+
+/// The file a single-inode operation changes, if it may share a round with
+/// operations of other threads on other files.
+pub fn groupable(op: &Op) -> Option<&str> {
+    match op {
+        Op::Write { path, .. }
+        | Op::Append { path, .. }
+        | Op::Truncate { path, .. }
+        | Op::Fallocate { path, .. }
+        | Op::Punch { path, .. }
+        | Op::Chmod { path, .. }
+        | Op::Chown { path, .. }
+        | Op::SetXattr { path, .. }
+        | Op::RemoveXattr { path, .. }
+        | Op::Fsync { path }
+        | Op::Compact { path } => Some(path),
+        _ => None,
+    }
+}
+
+/// A concurrent workload: the operations of each thread, in its order, interleaved
+/// into rounds drawn from `seed` (with `group`, groupable operations of different
+/// threads on different files share rounds; without, every round is one operation).
+fn mt(name: &str, about: &str, per_thread: Vec<Vec<Op>>, seed: u64, group: bool) -> Workload {
+    let mut rng = Rng::derive(seed, name.bytes().fold(0u64, |h, b| h.wrapping_mul(131) ^ b as u64));
+    let n = per_thread.len();
+    let mut next = vec![0usize; n];
+    let mut ops = Vec::new();
+    let mut thread_of = Vec::new();
+    let mut rounds = Vec::new();
+    loop {
+        let mut avail: Vec<usize> = (0..n).filter(|&t| next[t] < per_thread[t].len()).collect();
+        if avail.is_empty() {
+            break;
+        }
+        for i in (1..avail.len()).rev() {
+            let j = rng.below(i as u64 + 1) as usize;
+            avail.swap(i, j);
+        }
+        let mut round: Vec<usize> = Vec::new(); // threads
+        let mut files: Vec<&str> = Vec::new();
+        for t in avail {
+            let op = &per_thread[t][next[t]];
+            let g = groupable(op).filter(|_| group);
+            if round.is_empty() {
+                round.push(t);
+                match g {
+                    Some(f) => files.push(f),
+                    None => break,
+                }
+            } else if let Some(f) = g {
+                if !files.contains(&f) && rng.chance(3, 4) {
+                    round.push(t);
+                    files.push(f);
+                }
+            }
+        }
+        let mut r = Vec::new();
+        for t in round {
+            ops.push(per_thread[t][next[t]].clone());
+            thread_of.push(t as u32 + 1);
+            next[t] += 1;
+            r.push(ops.len());
+        }
+        rounds.push(r);
+    }
+    let mut x = w(name, about, MB, ops);
+    x.mt = Some(MtPlan {
+        threads: n as u32,
+        thread_of,
+        rounds,
+        seed: seed ^ 0x5c4e_d01e,
+        global_fence: false,
+    });
+    x
+}
+
+/// The concurrent workloads (`mt-*`), seeded by `seed`.
+pub fn mt_suite(seed: u64) -> Vec<Workload> {
+    let private = (1..=3u8)
+        .map(|t| {
+            let f = format!("/p{t}");
+            let p = |x: u8| t * 40 + x;
+            vec![
+                create(&f),
+                write(&f, 0, 100, p(1)),
+                write(&f, 0, 4096, p(2)),
+                write(&f, 5000, 3000, p(3)),
+                append(&f, 700, p(4)),
+                write(&f, 50, 200, p(5)),
+                write(&f, 0, 24 * KB, p(6)),
+                append(&f, 5000, p(7)),
+                truncate(&f, 2000),
+                Op::Fallocate { path: f.clone(), off: 0, len: 16 * KB, keep_size: false },
+                Op::Punch { path: f.clone(), off: 4096, len: 4096 },
+                chmod(&f, 0o600),
+                setx(&f, "user.t", 60, p(8), XattrHow::Any),
+                write(&f, 8192, 8192, p(9)),
+            ]
+        })
+        .collect();
+    let shared = (1..=3u8)
+        .map(|t| {
+            let mut o = Vec::new();
+            if t == 1 {
+                o.push(create("/s"));
+            }
+            let base = t as u64 * 16 * KB;
+            o.push(write("/s", base, 4096, t));
+            o.push(write("/s", 2000, 7000, 10 + t));
+            o.push(append("/s", 300 + t as u64 * 100, 20 + t));
+            o.push(write("/s", base + 100, 200, 30 + t));
+            o.push(append("/s", 4096, 40 + t));
+            if t == 3 {
+                o.push(truncate("/s", 40 * KB));
+            }
+            o.push(write("/s", base, 12 * KB, 50 + t));
+            o.push(append("/s", 50, 60 + t));
+            o
+        })
+        .collect();
+    let dir = (1..=3u8)
+        .map(|t| {
+            let mut o = Vec::new();
+            if t == 1 {
+                o.push(mkdir("/d"));
+            }
+            for i in 0..4 {
+                o.push(create(&format!("/d/a{t}{i}")));
+                o.push(rename(&format!("/d/a{t}{i}"), &format!("/d/b{i}")));
+                if i % 2 == 1 {
+                    o.push(unlink(&format!("/d/b{}", i - 1)));
+                    o.push(mkdir(&format!("/d/s{t}")));
+                } else {
+                    o.push(rmdir(&format!("/d/s{t}")));
+                }
+            }
+            o.push(rename("/d/b1", &format!("/d/c{t}")));
+            o.push(unlink(&format!("/d/c{t}")));
+            o
+        })
+        .collect();
+    let gc = (1..=3u8)
+        .map(|t| {
+            let mut o = Vec::new();
+            if t < 3 {
+                let f = format!("/g{t}");
+                o.push(create(&f));
+                for i in 0..24u64 {
+                    o.push(write(&f, (i % 2) * 100, 300, t * 50 + i as u8));
+                    if i % 6 == 5 {
+                        o.push(chmod(&f, 0o600 + i as u32));
+                        o.push(write(&f, 4096, 4096, i as u8));
+                    }
+                }
+            } else {
+                o.push(create("/g3"));
+                for i in 0..4u64 {
+                    o.push(write("/g3", 0, 4096, 200 + i as u8));
+                    o.push(Op::Compact { path: s("/g1") });
+                    o.push(Op::Compact { path: s("/g2") });
+                    o.push(write("/g3", 100, 50, 210 + i as u8));
+                }
+            }
+            o
+        })
+        .collect();
+    let mut random = generate(seed.wrapping_add(200), 90, GenConfig::default());
+    random.retain(|op| !matches!(op, Op::Remount | Op::CrashRemount));
+    // The generated order is kept (each operation is its own round); the threads
+    // are drawn per operation, a handle's operations staying on one thread.
+    let mut rng = Rng::derive(seed, 0x3a7d);
+    let thread_of: Vec<u32> = random
+        .iter()
+        .map(|op| match op {
+            Op::Open { handle, .. } | Op::Release { handle } | Op::WriteHandle { handle, .. } => {
+                *handle % 3 + 1
+            }
+            _ => rng.below(3) as u32 + 1,
+        })
+        .collect();
+    let mut rnd = w(
+        "mt-random",
+        &format!(
+            "90 generated operations (seed {}) spread over 3 threads, one per round",
+            seed.wrapping_add(200)
+        ),
+        MB,
+        random,
+    );
+    rnd.mt = Some(MtPlan {
+        threads: 3,
+        rounds: (1..=thread_of.len()).map(|k| vec![k]).collect(),
+        thread_of,
+        seed: seed ^ 0x5c4e_d01e,
+        global_fence: false,
+    });
+    vec![
+        mt("mt-private", "3 threads on private files, interleaved at every store/flush/fence", private, seed, true),
+        mt("mt-shared-file", "3 threads on one file: disjoint and overlapping ranges, O_APPEND appends, truncate", shared, seed, true),
+        mt("mt-dir", "3 threads in one directory: create / rename-over / unlink / mkdir / rmdir storms", dir, seed, true),
+        mt("mt-gc", "2 writers whose overwrites feed fast GC, a third thread compacting their logs beside them", gc, seed, true),
+        rnd,
+    ]
+}
 
 /// A named workload.
 #[derive(Clone, Debug)]
@@ -27,6 +259,8 @@ pub struct Workload {
     pub mkfs_points: bool,
     /// The operations.
     pub ops: Vec<Op>,
+    /// Concurrent workloads: threads and rounds (None: one thread, the driver's).
+    pub mt: Option<MtPlan>,
 }
 
 fn s(x: &str) -> String {
@@ -87,6 +321,7 @@ fn w(name: &str, about: &str, pool: u64, ops: Vec<Op>) -> Workload {
         nospc: false,
         mkfs_points: false,
         ops,
+        mt: None,
     }
 }
 
@@ -411,6 +646,7 @@ pub fn suite(seed: u64) -> Vec<Workload> {
     );
     small.nospc = true;
     v.push(small);
+    v.extend(mt_suite(seed));
     v
 }
 

@@ -11,6 +11,7 @@ fn plan(kind: &str) -> (&'static str, usize, u64) {
     match kind {
         "skip-flush" => ("write-pages,namespace", 8, 600),
         "skip-fence" => ("write-pages,rename", 6, 600),
+        "skip-thread-fence" => ("mt-private", 6, 600),
         "tail-before-data" => ("fallocate-reuse", 1, 3000),
         "unchecked-data" => ("write-pages", 1, 3000),
         "journal-out-of-order" => ("rename", 1, 3000),
