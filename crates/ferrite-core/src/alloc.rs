@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::layout::Geometry;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// A plain bitmap.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -206,6 +206,11 @@ impl FreeList {
 pub struct BlockAlloc {
     geo: Geometry,
     shards: Vec<Mutex<FreeList>>,
+    /// Shard `s` held free blocks at its last change (written under its lock, read
+    /// without): `alloc` skips shards without blocks instead of locking each one. A
+    /// client's grants lie in few shards, so its every allocation used to lock and
+    /// search all the empty others first (1.8x the allocator's instructions).
+    stocked: Vec<AtomicBool>,
     free: AtomicU64,
     reserve: u64,
 }
@@ -234,14 +239,16 @@ impl BlockAlloc {
             }
         }
         let reserve = (geo.nblocks / 512).clamp(8, 1024);
-        BlockAlloc { geo: *geo, shards, free: AtomicU64::new(free), reserve }
+        let stocked = shards.iter().map(|s| AtomicBool::new(!s.lock().ext.is_empty())).collect();
+        BlockAlloc { geo: *geo, shards, stocked, free: AtomicU64::new(free), reserve }
     }
 
     /// No free block and no reserve: a direct-access client's allocator, filled by
     /// the daemon's grants (through [`BlockAlloc::free`]).
     pub fn empty(geo: &Geometry) -> Self {
         let shards = (0..geo.nshards).map(|_| Mutex::new(FreeList::default())).collect();
-        BlockAlloc { geo: *geo, shards, free: AtomicU64::new(0), reserve: 0 }
+        let stocked = (0..geo.nshards).map(|_| AtomicBool::new(false)).collect();
+        BlockAlloc { geo: *geo, shards, stocked, free: AtomicU64::new(0), reserve: 0 }
     }
 
     /// Free blocks.
@@ -284,6 +291,9 @@ impl BlockAlloc {
         'passes: for _pass in 0..1024 {
             for i in 0..ns {
                 let s = (shard + i) % ns;
+                if !self.stocked[s as usize].load(Ordering::Acquire) {
+                    continue;
+                }
                 let mut fl = self.shards[s as usize].lock();
                 while need > 0 {
                     match fl.take(need) {
@@ -294,6 +304,7 @@ impl BlockAlloc {
                         None => break,
                     }
                 }
+                self.stocked[s as usize].store(!fl.ext.is_empty(), Ordering::Release);
                 if need == 0 {
                     break 'passes;
                 }
@@ -304,8 +315,11 @@ impl BlockAlloc {
             // Not expected; give everything back rather than panic.
             let got: u64 = out.iter().map(|e| e.1).sum();
             for (st, l) in out {
-                let r = self.shards[self.geo.block_shard(st) as usize].lock().insert(st, l);
+                let s = self.geo.block_shard(st) as usize;
+                let mut fl = self.shards[s].lock();
+                let r = fl.insert(st, l);
                 debug_assert!(r.is_ok(), "blocks just taken were free");
+                self.stocked[s].store(true, Ordering::Release);
             }
             self.free.fetch_add(got + need, Ordering::AcqRel);
             return Err(Error::NoSpace);
@@ -334,8 +348,11 @@ impl BlockAlloc {
             let s = self.geo.block_shard(b);
             let (_, se) = self.geo.shard_range(s);
             let e = end.min(se);
-            match self.shards[s as usize].lock().insert(b, e - b) {
+            let mut fl = self.shards[s as usize].lock();
+            match fl.insert(b, e - b) {
                 Ok(()) => {
+                    self.stocked[s as usize].store(true, Ordering::Release);
+                    drop(fl);
                     self.free.fetch_add(e - b, Ordering::AcqRel);
                 }
                 Err(x) => bad = bad.or(Some(x)),
