@@ -394,3 +394,31 @@ fn standard_options_reach_the_kernel() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not waiting"));
 }
+
+/// Bug: after a panic inside a request handler the daemon kept committing on DRAM
+/// state the panic may have left half-updated. Now the request fails with EIO, the
+/// pool turns read-only (writes EROFS, reads go on), the log says why, and the next
+/// mount recovers from the logs. The panic is injected in mkdir (debug builds read
+/// FERRITE_TEST_PANIC_IN).
+#[test]
+fn a_panic_in_a_request_turns_the_mount_read_only() {
+    let mut m = Mount::unmounted("panic", "64M");
+    m.mount_with_env("", &[("FERRITE_TEST_PANIC_IN", "mkdir")]);
+    std::fs::write(m.path("before"), b"kept").unwrap();
+    let e = std::fs::create_dir(m.path("d")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    let e = std::fs::write(m.path("after"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let e = std::fs::OpenOptions::new().append(true).open(m.path("before")).and_then(|mut f| {
+        use std::io::Write;
+        f.write_all(b"more")
+    });
+    assert_eq!(e.unwrap_err().raw_os_error(), Some(libc::EROFS));
+    assert_eq!(std::fs::read(m.path("before")).unwrap(), b"kept");
+    let log = m.log_text();
+    assert!(log.contains("read-only from now on"), "{log}");
+    m.umount();
+    let (report, fsck) = m.check_pool();
+    assert!(!report.clean, "the poisoned session must not write a clean checkpoint");
+    assert!(fsck.is_clean(), "{:?}", fsck.errors);
+}

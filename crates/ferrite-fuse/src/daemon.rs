@@ -268,6 +268,22 @@ fn fuser_config(p: &Plan) -> Config {
 }
 
 /// Close the pool after the session: a clean unmount (checkpoint) unless poisoned.
+/// A panic anywhere in the daemon may leave DRAM state half-updated: stop committing
+/// at the panic itself. (The handler's own catch is too late: the unwinding drops
+/// the request's reply, which answers EIO, and the caller's next request could
+/// commit before the catch ran.) The hook holds the `Fs` weakly, so the final
+/// unmount still owns it alone.
+fn stop_commits_at_any_panic(fs: &Arc<Fs<MmapMedium>>) {
+    let weak = Arc::downgrade(fs);
+    let prev = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if let Some(fs) = weak.upgrade() {
+            fs.stop_commits(&format!("internal error (panic) {info}"));
+        }
+        prev(info);
+    }));
+}
+
 fn close_pool(fs: Arc<Fs<MmapMedium>>, health: &Health, mp: &Path) -> i32 {
     let fs = match Arc::try_unwrap(fs) {
         Ok(fs) => fs,
@@ -382,6 +398,7 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
     } else {
         (Arc::new(fs), None)
     };
+    stop_commits_at_any_panic(&fs);
     let report = fs.mount_report().clone();
     let durability = fs.medium().durability();
     let health = Arc::new(Health::default());

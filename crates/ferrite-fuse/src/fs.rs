@@ -280,6 +280,14 @@ fn file_attr(nodeid: u64, a: &Attr) -> FileAttr {
     }
 }
 
+/// Debug builds only (tests): `FERRITE_TEST_PANIC_IN=OP` makes every request of kind
+/// OP panic inside its handler, to exercise the panic path end to end.
+#[cfg(debug_assertions)]
+fn injected_panic(what: &str) -> bool {
+    static AT: OnceLock<Option<String>> = OnceLock::new();
+    AT.get_or_init(|| std::env::var("FERRITE_TEST_PANIC_IN").ok()).as_deref() == Some(what)
+}
+
 /// The attributes of a negative entry reply (node id 0: "no such name").
 fn negative_attr() -> FileAttr {
     FileAttr {
@@ -457,7 +465,14 @@ impl FerriteFuse {
         if let Some(i) = OPS.iter().position(|o| *o == what) {
             self.health.counts[i].fetch_add(1, Ordering::Relaxed);
         }
-        if catch_unwind(AssertUnwindSafe(f)).is_err() {
+        let run = || {
+            #[cfg(debug_assertions)]
+            if injected_panic(what) {
+                panic!("panic injected in {what} (FERRITE_TEST_PANIC_IN)");
+            }
+            f()
+        };
+        if catch_unwind(AssertUnwindSafe(run)).is_err() {
             self.health.poisoned.store(true, Ordering::SeqCst);
             eprintln!("ferrite: internal error (panic) in {what}; answered EIO, pool will be recovered at next mount");
             // DRAM state may be half-updated: commit nothing more on it.

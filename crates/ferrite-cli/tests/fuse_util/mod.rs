@@ -98,7 +98,13 @@ impl Mount {
 
     /// Mount (creating the pool if needed) in the background.
     pub fn mount(&mut self, opts: &str) {
+        self.mount_with_env(opts, &[]);
+    }
+
+    /// [`Self::mount`] with extra environment variables for the daemon.
+    pub fn mount_with_env(&mut self, opts: &str, env: &[(&str, &str)]) {
         let mut c = Command::new(ferrite());
+        c.envs(env.iter().copied());
         c.arg("mount").arg(&self.pool).arg(&self.mnt).arg("--create").arg(&self.size);
         c.arg("--log").arg(&self.log);
         if !opts.is_empty() {
