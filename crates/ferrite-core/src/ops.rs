@@ -290,7 +290,7 @@ impl<M: Medium> Fs<M> {
             pieces
         };
         // The time first: reading the clock waits for stores in flight.
-        let now = Ts::now();
+        let now = self.m.now();
         let ncow = pieces.iter().filter(|p| !matches!(p, Piece::Inline { .. })).count() as u64;
         let runs = self.alloc_blocks(self.shard(), ncow, false)?;
         // Copy data into the new blocks (outside the inode lock), each page's
@@ -386,7 +386,7 @@ impl<M: Medium> Fs<M> {
                 FileType::Regular => {}
             }
         }
-        let now = Ts::now();
+        let now = self.m.now();
         let (e, _) = Self::setattr_entry(&st, |a| {
             if let Some(p) = ch.perm {
                 a.mode = (a.mode & !0o7777) | (p & 0o7777);
@@ -460,7 +460,7 @@ impl<M: Medium> Fs<M> {
         let _h = self.hold(&i)?;
         let _r = i.ranges.lock(0, u64::MAX);
         let mut st = i.st.write();
-        let now = Ts::now();
+        let now = self.m.now();
         if mode.punch_hole {
             let size = st.attr.size;
             if off >= size {
@@ -616,7 +616,7 @@ impl<M: Medium> Fs<M> {
         let old_state = self.read_slot(ino).state;
         debug_assert!(old_state & 1 == 0, "allocated inode {ino} is in use on media");
         let seed = log::seed(&self.sb.uuid, ino, old_state + 1);
-        let now = Ts::now();
+        let now = self.m.now();
         let mut attr = self.new_attr(ftype, perm, uid, gid, parent, now);
         let mut entries = Vec::new();
         let mut data = Vec::new();
@@ -718,7 +718,7 @@ impl<M: Medium> Fs<M> {
         if locked.st(ino).attr.nlink >= u32::MAX - 1 {
             return Err(Error::invalid("too many links"));
         }
-        let now = Ts::now();
+        let now = self.m.now();
         let cookie = locked.st(parent).dir().expect("dir").next_cookie;
         let ft = locked.st(ino).ftype;
         let pe = EntryBuf::dentry(ino, cookie, now, ft.code(), name);
@@ -779,7 +779,7 @@ impl<M: Medium> Fs<M> {
                 }
                 _ => {}
             }
-            let now = Ts::now();
+            let now = self.m.now();
             let mut pentries = vec![EntryBuf::dentry(0, 0, now, 0, name)];
             if dir {
                 let (e, _) = Self::setattr_entry(locked.st(parent), |a| {
@@ -932,7 +932,7 @@ impl<M: Medium> Fs<M> {
                     return Err(Error::NotEmpty);
                 }
             }
-            let now = Ts::now();
+            let now = self.m.now();
             let s_ft = locked.st(s).ftype.code();
             let mut sp_entries: Vec<EntryBuf> = Vec::new();
             let mut dp_entries: Vec<EntryBuf> = Vec::new();
@@ -1168,7 +1168,7 @@ impl<M: Medium> Fs<M> {
             XattrSet::Replace if !exists => return Err(Error::NoAttr),
             _ => {}
         }
-        let e = EntryBuf::xattr(false, name, value, Ts::now());
+        let e = EntryBuf::xattr(false, name, value, self.m.now());
         self.commit_single(&i, &mut st, &mut [e], false, false)
     }
 
@@ -1191,7 +1191,7 @@ impl<M: Medium> Fs<M> {
         if !st.xattrs.contains_key(name) {
             return Err(Error::NoAttr);
         }
-        let e = EntryBuf::xattr(true, name, &[], Ts::now());
+        let e = EntryBuf::xattr(true, name, &[], self.m.now());
         self.commit_single(&i, &mut st, &mut [e], false, true)
     }
 

@@ -84,6 +84,12 @@ pub trait Medium: Send + Sync + 'static {
     fn fence(&self);
     /// What a completed, fenced operation survives on this medium.
     fn durability(&self) -> Durability;
+    /// The time stamped on what is written now (entries' mtime and ctime): the real
+    /// clock, unless the medium simulates one (a crash-simulator run must be a
+    /// function of its seed, timestamps included).
+    fn now(&self) -> crate::log::Ts {
+        crate::log::Ts::now()
+    }
 }
 
 /// Several parties (a daemon and its clients in one test process) may share one
@@ -91,6 +97,9 @@ pub trait Medium: Send + Sync + 'static {
 impl<T: Medium> Medium for std::sync::Arc<T> {
     fn len(&self) -> u64 {
         (**self).len()
+    }
+    fn now(&self) -> crate::log::Ts {
+        (**self).now()
     }
     fn read(&self, off: u64, dst: &mut [u8]) {
         (**self).read(off, dst)

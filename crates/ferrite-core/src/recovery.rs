@@ -18,7 +18,7 @@ use crate::fs::{Fs, GcStats, MkfsOptions, MountOptions, MountReport};
 use crate::index::{FileType, InodeState};
 use crate::journal::{self, JournalOutcome};
 use crate::layout::*;
-use crate::log::{self, AttrRec, EntryBuf, Ts};
+use crate::log::{self, AttrRec, EntryBuf};
 use crate::pmem::{persist_u64, Medium};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -119,7 +119,7 @@ impl<M: Medium> Fs<M> {
         ninodes = ninodes.div_ceil(nshards as u64) * nshards as u64;
         let geo = Geometry::compute(nblocks, nshards, ninodes)?;
         let uuid = opts.uuid.unwrap_or_else(uuid_now);
-        let now = Ts::now();
+        let now = m.now();
         let sb = Superblock {
             magic: MAGIC,
             version: VERSION,

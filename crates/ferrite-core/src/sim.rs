@@ -146,7 +146,13 @@ pub struct SimMedium {
     step: parking_lot::RwLock<Option<StepHook>>,
     len: u64,
     stats: Arc<PersistStats>,
+    /// The simulated clock (nanoseconds): each reading advances it by a microsecond,
+    /// so timestamps depend only on the order of operations.
+    clock: std::sync::atomic::AtomicU64,
 }
+
+/// Where every simulated clock starts (2027-01-15, in nanoseconds).
+const SIM_EPOCH_NS: u64 = 1_800_000_000 * 1_000_000_000;
 
 fn word(buf: &[u8], off: u64) -> u64 {
     let o = off as usize;
@@ -182,6 +188,7 @@ impl SimMedium {
             step: parking_lot::RwLock::new(None),
             len,
             stats: Arc::new(PersistStats::default()),
+            clock: std::sync::atomic::AtomicU64::new(SIM_EPOCH_NS),
         }
     }
 
@@ -352,6 +359,11 @@ pub fn crash_image<'a>(durable: &[u8], chosen: impl IntoIterator<Item = &'a InFl
 impl Medium for SimMedium {
     fn len(&self) -> u64 {
         self.len
+    }
+
+    fn now(&self) -> crate::log::Ts {
+        let t = self.clock.fetch_add(1_000, std::sync::atomic::Ordering::Relaxed);
+        crate::log::Ts { sec: (t / 1_000_000_000) as i64, nsec: (t % 1_000_000_000) as u32 }
     }
 
     fn read(&self, off: u64, dst: &mut [u8]) {

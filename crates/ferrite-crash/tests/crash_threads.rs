@@ -41,12 +41,13 @@ fn a_concurrent_run_is_a_function_of_its_seed() {
     let w = mt("mt-gc");
     let a = explore::survey(&w, None).unwrap();
     let b = explore::survey(&w, None).unwrap();
-    // Fence points and the operation at each repeat exactly. The number of words in
-    // flight is left out: timestamps come from the real clock, and a timestamp word
-    // that happens to equal the value it overwrites is no pending store (seen once in
-    // 40 runs on a loaded machine: 79 words against 80 at one fence).
+    // Fence points, the operation at each and the words in flight repeat exactly.
+    // (Regression: with timestamps from the real clock, a timestamp word equal to the
+    // one it overwrote was no pending store, so the count moved with the wall clock:
+    // 79 words against 80 at one fence, once in 40 loaded runs. The simulated medium
+    // now keeps its own clock.)
     let key = |d: &ferrite_crash::drive::Driven| {
-        d.survey.iter().map(|p| (p.fence, p.op)).collect::<Vec<_>>()
+        d.survey.iter().map(|p| (p.fence, p.op, p.words)).collect::<Vec<_>>()
     };
     assert_eq!(key(&a), key(&b));
     assert_eq!(a.switches, b.switches);
