@@ -36,6 +36,23 @@ pub struct Sample {
     pub extra: BTreeMap<String, f64>,
 }
 
+impl Sample {
+    /// A repetition measured as one number (no operation or byte counts).
+    pub fn value(experiment: &str, case: &str, target: &str, rep: usize, value: f64) -> Sample {
+        Sample {
+            experiment: experiment.into(),
+            case: case.into(),
+            target: target.into(),
+            rep,
+            ops: 0,
+            bytes: 0,
+            secs: 0.0,
+            value,
+            extra: BTreeMap::new(),
+        }
+    }
+}
+
 /// A row of a table: label and the case it shows.
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {

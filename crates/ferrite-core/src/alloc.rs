@@ -490,14 +490,20 @@ impl InodeAlloc {
 mod tests {
     use super::*;
 
-    #[test]
-    fn alloc_free_merge_and_reserve() {
+    /// A 1024-block, 2-shard geometry and its allocator with every data block free.
+    fn fresh_blocks() -> (Geometry, BlockAlloc) {
         let g = Geometry::compute(1024, 2, 64).unwrap();
         let mut used = Bitmap::new(1024);
         for b in 0..g.data_start {
             used.set(b);
         }
         let a = BlockAlloc::from_used(&g, &used);
+        (g, a)
+    }
+
+    #[test]
+    fn alloc_free_merge_and_reserve() {
+        let (g, a) = fresh_blocks();
         let total = a.free_blocks();
         let ex = a.alloc(0, 10, false).unwrap();
         assert_eq!(ex.iter().map(|e| e.1).sum::<u64>(), 10);
@@ -519,12 +525,7 @@ mod tests {
     /// It is now a corruption error, and nothing of the range is counted twice.
     #[test]
     fn double_frees_are_errors_that_change_nothing() {
-        let g = Geometry::compute(1024, 2, 64).unwrap();
-        let mut used = Bitmap::new(1024);
-        for b in 0..g.data_start {
-            used.set(b);
-        }
-        let a = BlockAlloc::from_used(&g, &used);
+        let (g, a) = fresh_blocks();
         let total = a.free_blocks();
         let ex = a.alloc(0, 8, false).unwrap();
         let (s, l) = ex[0];

@@ -714,17 +714,21 @@ impl InodeState {
 mod tests {
     use super::*;
 
-    /// `holes` walks runs, not pages: it must list exactly the pages a page-by-page
-    /// filter lists, and refuse past its limit.
-    #[test]
-    fn holes_match_a_page_walk() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = |n: u64| {
+    /// A small deterministic generator: `rnd(n)` is below `n`.
+    fn xorshift(mut x: u64) -> impl FnMut(u64) -> u64 {
+        move |n| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             x % n
-        };
+        }
+    }
+
+    /// `holes` walks runs, not pages: it must list exactly the pages a page-by-page
+    /// filter lists, and refuse past its limit.
+    #[test]
+    fn holes_match_a_page_walk() {
+        let mut rnd = xorshift(0x9e37_79b9_7f4a_7c15);
         for _ in 0..200 {
             let mut f = FileIndex::default();
             for k in 0..rnd(12) {
@@ -748,13 +752,7 @@ mod tests {
     /// page-by-page scan.
     #[test]
     fn next_data_and_hole_match_a_page_walk() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rnd = xorshift(0x2545_f491_4f6c_dd1d);
         for _ in 0..300 {
             let mut f = FileIndex::default();
             for k in 0..rnd(8) {

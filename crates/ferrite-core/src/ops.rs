@@ -106,12 +106,17 @@ impl<M: Medium> Fs<M> {
         // sees no handle under the write lock, so once we hold the read lock the
         // inode is either freed already (an empty log: ENOENT) or kept for us.
         i.open.fetch_add(1, Ordering::AcqRel);
-        let st = i.st.read();
-        if st.log.pages.is_empty() {
+        if i.st.read().log.pages.is_empty() {
             i.open.fetch_sub(1, Ordering::AcqRel);
             return Err(Error::NotFound);
         }
-        Ok(self.attr_of(&i, &st))
+        // The attributes as committed (another process's direct writes included): a
+        // front end may let the kernel cache them.
+        let a = self.read_fresh(&i, false, |st| self.attr_of(&i, st));
+        if a.is_err() {
+            i.open.fetch_sub(1, Ordering::AcqRel);
+        }
+        a
     }
 
     /// Release a handle taken with [`Fs::open`].
@@ -298,9 +303,10 @@ impl<M: Medium> Fs<M> {
         // them, so data, entries and tail persist under one fence.
         let seed = i.seed;
         let mut blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
-        let mut cow: SmallVec<[(u64, u64, u32); 4]> = SmallVec::new(); // page, block, crc
-                                                                       // Up to CHECKSUM_MAX_PAGES pages the checksums cost less than a second fence;
-                                                                       // a larger write fences its data before the tail instead (two fences).
+        // Page, block and checksum of each copy-on-write page.
+        let mut cow: SmallVec<[(u64, u64, u32); 4]> = SmallVec::new();
+        // Up to CHECKSUM_MAX_PAGES pages the checksums cost less than a second fence;
+        // a larger write fences its data before the tail instead (two fences).
         let checksummed = ncow <= CHECKSUM_MAX_PAGES;
         for p in &pieces {
             let (pg, src) = match p {

@@ -238,19 +238,12 @@ impl Table {
     pub fn may_commit(&self, p: u32) -> bool {
         let w = self.r.words();
         let state = HEADER_WORDS + MAX_JOURNALS * JOURNAL_WORDS + p as usize * PARTY_WORDS;
-        let alive = w[H_ALIVE].load(Ordering::Acquire);
-        w[state + S_STATE].load(Ordering::Acquire) == P_ACTIVE
-            && alive != 0
-            && alive & OWNER_DIED == 0
-            && w[H_FLAGS].load(Ordering::Acquire) & F_SHUTDOWN == 0
+        w[state + S_STATE].load(Ordering::Acquire) == P_ACTIVE && serving(w)
     }
 
     /// Is the daemon alive and serving (not shut down, its sentinel not dead)?
     pub fn daemon_alive(&self) -> bool {
-        let v = self.alive_word().load(Ordering::Acquire);
-        v != 0
-            && v & OWNER_DIED == 0
-            && self.r.words()[H_FLAGS].load(Ordering::Acquire) & F_SHUTDOWN == 0
+        serving(self.r.words())
     }
 
     /// The daemon is ending: clients stop at their next operation.
@@ -554,6 +547,13 @@ fn lock_word(
         slept += 1;
         alive(slept)?;
     }
+}
+
+/// The header words say the daemon is alive and not shutting down.
+#[inline]
+fn serving(w: &[AtomicU32]) -> bool {
+    let alive = w[H_ALIVE].load(Ordering::Acquire);
+    alive != 0 && alive & OWNER_DIED == 0 && w[H_FLAGS].load(Ordering::Acquire) & F_SHUTDOWN == 0
 }
 
 /// Release a lock word held by party `p`.

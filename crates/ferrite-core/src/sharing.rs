@@ -175,7 +175,6 @@ impl<M: Medium> Fs<M> {
             }
             debug_assert_eq!(p.table().holder(i.ino), Some(p.id()), "a lease lost its lock");
             debug_assert!(self.is_fresh(i, &i.st.read()), "a lease's state went stale");
-            g.used = true;
         } else if g.count == 0 {
             p.lock(i.ino)?;
             let r = {

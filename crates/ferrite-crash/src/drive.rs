@@ -384,44 +384,7 @@ pub fn drive(
             return Ok(finish(st, states, setup_flushes, 0, setup_fences, 0, None));
         }
     }
-    // The pseudo fence point after the last operation: whatever is still in flight.
-    let n = w.ops.len();
-    let end_fence = {
-        let mut s = lock(&st);
-        s.op = n + 1;
-        let f = s.fence;
-        s.fence += 1;
-        let inf = fs.medium().in_flight();
-        match &s.capture {
-            Capture::Survey => {
-                let lines = crate::subset::lines(&inf).len();
-                s.survey.push(SurveyPoint { fence: f, op: n + 1, words: inf.len(), lines });
-            }
-            Capture::Some(set) => {
-                if set.contains(&f) {
-                    let rec = FenceRec {
-                        fence: f,
-                        op: n + 1,
-                        thread: 0,
-                        tag: None,
-                        durable: Arc::new(fs.medium().durable_image()),
-                        in_flight: Arc::new(inf),
-                    };
-                    s.recs.push(rec);
-                }
-            }
-        }
-        f
-    };
-    let recs = std::mem::take(&mut lock(&st).recs);
-    let last = states[n].clone();
-    let exp = Arc::new(Expect {
-        nofs_ok: false,
-        states: vec![last],
-        op: n + 1,
-        op_desc: "after the last operation".into(),
-    });
-    sink(recs, exp);
+    let end_fence = end_point(&st, &fs, &states[w.ops.len()], w.ops.len(), sink);
     if first_medium {
         total_flushes = fs.medium().flush_count();
         total_fences = fs.medium().fence_count();
@@ -714,10 +677,31 @@ pub fn drive_mt(
             }
         }
     }
-    // The pseudo fence point after the last operation.
-    let n = w.ops.len();
+    let end_fence = end_point(&st, &fs, &states[w.ops.len()], w.ops.len(), sink);
+    let m = fs.medium();
+    let trace = fault.and_then(Fault::sim).map(|_| m.fault_trace());
+    let (tf, tfe) = (m.flush_count(), m.fence_count());
+    let thread_fences = (1..=plan.threads).map(|t| m.thread_fence_count(t)).collect();
+    fs_medium_cleanup(&fs);
+    let mut d = finish(st, states, setup_flushes, tf, setup_fences, tfe, trace);
+    d.end_fence = end_fence;
+    d.geo = Some(*fs.geometry());
+    d.thread_fences = thread_fences;
+    d.switches = sched.switches.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(d)
+}
+
+/// The pseudo fence point after the last operation (whatever is still in flight),
+/// recorded and handed to `sink` with the final state as the only expectation.
+fn end_point(
+    st: &Mutex<HookState>,
+    fs: &Fs<SimMedium>,
+    last: &Arc<Canon>,
+    n: usize,
+    sink: &mut dyn FnMut(Vec<FenceRec>, Arc<Expect>) -> bool,
+) -> u64 {
     let end_fence = {
-        let mut s = lock(&st);
+        let mut s = lock(st);
         s.op = n + 1;
         let f = s.fence;
         s.fence += 1;
@@ -743,25 +727,15 @@ pub fn drive_mt(
         }
         f
     };
-    let recs = std::mem::take(&mut lock(&st).recs);
+    let recs = std::mem::take(&mut lock(st).recs);
     let exp = Arc::new(Expect {
         nofs_ok: false,
-        states: vec![states[n].clone()],
+        states: vec![last.clone()],
         op: n + 1,
         op_desc: "after the last operation".into(),
     });
     sink(recs, exp);
-    let m = fs.medium();
-    let trace = fault.and_then(Fault::sim).map(|_| m.fault_trace());
-    let (tf, tfe) = (m.flush_count(), m.fence_count());
-    let thread_fences = (1..=plan.threads).map(|t| m.thread_fence_count(t)).collect();
-    fs_medium_cleanup(&fs);
-    let mut d = finish(st, states, setup_flushes, tf, setup_fences, tfe, trace);
-    d.end_fence = end_fence;
-    d.geo = Some(*fs.geometry());
-    d.thread_fences = thread_fences;
-    d.switches = sched.switches.load(std::sync::atomic::Ordering::Relaxed);
-    Ok(d)
+    end_fence
 }
 
 fn fs_medium_cleanup(fs: &Fs<SimMedium>) {

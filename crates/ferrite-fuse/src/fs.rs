@@ -16,8 +16,8 @@
 //!   is opened (after counting it, before the reply) and when it is released.
 //!   `-o nocache` gives every reply a zero time-to-live instead.
 //! - Attributes of a reply that the kernel may cache are the core's caught-up ones
-//!   (`Fs::getattr`), never the daemon's possibly lagging view of an inode shared
-//!   with direct-access clients.
+//!   (`Fs::getattr`, and `Fs::open` for lookups), never the daemon's possibly lagging
+//!   view of an inode shared with direct-access clients.
 //! - Invalidations are sent from inside handlers only for attributes: that takes no
 //!   inode or page lock in the kernel (an entry invalidation takes the parent's
 //!   lock and could deadlock against the request being served; none is needed).
@@ -510,21 +510,7 @@ impl FerriteFuse {
             return Err(Errno::ENOENT);
         }
         let id = self.nodes.add(a.ino, a.generation);
-        Ok(file_attr(id, &self.fresh(pinned)))
-    }
-
-    /// The attributes to reply with for an inode just pinned with `Fs::open`, whose
-    /// answer is the daemon's state as it is: with direct access on, a client's
-    /// commits may not be applied to it yet (`Fs::getattr` catches up first). A
-    /// kernel that caches the reply must get the caught-up attributes.
-    fn fresh(&self, pinned: Attr) -> Attr {
-        if self.direct.is_none() {
-            return pinned;
-        }
-        match self.fs.getattr(pinned.ino) {
-            Ok(a) if a.generation == pinned.generation => a,
-            _ => pinned,
-        }
+        Ok(file_attr(id, &pinned))
     }
 
     /// Look `name` up in `dir` and count the lookup.
@@ -542,7 +528,7 @@ impl FerriteFuse {
                 continue;
             }
             let id = self.nodes.add(ino, pinned.generation);
-            return Ok(file_attr(id, &self.fresh(pinned)));
+            return Ok(file_attr(id, &pinned));
         }
         Err(Errno::EAGAIN)
     }

@@ -11,7 +11,6 @@
 use super::{say, Ctx};
 use crate::results::{Row, Sample, Table};
 use crate::target::{TResult, Target};
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -130,17 +129,7 @@ fn sqlite(dir: &Path, txs: usize, rows: usize) -> Result<f64, String> {
 }
 
 fn sample(case: &str, t: &dyn Target, rep: usize, value: f64) -> Sample {
-    Sample {
-        experiment: "programs".into(),
-        case: case.into(),
-        target: t.name().into(),
-        rep,
-        ops: 0,
-        bytes: 0,
-        secs: 0.0,
-        value,
-        extra: BTreeMap::new(),
-    }
+    Sample::value("programs", case, t.name(), rep, value)
 }
 
 /// Run the real-programs experiment.

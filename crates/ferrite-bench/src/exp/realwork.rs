@@ -18,7 +18,6 @@
 use super::{say, Ctx};
 use crate::results::{Row, Sample, Table};
 use crate::target::{TResult, Target, TargetError};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -191,17 +190,7 @@ fn calls(case: &str, dir: &Path, n: usize) -> std::io::Result<f64> {
 }
 
 fn sample(case: &str, t: &dyn Target, rep: usize, value: f64) -> Sample {
-    Sample {
-        experiment: "real-work".into(),
-        case: case.into(),
-        target: t.name().into(),
-        rep,
-        ops: 0,
-        bytes: 0,
-        secs: 0.0,
-        value,
-        extra: BTreeMap::new(),
-    }
+    Sample::value("real-work", case, t.name(), rep, value)
 }
 
 /// Run the real-work experiment.
