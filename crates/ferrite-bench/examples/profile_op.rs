@@ -27,7 +27,11 @@ fn main() {
         }
     }
     let _rm = Rm(pool.clone());
-    let size = 2u64 << 30;
+    // FERRITE_PROFILE_POOL_MB: a smaller pool for valgrind (prefaulting 2 GiB under
+    // callgrind takes minutes); FERRITE_PROFILE_OPS: exactly this many operations.
+    let env_u64 = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+    let size = env_u64("FERRITE_PROFILE_POOL_MB").map_or(2u64 << 30, |mb| mb << 20);
+    let max_ops = env_u64("FERRITE_PROFILE_OPS").unwrap_or(u64::MAX);
     let m = MmapMedium::create(pool.as_ref(), size, &MapOptions::default()).expect("pool");
     ferrite_bench::target::lib::prefault(&m);
     let fs = Fs::mkfs(m, &MkfsOptions::default()).expect("mkfs");
@@ -73,7 +77,7 @@ fn main() {
         x % m
     };
     let mut rbuf = vec![0u8; 4096];
-    while t0.elapsed() < cap {
+    while t0.elapsed() < cap && n < max_ops {
         for _ in 0..64 {
             match op.as_str() {
                 "create" => {

@@ -235,6 +235,9 @@ pub struct Inode {
     /// This process's hold on the inode's cross-process lock (see `sharing`).
     pub(crate) xh: Mutex<crate::sharing::XHold>,
     pub(crate) xh_cv: Condvar,
+    /// Its times were handed out (an `Attr` was made of it) since its last data
+    /// change: the next one stamps the fine clock (`Fs::stamp`).
+    pub(crate) times_seen: AtomicBool,
 }
 
 impl Inode {
@@ -249,6 +252,7 @@ impl Inode {
             shared,
             xh: Mutex::new(Default::default()),
             xh_cv: Condvar::new(),
+            times_seen: AtomicBool::new(true),
         }
     }
 }
@@ -324,6 +328,9 @@ pub struct Fs<M: Medium> {
     pub(crate) report: MountReport,
     pub(crate) unmounted: AtomicBool,
     pub(crate) gc_stats: GcStats,
+    /// The latest fine-grained timestamp handed out (nanoseconds since the epoch): a
+    /// coarse stamp is never below it, so times never run backwards (`Fs::stamp`).
+    pub(crate) time_floor: AtomicU64,
     /// The coordination table, when other processes share this pool (the daemon of
     /// a mount with direct access, or a direct-access client).
     pub(crate) share: Option<Arc<Party>>,
@@ -642,6 +649,10 @@ impl<M: Medium> Fs<M> {
     }
 
     pub(crate) fn attr_of(&self, inode: &Inode, st: &InodeState) -> Attr {
+        // Under the state lock, which a data change holds to stamp its time.
+        if !inode.times_seen.load(Ordering::Relaxed) {
+            inode.times_seen.store(true, Ordering::Relaxed);
+        }
         let a = &st.attr;
         Attr {
             ino: inode.ino,
@@ -657,6 +668,31 @@ impl<M: Medium> Fs<M> {
             mtime: a.mtime,
             ctime: a.ctime,
         }
+    }
+
+    /// The modification time of a data change to `inode`, whose state lock the
+    /// caller holds (write). As the kernel's multigrain timestamps: the coarse clock
+    /// (a tick's resolution, a third of the fine clock's cost) while nobody has
+    /// looked at the inode's times since its last change, so two changes in one tick
+    /// may share a time nobody could tell apart; the fine clock once somebody has, so
+    /// a change after a stat always shows. A coarse stamp is raised to the latest
+    /// fine one handed out, so times never run backwards. Inodes other processes
+    /// write (direct access) always take the fine clock: their readers' stats are
+    /// not seen here. The caller clears `times_seen` once the change is committed.
+    pub(crate) fn stamp(&self, inode: &Inode) -> (Ts, bool) {
+        let as_nanos = |t: Ts| t.sec.max(0) as u64 * 1_000_000_000 + u64::from(t.nsec);
+        if inode.shared || inode.times_seen.load(Ordering::Relaxed) {
+            let t = self.m.now();
+            self.time_floor.fetch_max(as_nanos(t), Ordering::Relaxed);
+            return (t, true);
+        }
+        let c = self.m.now_coarse();
+        let floor = self.time_floor.load(Ordering::Relaxed);
+        if as_nanos(c) >= floor {
+            return (c, false);
+        }
+        let t = Ts { sec: (floor / 1_000_000_000) as i64, nsec: (floor % 1_000_000_000) as u32 };
+        (t, false)
     }
 
     fn alloc_log_page(&self, shard: u32, reserve: bool) -> Result<u64> {

@@ -356,7 +356,7 @@ impl EntryBuf {
             self.bytes[5] |= FLAG_TXEND;
         }
         self.bytes[8..16].copy_from_slice(&seq.to_le_bytes());
-        let c = crc32c::crc32c_append(seed, &self.bytes[4..]);
+        let c = crate::pmem::crc32c_append(seed, &self.bytes[4..]);
         self.bytes[0..4].copy_from_slice(&c.to_le_bytes());
     }
 }
@@ -391,7 +391,7 @@ pub fn page_crc_kernel() -> &'static str {
 /// the log's seed): the extent's checksum is a CRC32C over its pages' checksums, so
 /// a writer computes each page's while it copies the page, and merges runs freely.
 pub fn data_crc(acc: u32, page_crc: u32) -> u32 {
-    crc32c::crc32c_append(acc, &page_crc.to_le_bytes())
+    crate::pmem::crc32c_append(acc, &page_crc.to_le_bytes())
 }
 
 /// Does the data of WRITE `e` on media match its checksum? (True for entries
@@ -536,7 +536,7 @@ fn parse_at<M: Medium + ?Sized>(m: &M, pos: u64, seed: u32, rule: SeqRule) -> Re
     let mut buf = vec![0u8; len as usize];
     m.read(pos, &mut buf);
     let crc = u32::from_le_bytes(buf[0..4].try_into().expect("4"));
-    if crc32c::crc32c_append(seed, &buf[4..]) != crc {
+    if crate::pmem::crc32c_append(seed, &buf[4..]) != crc {
         return Ok(Parsed::Invalid);
     }
     let seq = u64::from_le_bytes(buf[8..16].try_into().expect("8"));

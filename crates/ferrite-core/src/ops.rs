@@ -203,7 +203,8 @@ impl<M: Medium> Fs<M> {
         if data.is_empty() {
             return Ok(0);
         }
-        let end = off.checked_add(data.len() as u64).ok_or(Error::invalid("offset overflow"))?;
+        let end =
+            off.checked_add(data.len() as u64).ok_or_else(|| Error::invalid("offset overflow"))?;
         if end > MAX_FILE_SIZE {
             return Err(Error::invalid("offset + length overflows loff_t"));
         }
@@ -294,8 +295,6 @@ impl<M: Medium> Fs<M> {
             }
             pieces
         };
-        // The time first: reading the clock waits for stores in flight.
-        let now = self.m.now();
         let ncow = pieces.iter().filter(|p| !matches!(p, Piece::Inline { .. })).count() as u64;
         let runs = self.alloc_blocks(self.shard(), ncow, false)?;
         // Copy data into the new blocks (outside the inode lock), each page's
@@ -323,6 +322,7 @@ impl<M: Medium> Fs<M> {
         }
         let checked = checksummed && self.fault != Some(crate::fs::CoreFault::UncheckedData);
         let mut st = i.st.write();
+        let (now, fine) = self.stamp(i);
         let size = st.attr.size.max(end);
         let mut entries: SmallVec<[EntryBuf; 2]> = SmallVec::new();
         let mut k = 0;
@@ -347,7 +347,12 @@ impl<M: Medium> Fs<M> {
         }
         // Data pages covered by checksums need no fence between data and tail.
         match self.commit_single(i, &mut st, &mut entries, ncow > 0 && !checksummed, false) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                if fine && !i.shared {
+                    i.times_seen.store(false, Ordering::Relaxed);
+                }
+                Ok(())
+            }
             Err(e) => {
                 drop(st);
                 self.free_runs(&runs);

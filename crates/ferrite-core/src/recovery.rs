@@ -238,6 +238,7 @@ impl<M: Medium> Fs<M> {
             grant_size: AtomicU64::new(0),
             leases: Default::default(),
             poisoned: Default::default(),
+            time_floor: Default::default(),
         };
         let root = match fs.inode(ROOT_INO) {
             Ok(r) => r,

@@ -366,6 +366,10 @@ impl Medium for SimMedium {
         crate::log::Ts { sec: (t / 1_000_000_000) as i64, nsec: (t % 1_000_000_000) as u32 }
     }
 
+    fn now_coarse(&self) -> crate::log::Ts {
+        self.now()
+    }
+
     fn read(&self, off: u64, dst: &mut [u8]) {
         let st = self.st.lock();
         let o = off as usize;

@@ -100,12 +100,13 @@ fn create_delete_churn(n: u64, live: u64) -> (usize, usize) {
     assert_eq!(fs.statfs().ffree, fs.statfs().files - 2 - live);
     assert_fsck_clean(&fs, "after the churn");
     eprintln!("{n} creates+deletes beside {live} live files: directory log pages max {max_pages}, final {final_pages}");
-    // Thorough GC compacts a log once it is over twice its live size, checked each
-    // time the log has grown by half since the last check: about three times the
-    // live size at most. A live entry "live-N" takes at most 72 bytes.
+    // Thorough GC compacts a log once it is over GC_SLACK times its live size,
+    // checked each time the log has grown by half since the last check (and just
+    // past the bound after a compaction): about GC_SLACK + 1 times the live size at
+    // most. A live entry "live-N" takes at most 72 bytes.
     let need = (live * 72).div_ceil(4056) as usize + 1;
     assert!(
-        max_pages <= 3 * need + 8,
+        max_pages <= (ferrite_core::gc::GC_SLACK + 1) * need + 8,
         "directory log grew to {max_pages} pages (live set needs {need})"
     );
     (max_pages, final_pages)
