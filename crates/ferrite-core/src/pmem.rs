@@ -447,7 +447,7 @@ mod tests {
 
     #[test]
     fn crc32c_append_matches_the_crate() {
-        let data: Vec<u8> = (0..300u32).map(|i| (i * 37 ^ i >> 3) as u8).collect();
+        let data: Vec<u8> = (0..300u32).map(|i| ((i * 37) ^ (i >> 3)) as u8).collect();
         for seed in [0u32, 1, 0xdead_beef, u32::MAX] {
             for start in 0..9 {
                 for len in [0usize, 1, 7, 8, 9, 15, 16, 31, 100, 255, 291 - start] {
