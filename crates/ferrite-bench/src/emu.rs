@@ -132,6 +132,11 @@ impl<M: Medium> Medium for EmuMedium<M> {
         self.inner.write_nt(off, src);
         spin(self.p.line_ns * lines(off, src.len() as u64));
     }
+    fn write_nt_crc(&self, off: u64, src: &[u8]) -> u32 {
+        let crc = self.inner.write_nt_crc(off, src);
+        spin(self.p.line_ns * lines(off, src.len() as u64));
+        crc
+    }
     fn zero_nt(&self, off: u64, len: u64) {
         self.inner.zero_nt(off, len);
         spin(self.p.line_ns * lines(off, len));

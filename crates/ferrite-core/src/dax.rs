@@ -553,6 +553,21 @@ impl Medium for MmapMedium {
         self.note_dirty(off, src.len() as u64);
     }
 
+    fn write_nt_crc(&self, off: u64, src: &[u8]) -> u32 {
+        let cfg = config();
+        if !cfg.nt_stores {
+            self.write_nt(off, src);
+            return pmem::crc32c_page(src);
+        }
+        assert!(!self.read_only, "store to a read-only pool");
+        self.check(off, src.len() as u64);
+        // SAFETY: bounds checked; destination is our writable mapping, apart from `src`.
+        let crc = unsafe { pmem::copy_nt_crc_raw(self.ptr.add(off as usize), src, self.flush) };
+        tally(&self.stats, 0, src.len() as u64);
+        self.note_dirty(off, src.len() as u64);
+        crc
+    }
+
     fn zero_nt(&self, off: u64, len: u64) {
         assert!(!self.read_only, "store to a read-only pool");
         self.check(off, len);

@@ -372,19 +372,25 @@ pub fn seed(uuid: &[u8; 16], ino: u64, state: u64) -> u32 {
     crc32c::crc32c(&b)
 }
 
-/// Checksum of one data page: its CRC32C, XORed with the log's seed. The CRC
-/// kernel (carry-less multiply with AVX-512 where the CPU has it, else SSE4.2
-/// `crc32`, chosen once at first use) is `crc-fast`'s: twice the crc32c crate's
-/// speed on a 4 KiB page here.
+/// Checksum of one data page: its CRC32C, XORed with the log's seed. The kernel is
+/// the persistence module's AVX-512 folding one where the CPU has it (also fused
+/// into the copy of a copy-on-write page: `Medium::write_nt_crc`), else
+/// `crc-fast`'s (carry-less multiply or SSE4.2 `crc32`, chosen once at first use).
 pub fn page_crc(seed: u32, page: &[u8]) -> u32 {
-    crc_fast::crc32_iscsi(page) ^ seed
+    crate::pmem::crc32c_page(page) ^ seed
 }
 
 /// Which CRC32C kernel [`page_crc`] runs on this CPU (chosen once, at first use),
 /// e.g. `x86_64-avx512-vpclmulqdq`.
 pub fn page_crc_kernel() -> &'static str {
     static K: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    K.get_or_init(|| crc_fast::get_calculator_target(crc_fast::CrcAlgorithm::Crc32Iscsi))
+    K.get_or_init(|| {
+        if crate::pmem::config().fused_page_crc {
+            "x86_64-avx512-vpclmulqdq, fused with the copy".to_string()
+        } else {
+            crc_fast::get_calculator_target(crc_fast::CrcAlgorithm::Crc32Iscsi)
+        }
+    })
 }
 
 /// Fold the next page's [`page_crc`] into an extent's data checksum (start from

@@ -314,10 +314,13 @@ impl<M: Medium> Fs<M> {
                 Piece::Inline { .. } => continue,
             };
             let b = blocks.next().expect("allocated");
-            // Copy first: the checksum of the (cached) source is computed while the
-            // non-temporal stores drain, instead of before they start.
-            crate::pmem::persist_copy(&self.m, b * BLOCK, src);
-            let crc = if checksummed { log::page_crc(seed, src) } else { 0 };
+            // The page's checksum comes from the loads of its copy.
+            let crc = if checksummed {
+                self.m.write_nt_crc(b * BLOCK, src) ^ seed
+            } else {
+                crate::pmem::persist_copy(&self.m, b * BLOCK, src);
+                0
+            };
             cow.push((pg, b, crc));
         }
         let checked = checksummed && self.fault != Some(crate::fs::CoreFault::UncheckedData);

@@ -74,6 +74,12 @@ pub trait Medium: Send + Sync + 'static {
     fn write(&self, off: u64, src: &[u8]);
     /// Non-temporal stores: persistent after the next `fence`.
     fn write_nt(&self, off: u64, src: &[u8]);
+    /// As [`Medium::write_nt`] for a copy-on-write page, returning the CRC32C of
+    /// `src` ([`crc32c_page`]); a real mapping takes both from one pass.
+    fn write_nt_crc(&self, off: u64, src: &[u8]) -> u32 {
+        self.write_nt(off, src);
+        crc32c_page(src)
+    }
     /// Non-temporal zero fill: persistent after the next `fence`.
     fn zero_nt(&self, off: u64, len: u64);
     /// Aligned 8-byte atomic cached store (needs `flush` + `fence` to persist).
@@ -132,6 +138,9 @@ impl<T: Medium> Medium for std::sync::Arc<T> {
     fn write_nt(&self, off: u64, src: &[u8]) {
         (**self).write_nt(off, src)
     }
+    fn write_nt_crc(&self, off: u64, src: &[u8]) -> u32 {
+        (**self).write_nt_crc(off, src)
+    }
     fn zero_nt(&self, off: u64, len: u64) {
         (**self).zero_nt(off, len)
     }
@@ -175,6 +184,11 @@ pub struct PersistConfig {
     /// README.md): on the development machine (DRAM behind /dev/shm, clwb) the two
     /// paths cost the same at 512 bytes; store+clwb wins below, non-temporal above.
     pub nt_threshold: usize,
+    /// Copy-on-write pages are copied and checksummed in one pass (AVX-512 loads,
+    /// 64-byte non-temporal stores, carry-less-multiply folding of the CRC32C:
+    /// [`copy_nt_crc_raw`]); `FERRITE_CRC=portable` forces the copy followed by the
+    /// `crc-fast` kernel, which CPUs without AVX-512 and VPCLMULQDQ use anyway.
+    pub fused_page_crc: bool,
 }
 
 /// Default crossover between store+flush and non-temporal copy (bytes).
@@ -194,7 +208,9 @@ fn detect() -> PersistConfig {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(DEFAULT_NT_THRESHOLD);
-    PersistConfig { flush, nt_stores, nt_threshold }
+    let fused_page_crc =
+        !matches!(std::env::var("FERRITE_CRC").as_deref(), Ok("portable")) && fused_crc_cpu();
+    PersistConfig { flush, nt_stores, nt_threshold, fused_page_crc }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -329,6 +345,155 @@ pub fn sfence() {
     std::sync::atomic::fence(Ordering::SeqCst);
 }
 
+/// Does the CPU run the fused page copy and checksum ([`copy_nt_crc_raw`])?
+fn fused_crc_cpu() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("vpclmulqdq")
+            && std::arch::is_x86_feature_detected!("pclmulqdq")
+            && std::arch::is_x86_feature_detected!("sse4.2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Bytes of a page, the unit the fused kernel copies and checksums.
+pub const PAGE: usize = 4096;
+
+/// x^e mod P for CRC32C's polynomial P (bit-normal, x^32 implicit).
+const fn xpow_mod(e: u32) -> u32 {
+    let mut r: u32 = 1;
+    let mut i = 0;
+    while i < e {
+        let top = r & 0x8000_0000 != 0;
+        r <<= 1;
+        if top {
+            r ^= 0x1EDC_6F41;
+        }
+        i += 1;
+    }
+    r
+}
+
+/// Folding constants that move a 128-bit lane `bits` forward in the bit-reflected
+/// domain: (multiplier of its low quadword, of its high quadword). A lane's low
+/// quadword holds the earlier bytes; the exponents were found by checking every
+/// candidate against the crc32 instruction (see the tests).
+const fn fold_k(bits: u32) -> (u64, u64) {
+    (xpow_mod(bits + 31).reverse_bits() as u64, xpow_mod(bits - 33).reverse_bits() as u64)
+}
+
+/// CRC32C (init and final xor all ones: `crc32c::crc32c`) of a page.
+pub fn crc32c_page(page: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if page.len() == PAGE && config().fused_page_crc {
+        // SAFETY: the CPU has the features (checked by `config`); no destination.
+        return unsafe { fold_page_avx512(page.as_ptr(), std::ptr::null_mut()) };
+    }
+    crc_fast::crc32_iscsi(page) as u32
+}
+
+/// Copy a page to `dst` with non-temporal stores and return its CRC32C (as
+/// [`crc32c_page`]) from the same loads: the checksum of a copy-on-write page costs
+/// a few folds per cache line instead of a second pass over the page. Other sizes,
+/// or CPUs without the kernel, copy then checksum. Persistent after the next fence.
+///
+/// # Safety
+/// As [`copy_nt_raw`].
+pub unsafe fn copy_nt_crc_raw(dst: *mut u8, src: &[u8], how: FlushInstr) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if src.len() == PAGE && dst as usize % 64 == 0 && config().fused_page_crc {
+        // SAFETY: the CPU has the features; `dst` is 64-byte aligned and the caller
+        // guarantees a writable page there, apart from `src`.
+        return unsafe { fold_page_avx512(src.as_ptr(), dst) };
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { copy_nt_raw(dst, src, how) };
+    crc32c_page(src)
+}
+
+/// The page kernel: four 512-bit accumulators (16 lanes of 128 bits) fold 256
+/// bytes per round, then fold into one lane, whose 16 bytes have the page's CRC
+/// (folding keeps the message's residue modulo P), taken with two crc32
+/// instructions. With a destination, every loaded cache line is also streamed there.
+///
+/// # Safety
+/// The CPU must have AVX-512F, VPCLMULQDQ, PCLMULQDQ and SSE4.2; `src` must be
+/// readable for [`PAGE`] bytes; `dst` null, or 64-byte aligned and writable for
+/// [`PAGE`] bytes not overlapping `src`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,vpclmulqdq,pclmulqdq,sse4.2")]
+unsafe fn fold_page_avx512(src: *const u8, dst: *mut u8) -> u32 {
+    use std::arch::x86_64::*;
+    const K256B: (u64, u64) = fold_k(256 * 8);
+    const K64B: (u64, u64) = fold_k(64 * 8);
+    const K48B: (u64, u64) = fold_k(48 * 8);
+    const K32B: (u64, u64) = fold_k(32 * 8);
+    const K16B: (u64, u64) = fold_k(16 * 8);
+    let lane = |k: (u64, u64)| _mm512_broadcast_i32x4(_mm_set_epi64x(k.1 as i64, k.0 as i64));
+    let fold = |x: __m512i, k: __m512i, y: __m512i| {
+        // x.lo * k.lo ^ x.hi * k.hi ^ y, lane by lane (0x96: a ^ b ^ c).
+        _mm512_ternarylogic_epi64::<0x96>(
+            _mm512_clmulepi64_epi128::<0x00>(x, k),
+            _mm512_clmulepi64_epi128::<0x11>(x, k),
+            y,
+        )
+    };
+    // SAFETY (all loads and stores below): `src + o` and `dst + o` for o < PAGE, in
+    // 64-byte steps, lie within the caller's ranges; `dst + o` is 64-byte aligned.
+    let load = |o: usize| unsafe { _mm512_loadu_si512(src.add(o) as *const __m512i) };
+    let copy = |o: usize| {
+        let v = load(o);
+        if !dst.is_null() {
+            unsafe { _mm512_stream_si512(dst.add(o) as *mut __m512i, v) };
+        }
+        v
+    };
+    // The initial all-ones register enters as the first 32 bits of the message.
+    let init = _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0, 0xFFFF_FFFF);
+    let mut a0 = _mm512_xor_si512(copy(0), init);
+    let mut a1 = copy(64);
+    let mut a2 = copy(128);
+    let mut a3 = copy(192);
+    let k256 = lane(K256B);
+    let mut o = 256;
+    while o < PAGE {
+        a0 = fold(a0, k256, copy(o));
+        a1 = fold(a1, k256, copy(o + 64));
+        a2 = fold(a2, k256, copy(o + 128));
+        a3 = fold(a3, k256, copy(o + 192));
+        o += 256;
+    }
+    let k64 = lane(K64B);
+    a1 = fold(a0, k64, a1);
+    a2 = fold(a1, k64, a2);
+    a3 = fold(a2, k64, a3);
+    // Lanes 0..2 of a3 move 48, 32 and 16 bytes forward onto lane 3.
+    let k = _mm512_set_epi64(
+        0,
+        0,
+        K16B.1 as i64,
+        K16B.0 as i64,
+        K32B.1 as i64,
+        K32B.0 as i64,
+        K48B.1 as i64,
+        K48B.0 as i64,
+    );
+    let t = _mm512_xor_si512(
+        _mm512_clmulepi64_epi128::<0x00>(a3, k),
+        _mm512_clmulepi64_epi128::<0x11>(a3, k),
+    );
+    let last = _mm512_extracti32x4_epi32::<3>(a3);
+    let r = _mm_xor_si128(
+        _mm_xor_si128(_mm512_extracti32x4_epi32::<0>(t), _mm512_extracti32x4_epi32::<1>(t)),
+        _mm_xor_si128(_mm512_extracti32x4_epi32::<2>(t), last),
+    );
+    let lo = _mm_cvtsi128_si64(r) as u64;
+    let hi = _mm_extract_epi64::<1>(r) as u64;
+    !(_mm_crc32_u64(_mm_crc32_u64(0, lo), hi) as u32)
+}
+
 /// Non-temporal copy of `src` to `dst` (unaligned head and tail use cached stores
 /// that are flushed). Persistent after the next fence.
 ///
@@ -444,6 +609,102 @@ unsafe fn crc32c_sse42(crc: u32, data: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn page_kernel_matches_the_crate_and_copies() {
+        // Pages of every kind: zeros, ones, one bit set anywhere, random.
+        let mut pages: Vec<Vec<u8>> = vec![vec![0; PAGE], vec![0xff; PAGE]];
+        for bit in [0usize, 1, 31, 32, 63, 64, 127, 128, 511, 512, 2047, 2048, 32767] {
+            let mut p = vec![0u8; PAGE];
+            p[bit / 8] |= 1 << (bit % 8);
+            pages.push(p);
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..64 {
+            pages.push(
+                (0..PAGE)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect(),
+            );
+        }
+        // A 64-byte aligned destination inside a larger buffer.
+        let mut buf = vec![0u8; 2 * PAGE];
+        let at = (64 - buf.as_ptr() as usize % 64) % 64;
+        for p in &pages {
+            let want = crc32c::crc32c(p);
+            assert_eq!(crc32c_page(p), want);
+            buf.iter_mut().for_each(|b| *b = 0x33);
+            // SAFETY: buf[at..at + PAGE] is writable and apart from `p`.
+            let got = unsafe { copy_nt_crc_raw(buf.as_mut_ptr().add(at), p, config().flush) };
+            sfence();
+            assert_eq!(got, want);
+            assert_eq!(&buf[at..at + PAGE], &p[..]);
+            assert!(buf[..at].iter().chain(&buf[at + PAGE..]).all(|&b| b == 0x33));
+        }
+        // Unaligned destinations and other sizes take the copy-then-checksum path.
+        // SAFETY: as above, one byte further.
+        let got = unsafe { copy_nt_crc_raw(buf.as_mut_ptr().add(at + 1), &pages[5], config().flush) };
+        sfence();
+        assert_eq!(got, crc32c::crc32c(&pages[5]));
+        assert_eq!(&buf[at + 1..at + 1 + PAGE], &pages[5][..]);
+        eprintln!("fused page kernel in use: {}", config().fused_page_crc);
+    }
+
+    /// The folding exponents of `fold_k`, checked directly: a 128-bit lane moved
+    /// forward by `bits` with its two multipliers leaves the message's residue
+    /// (the crc32 instruction's result from a zero register) unchanged.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn fold_constants_keep_the_residue() {
+        if !fused_crc_cpu() {
+            return;
+        }
+        fn residue(b: &[u8]) -> u32 {
+            let mut c = 0u64;
+            for w in b.chunks_exact(8) {
+                // SAFETY: the CPU has SSE4.2 (fused_crc_cpu).
+                c = unsafe {
+                    std::arch::x86_64::_mm_crc32_u64(c, u64::from_le_bytes(w.try_into().unwrap()))
+                };
+            }
+            c as u32
+        }
+        fn clmul(a: u64, b: u64) -> u128 {
+            use std::arch::x86_64::*;
+            // SAFETY: the CPU has PCLMULQDQ (fused_crc_cpu); plain register math.
+            unsafe {
+                let x = _mm_clmulepi64_si128(_mm_set_epi64x(0, a as i64), _mm_set_epi64x(0, b as i64), 0);
+                (_mm_extract_epi64::<1>(x) as u64 as u128) << 64 | _mm_cvtsi128_si64(x) as u64 as u128
+            }
+        }
+        let mut x = 7u64;
+        let mut rnd = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for bytes in [16usize, 32, 48, 64, 256] {
+            let (klo, khi) = fold_k(bytes as u32 * 8);
+            for _ in 0..32 {
+                let mut m: Vec<u8> = (0..bytes + 16).map(|_| rnd() as u8).collect();
+                let want = residue(&m);
+                let lo = u64::from_le_bytes(m[..8].try_into().unwrap());
+                let hi = u64::from_le_bytes(m[8..16].try_into().unwrap());
+                m[..16].fill(0);
+                let t = u128::from_le_bytes(m[bytes..].try_into().unwrap())
+                    ^ clmul(lo, klo)
+                    ^ clmul(hi, khi);
+                m[bytes..].copy_from_slice(&t.to_le_bytes());
+                assert_eq!(residue(&m), want, "fold by {bytes} bytes");
+            }
+        }
+    }
 
     #[test]
     fn crc32c_append_matches_the_crate() {
