@@ -253,6 +253,8 @@ impl Handle {
             directory: flags & libc::O_DIRECTORY != 0,
             nofollow: flags & libc::O_NOFOLLOW != 0,
             write: writable,
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
         };
         let a = self.fs().open_path(&core_path(path)?, fl, mode & 0o7777).map_err(e)?;
         if a.ftype != FileType::Regular {
@@ -444,7 +446,8 @@ impl Handle {
         let fs = self.fs();
         let cp = core_path(path)?;
         let (p, name) = fs.resolve_parent(&cp).map_err(e)?;
-        fs.mkdir(p, name, mode & 0o7777, 0, 0).map(|_| ()).map_err(e)
+        let (uid, gid) = (rustix::process::geteuid(), rustix::process::getegid());
+        fs.mkdir(p, name, mode & 0o7777, uid.as_raw(), gid.as_raw()).map(|_| ()).map_err(e)
     }
 
     /// unlink(2).

@@ -422,3 +422,44 @@ fn a_panic_in_a_request_turns_the_mount_read_only() {
     assert!(!report.clean, "the poisoned session must not write a clean checkpoint");
     assert!(fsck.is_clean(), "{:?}", fsck.errors);
 }
+
+/// The access time of `p` in seconds.
+fn atime_of(p: &std::path::Path) -> i64 {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(p).unwrap().atime()
+}
+
+/// Set `p`'s access time to `sec` (modification time now).
+fn set_old_atime(p: &std::path::Path, sec: i64) {
+    let f = fs::File::open(p).unwrap();
+    let t = fs::FileTimes::new()
+        .set_accessed(std::time::UNIX_EPOCH + std::time::Duration::from_secs(sec as u64))
+        .set_modified(std::time::SystemTime::now());
+    f.set_times(t).unwrap();
+}
+
+#[test]
+fn reads_update_access_times_as_the_atime_option_says() {
+    // The kernel keeps no access times for a FUSE mount: the core does (relatime by
+    // default), so a read that reaches the daemon updates one whose access time is
+    // older than its modification time; `noatime` never does, and the updated time
+    // survives a remount.
+    let mut m = Mount::new("atime", "64M", "direct_io");
+    let f = m.path("f");
+    fs::write(&f, b"data").unwrap();
+    set_old_atime(&f, 1000);
+    assert_eq!(atime_of(&f), 1000);
+    assert_eq!(fs::read(&f).unwrap(), b"data");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let a = atime_of(&f);
+    assert!(a > now.as_secs() as i64 - 3600, "relatime: a read after a change updates ({a})");
+    m.umount();
+    m.mount("direct_io");
+    assert_eq!(atime_of(&f), a, "persisted (at release)");
+    m.umount();
+    m.mount("direct_io,noatime");
+    set_old_atime(&f, 1000);
+    assert_eq!(fs::read(&f).unwrap(), b"data");
+    assert_eq!(atime_of(&f), 1000, "noatime");
+    m.umount();
+}

@@ -200,6 +200,53 @@ pub struct MountOptions {
     pub fault: Option<CoreFault>,
     /// Recovery workers (0: one per core).
     pub workers: usize,
+    /// When reads update access times.
+    pub atime: AtimeMode,
+}
+
+/// When reads and directory listings update an inode's access time (the mount
+/// options `relatime`, `noatime`, `strictatime`). An update is kept in DRAM and
+/// persisted lazily (see [`Fs::read`]): with the inode's next attribute change, when
+/// its last handle is released, when it is read with no handle open, and at unmount.
+/// A crash loses updates not yet persisted, as Linux's `lazytime` does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub enum AtimeMode {
+    /// Linux's default: update when the access time is not after the modification
+    /// or change time, or is a day old.
+    #[default]
+    Relative,
+    /// Never update (`noatime`).
+    Off,
+    /// Update on every access (`strictatime`).
+    Strict,
+}
+
+impl AtimeMode {
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            AtimeMode::Relative => 0,
+            AtimeMode::Off => 1,
+            AtimeMode::Strict => 2,
+        }
+    }
+
+    fn from_code(c: u8) -> AtimeMode {
+        match c {
+            1 => AtimeMode::Off,
+            2 => AtimeMode::Strict,
+            _ => AtimeMode::Relative,
+        }
+    }
+
+    /// Parse a mount option: `relatime`, `noatime` or `strictatime`.
+    pub fn parse(s: &str) -> Option<AtimeMode> {
+        match s {
+            "relatime" => Some(AtimeMode::Relative),
+            "noatime" => Some(AtimeMode::Off),
+            "strictatime" => Some(AtimeMode::Strict),
+            _ => None,
+        }
+    }
 }
 
 /// How the last mount found the pool.
@@ -238,6 +285,9 @@ pub struct Inode {
     /// Its times were handed out (an `Attr` was made of it) since its last data
     /// change: the next one stamps the fine clock (`Fs::stamp`).
     pub(crate) times_seen: AtomicBool,
+    /// An access time later than the committed one, not yet persisted (nanoseconds
+    /// since the epoch; 0: none). See [`AtimeMode`].
+    pub(crate) atime_lazy: AtomicU64,
 }
 
 impl Inode {
@@ -253,6 +303,7 @@ impl Inode {
             xh: Mutex::new(Default::default()),
             xh_cv: Condvar::new(),
             times_seen: AtomicBool::new(true),
+            atime_lazy: AtomicU64::new(0),
         }
     }
 }
@@ -295,6 +346,20 @@ const CACHE_SHARDS: usize = 64;
 /// rebuilt from the log on next access): 64 Ki inodes in all.
 const CACHE_SHARD_CAP: usize = 1024;
 
+/// `committed`, or the DRAM-only access time of `inode` when that is later.
+pub(crate) fn later_atime(committed: Ts, inode: &Inode) -> Ts {
+    let v = inode.atime_lazy.load(Ordering::Relaxed);
+    if v == 0 {
+        return committed;
+    }
+    let lazy = Ts { sec: (v / 1_000_000_000) as i64, nsec: (v % 1_000_000_000) as u32 };
+    committed.max(lazy)
+}
+
+fn ts_nanos(t: Ts) -> u64 {
+    (t.sec.max(0) as u64).saturating_mul(1_000_000_000).saturating_add(u64::from(t.nsec))
+}
+
 /// Drop idle inodes (not open, not referenced outside the cache) until the shard is
 /// at three quarters of its cap. `keep` is the inode just loaded.
 fn evict_some(c: &mut HashMap<u64, Arc<Inode>>, keep: u64) {
@@ -302,7 +367,10 @@ fn evict_some(c: &mut HashMap<u64, Arc<Inode>>, keep: u64) {
     let victims: Vec<u64> = c
         .iter()
         .filter(|(&k, i)| {
-            k != keep && i.open.load(Ordering::Acquire) == 0 && Arc::strong_count(i) == 1
+            k != keep
+                && i.open.load(Ordering::Acquire) == 0
+                && Arc::strong_count(i) == 1
+                && i.atime_lazy.load(Ordering::Relaxed) == 0
         })
         .map(|(&k, _)| k)
         .take(c.len().saturating_sub(target))
@@ -340,6 +408,8 @@ pub struct Fs<M: Medium> {
     pub(crate) leases: crate::sharing::Leases,
     /// Set when damage was found at run time: nothing is committed after it.
     pub(crate) poisoned: std::sync::OnceLock<String>,
+    /// [`AtimeMode`] code.
+    pub(crate) atime: std::sync::atomic::AtomicU8,
 }
 
 /// GC counters.
@@ -640,7 +710,9 @@ impl<M: Medium> Fs<M> {
         let mut n = 0;
         for c in &self.cache {
             c.write().retain(|_, i| {
-                let keep = i.open.load(Ordering::Acquire) > 0 || Arc::strong_count(i) > 1;
+                let keep = i.open.load(Ordering::Acquire) > 0
+                    || Arc::strong_count(i) > 1
+                    || i.atime_lazy.load(Ordering::Relaxed) != 0;
                 n += !keep as usize;
                 keep
             });
@@ -664,10 +736,78 @@ impl<M: Medium> Fs<M> {
             nlink: a.nlink,
             size: st.size(),
             blocks: st.blocks(),
-            atime: a.atime,
+            atime: later_atime(a.atime, inode),
             mtime: a.mtime,
             ctime: a.ctime,
         }
+    }
+
+    /// The access-time mode in force.
+    pub fn atime_mode(&self) -> AtimeMode {
+        AtimeMode::from_code(self.atime.load(Ordering::Relaxed))
+    }
+
+    /// Change the access-time mode (a front end's mount option).
+    pub fn set_atime_mode(&self, mode: AtimeMode) {
+        self.atime.store(mode.code(), Ordering::Relaxed);
+    }
+
+    /// Note an access to `inode` (a read or a listing, under its state lock) as the
+    /// access-time mode says: in DRAM only. True when the caller should persist it
+    /// at once ([`Fs::persist_atime`]): nobody holds the inode open, so no release
+    /// would.
+    pub(crate) fn touch_atime(&self, inode: &Inode, st: &InodeState) -> bool {
+        let mode = self.atime_mode();
+        if mode == AtimeMode::Off || self.read_only {
+            return false;
+        }
+        let a = &st.attr;
+        let cur = later_atime(a.atime, inode);
+        let now = self.m.now_coarse();
+        let due = match mode {
+            AtimeMode::Strict => now > cur,
+            _ => cur <= a.mtime || cur <= a.ctime || now.sec >= cur.sec.saturating_add(86_400),
+        };
+        if !due {
+            return false;
+        }
+        // Never before the times it is compared with (a coarse clock can lag a fine
+        // stamp): a later read would find the update due again.
+        let t = now.max(a.mtime).max(a.ctime).max(cur);
+        if t == cur {
+            return false;
+        }
+        inode.atime_lazy.fetch_max(ts_nanos(t), Ordering::Relaxed);
+        inode.open.load(Ordering::Acquire) == 0
+    }
+
+    /// [`Fs::persist_atime`] where a failure must not fail the caller (a read, a
+    /// release, an unmount): on a full pool or after damage the access time stays in
+    /// DRAM, retried at the next of these points, and is lost at unmount.
+    pub(crate) fn persist_atime_best_effort(&self, inode: &Arc<Inode>) {
+        let _ = self.persist_atime(inode);
+    }
+
+    /// Persist `inode`'s DRAM-only access time, if it has one: a SETATTR entry that
+    /// changes nothing else (not the change time).
+    pub(crate) fn persist_atime(&self, inode: &Arc<Inode>) -> Result<()> {
+        let v = inode.atime_lazy.load(Ordering::Relaxed);
+        if v == 0 || self.read_only || self.check_writable().is_err() {
+            return Ok(());
+        }
+        let _h = self.hold(inode)?;
+        let mut st = inode.st.write();
+        if st.log.pages.is_empty() {
+            return Ok(()); // freed meanwhile
+        }
+        let t = later_atime(st.attr.atime, inode);
+        if t > st.attr.atime {
+            let (e, _) = Self::setattr_entry(&st, |a| a.atime = t);
+            self.commit_single(inode, &mut st, &mut [e], false, false)?;
+        }
+        // Readers raise it under the read lock only: nothing was raised meanwhile.
+        inode.atime_lazy.store(0, Ordering::Relaxed);
+        Ok(())
     }
 
     /// The modification time of a data change to `inode`, whose state lock the

@@ -469,14 +469,14 @@ impl InodeState {
         let spg = off / BLOCK;
         let epg = (end - 1) / BLOCK;
         if spg == epg {
-            if !(off % BLOCK == 0 && end - off == BLOCK) {
+            if !(off.is_multiple_of(BLOCK) && end - off == BLOCK) {
                 partial(spg, off % BLOCK, (end - 1) % BLOCK + 1);
             }
         } else {
-            if off % BLOCK != 0 {
+            if !off.is_multiple_of(BLOCK) {
                 partial(spg, off % BLOCK, BLOCK);
             }
-            if end % BLOCK != 0 {
+            if !end.is_multiple_of(BLOCK) {
                 partial(epg, 0, end % BLOCK);
             }
         }
@@ -497,7 +497,7 @@ impl InodeState {
         for p in pages {
             self.clear_ops(p);
         }
-        if size % BLOCK != 0 {
+        if !size.is_multiple_of(BLOCK) {
             self.zero_range(size, BLOCK - size % BLOCK, freed);
         }
     }

@@ -250,7 +250,7 @@ impl Superblock {
         {
             return bad("pool size");
         }
-        if self.ninodes == 0 || self.ninodes % self.nshards as u64 != 0 {
+        if self.ninodes == 0 || !self.ninodes.is_multiple_of(self.nshards as u64) {
             return bad("inode count");
         }
         let g = Geometry::compute(self.nblocks, self.nshards, self.ninodes)?;
@@ -354,7 +354,7 @@ impl Geometry {
 
     /// Is `addr` the start of a block in the log/data area?
     pub fn is_data_block_addr(&self, addr: u64) -> bool {
-        addr % BLOCK == 0 && addr / BLOCK >= self.data_start && addr / BLOCK < self.nblocks
+        addr.is_multiple_of(BLOCK) && addr / BLOCK >= self.data_start && addr / BLOCK < self.nblocks
     }
 
     /// Is block number `b` in the data area?
@@ -364,7 +364,7 @@ impl Geometry {
 
     /// Is `off` an aligned word inside the inode table?
     pub fn is_slot_word(&self, off: u64) -> bool {
-        off % 8 == 0
+        off.is_multiple_of(8)
             && off >= self.itable_start * BLOCK
             && off < (self.itable_start + self.itable_blocks) * BLOCK
     }

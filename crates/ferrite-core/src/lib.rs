@@ -34,8 +34,8 @@ pub mod sim;
 pub use dax::{MapOptions, MmapMedium};
 pub use error::{Error, Result};
 pub use fs::{
-    Attr, CoreFault, DirEntry, FallocMode, Fs, MkfsOptions, MountOptions, MountReport, RenameFlags,
-    SetAttr, SetTime, StatFs, XattrSet,
+    AtimeMode, Attr, CoreFault, DirEntry, FallocMode, Fs, MkfsOptions, MountOptions, MountReport,
+    RenameFlags, SetAttr, SetTime, StatFs, XattrSet,
 };
 pub use fsck::FsckReport;
 pub use index::FileType;

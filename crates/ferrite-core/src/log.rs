@@ -536,7 +536,7 @@ fn parse_at<M: Medium + ?Sized>(m: &M, pos: u64, seed: u32, rule: SeqRule) -> Re
     let mut hdr = [0u8; HDR];
     m.read(pos, &mut hdr);
     let len = u16::from_le_bytes([hdr[6], hdr[7]]) as u64;
-    if len < HDR as u64 || len % 8 != 0 || in_page + len > LOG_DATA_END {
+    if len < HDR as u64 || !len.is_multiple_of(8) || in_page + len > LOG_DATA_END {
         return Ok(Parsed::Invalid);
     }
     let mut buf = vec![0u8; len as usize];
@@ -653,7 +653,7 @@ pub fn walk_apply_from<M: Medium + ?Sized>(
     f: &mut dyn FnMut(u64, Entry),
 ) -> Result<Walk> {
     let page = from & !(BLOCK - 1);
-    if !geo.is_data_block_addr(page) || from % 8 != 0 || from % BLOCK > LOG_DATA_END {
+    if !geo.is_data_block_addr(page) || !from.is_multiple_of(8) || from % BLOCK > LOG_DATA_END {
         return Err(Error::corrupt(format!("log position {from:#x} is not inside a log page")));
     }
     walk_span(m, geo, seed, from, SeqRule::Exact(next_seq), tail, false, f)
@@ -671,7 +671,8 @@ fn walk_span<M: Medium + ?Sized>(
     f: &mut dyn FnMut(u64, Entry),
 ) -> Result<Walk> {
     let tail_page = tail & !(BLOCK - 1);
-    if !geo.is_data_block_addr(tail_page) || tail % 8 != 0 || tail % BLOCK > LOG_DATA_END {
+    if !geo.is_data_block_addr(tail_page) || !tail.is_multiple_of(8) || tail % BLOCK > LOG_DATA_END
+    {
         return Err(Error::corrupt(format!("log tail {tail:#x} is not inside a log page")));
     }
     let max_pages = geo.nblocks as usize;

@@ -127,6 +127,10 @@ impl<M: Medium> Fs<M> {
             i.open.fetch_add(1, Ordering::AcqRel);
             return Err(Error::BadHandle);
         }
+        if prev == 1 && !self.read_only {
+            // The last handle: persist an access time kept in DRAM.
+            self.persist_atime_best_effort(&i);
+        }
         if prev == 1 && !self.read_only && !self.is_client() {
             let _h = self.hold(&i)?;
             let mut st = i.st.write();
@@ -150,7 +154,14 @@ impl<M: Medium> Fs<M> {
             FileType::Symlink => return Err(Error::invalid("read of a symlink")),
             FileType::Regular => {}
         }
-        self.read_fresh(&i, true, |st| self.read_locked(st, off, buf))
+        let (n, persist) = self.read_fresh(&i, true, |st| {
+            let n = self.read_locked(st, off, buf);
+            (n, self.touch_atime(&i, st))
+        })?;
+        if persist {
+            self.persist_atime_best_effort(&i);
+        }
+        Ok(n)
     }
 
     fn read_locked(&self, st: &InodeState, off: u64, buf: &mut [u8]) -> usize {
@@ -401,9 +412,17 @@ impl<M: Medium> Fs<M> {
             }
         }
         let now = self.m.now();
+        let ftype = st.ftype;
         let (e, _) = Self::setattr_entry(&st, |a| {
             if let Some(p) = ch.perm {
                 a.mode = (a.mode & !0o7777) | (p & 0o7777);
+            } else if (ch.uid.is_some() || ch.gid.is_some()) && ftype != FileType::Directory {
+                // chown(2) clears set-user-id, and set-group-id where it means
+                // "set group" (group-executable), as Linux's VFS does for any caller.
+                a.mode &= !0o4000;
+                if a.mode & 0o2010 == 0o2010 {
+                    a.mode &= !0o2000;
+                }
             }
             if let Some(u) = ch.uid {
                 a.uid = u;
@@ -417,6 +436,8 @@ impl<M: Medium> Fs<M> {
             }
             if let Some(t) = ch.atime {
                 a.atime = resolve_time(t, now);
+            } else {
+                a.atime = crate::fs::later_atime(a.atime, &i); // persisted with it
             }
             if let Some(t) = ch.mtime {
                 a.mtime = resolve_time(t, now);
@@ -425,6 +446,8 @@ impl<M: Medium> Fs<M> {
         });
         let shrink = ch.size.is_some_and(|s| s < st.attr.size);
         self.commit_single(&i, &mut st, &mut [e], false, shrink)?;
+        // The entry holds the access time (set, or the DRAM-only one).
+        i.atime_lazy.store(0, Ordering::Relaxed);
         Ok(self.attr_of(&i, &st))
     }
 
@@ -604,9 +627,20 @@ impl<M: Medium> Fs<M> {
         self.check_namespace()?;
         let p = self.inode(parent)?;
         let mut locked = Locked::new(self, vec![&p])?;
+        let (mut perm, mut gid) = (perm, gid);
         {
             let st = locked.st(parent);
             let d = st.dir().ok_or(Error::NotDir)?;
+            // A set-group-id directory hands its group to what is made in it, and
+            // its set-group-id bit to subdirectories (BSD group semantics, as Linux
+            // file systems do; Linux's clearing of the bit on a new file whose
+            // creator is outside the group needs the creator's groups: absent).
+            if st.attr.mode & 0o2000 != 0 {
+                gid = st.attr.gid;
+                if ftype == FileType::Directory {
+                    perm |= 0o2000;
+                }
+            }
             if st.attr.nlink == 0 {
                 return Err(Error::NotFound);
             }
@@ -1062,15 +1096,33 @@ impl<M: Medium> Fs<M> {
 
     /// Entries of directory `ino` after cookie `after` ("." is 1, ".." is 2);
     /// `f` returns false to stop.
-    pub fn readdir(&self, ino: u64, after: u64, mut f: impl FnMut(DirEntry) -> bool) -> Result<()> {
+    pub fn readdir(&self, ino: u64, after: u64, f: impl FnMut(DirEntry) -> bool) -> Result<()> {
         let i = self.inode(ino)?;
+        let persist = self.readdir_locked(&i, ino, after, f)?;
+        if persist {
+            self.persist_atime_best_effort(&i);
+        }
+        Ok(())
+    }
+
+    /// [`Fs::readdir`] under the state lock; true when the access time should be
+    /// persisted now.
+    fn readdir_locked(
+        &self,
+        i: &Inode,
+        ino: u64,
+        after: u64,
+        mut f: impl FnMut(DirEntry) -> bool,
+    ) -> Result<bool> {
         let st = i.st.read();
         let d = st.dir().ok_or(Error::NotDir)?;
+        // A listing is an access (at its start, with or without "." and "..").
+        let persist = after <= 2 && self.touch_atime(i, &st);
         let parent = if st.attr.parent == 0 { ino } else { st.attr.parent };
         if after < 1
             && !f(DirEntry { name: b".".to_vec(), ino, ftype: FileType::Directory, cookie: 1 })
         {
-            return Ok(());
+            return Ok(persist);
         }
         if after < 2
             && !f(DirEntry {
@@ -1080,7 +1132,7 @@ impl<M: Medium> Fs<M> {
                 cookie: 2,
             })
         {
-            return Ok(());
+            return Ok(persist);
         }
         for (&cookie, name) in d.order.range(after.max(2) + 1..) {
             let e = &d.names[name];
@@ -1089,7 +1141,7 @@ impl<M: Medium> Fs<M> {
                 break;
             }
         }
-        Ok(())
+        Ok(persist)
     }
 
     /// All entries of a directory (without "." and "..").

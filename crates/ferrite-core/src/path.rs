@@ -135,6 +135,11 @@ pub struct OpenFlags {
     pub nofollow: bool,
     /// The caller will write (O_WRONLY / O_RDWR).
     pub write: bool,
+    /// Owner of a file O_CREAT makes (the caller's effective user; default root).
+    pub uid: u32,
+    /// Group of a file O_CREAT makes (the caller's effective group, unless the
+    /// directory is set-group-id).
+    pub gid: u32,
 }
 
 impl<M: Medium> Fs<M> {
@@ -180,7 +185,7 @@ impl<M: Medium> Fs<M> {
                     if path.last() == Some(&b'/') {
                         return Err(Error::IsDir);
                     }
-                    match self.create(p, name, perm, 0, 0) {
+                    match self.create(p, name, perm, flags.uid, flags.gid) {
                         Ok(a) => a.ino,
                         Err(Error::Exists) if !flags.excl => return Ok(None),
                         Err(e) => return Err(e),

@@ -403,7 +403,7 @@ pub fn crc32c_page(page: &[u8]) -> u32 {
 /// As [`copy_nt_raw`].
 pub unsafe fn copy_nt_crc_raw(dst: *mut u8, src: &[u8], how: FlushInstr) -> u32 {
     #[cfg(target_arch = "x86_64")]
-    if src.len() == PAGE && dst as usize % 64 == 0 && config().fused_page_crc {
+    if src.len() == PAGE && (dst as usize).is_multiple_of(64) && config().fused_page_crc {
         // SAFETY: the CPU has the features; `dst` is 64-byte aligned and the caller
         // guarantees a writable page there, apart from `src`.
         return unsafe { fold_page_avx512(src.as_ptr(), dst) };
@@ -648,7 +648,8 @@ mod tests {
         }
         // Unaligned destinations and other sizes take the copy-then-checksum path.
         // SAFETY: as above, one byte further.
-        let got = unsafe { copy_nt_crc_raw(buf.as_mut_ptr().add(at + 1), &pages[5], config().flush) };
+        let got =
+            unsafe { copy_nt_crc_raw(buf.as_mut_ptr().add(at + 1), &pages[5], config().flush) };
         sfence();
         assert_eq!(got, crc32c::crc32c(&pages[5]));
         assert_eq!(&buf[at + 1..at + 1 + PAGE], &pages[5][..]);
@@ -678,8 +679,13 @@ mod tests {
             use std::arch::x86_64::*;
             // SAFETY: the CPU has PCLMULQDQ (fused_crc_cpu); plain register math.
             unsafe {
-                let x = _mm_clmulepi64_si128(_mm_set_epi64x(0, a as i64), _mm_set_epi64x(0, b as i64), 0);
-                (_mm_extract_epi64::<1>(x) as u64 as u128) << 64 | _mm_cvtsi128_si64(x) as u64 as u128
+                let x = _mm_clmulepi64_si128(
+                    _mm_set_epi64x(0, a as i64),
+                    _mm_set_epi64x(0, b as i64),
+                    0,
+                );
+                (_mm_extract_epi64::<1>(x) as u64 as u128) << 64
+                    | _mm_cvtsi128_si64(x) as u64 as u128
             }
         }
         let mut x = 7u64;

@@ -238,6 +238,7 @@ impl<M: Medium> Fs<M> {
             grant_size: AtomicU64::new(0),
             leases: Default::default(),
             poisoned: Default::default(),
+            atime: std::sync::atomic::AtomicU8::new(opts.atime.code()),
             time_floor: Default::default(),
         };
         let root = match fs.inode(ROOT_INO) {
@@ -263,6 +264,7 @@ impl<M: Medium> Fs<M> {
             return Ok(self.into_medium());
         }
         for i in self.cached_inodes() {
+            self.persist_atime_best_effort(&i);
             let mut st = i.st.write();
             if st.attr.nlink == 0 && !st.log.pages.is_empty() {
                 self.free_inode_now(&i, &mut st);

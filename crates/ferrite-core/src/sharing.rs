@@ -449,6 +449,7 @@ impl<M: Medium> Fs<M> {
             grant_size: AtomicU64::new(GRANT_MIN),
             leases: Default::default(),
             poisoned: Default::default(),
+            atime: Default::default(),
             time_floor: Default::default(),
         })
     }

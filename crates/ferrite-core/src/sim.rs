@@ -167,7 +167,7 @@ impl SimMedium {
 
     /// A simulated pool whose media holds `image` (e.g. a crash image).
     pub fn from_image(image: Vec<u8>) -> Self {
-        assert!(image.len() % 8 == 0, "image length must be a multiple of 8");
+        assert!(image.len().is_multiple_of(8), "image length must be a multiple of 8");
         let len = image.len() as u64;
         SimMedium {
             st: Mutex::new(State {

@@ -211,6 +211,17 @@ impl Model {
         Model { nodes, graveyard: BTreeSet::new() }
     }
 
+    /// Mode bits and group of a node made in `dir`: a set-group-id directory hands
+    /// down its group, and the bit to subdirectories.
+    fn new_owner(&self, dir: u64, perm: u32, gid: u32, is_dir: bool) -> (u32, u32) {
+        let d = &self.nodes[&dir];
+        if d.perm & 0o2000 != 0 {
+            (perm | if is_dir { 0o2000 } else { 0 }, d.gid)
+        } else {
+            (perm, gid)
+        }
+    }
+
     fn node(&self, ino: u64) -> Expect<&Node> {
         self.nodes.get(&ino).ok_or(libc::ENOENT)
     }
@@ -638,6 +649,8 @@ impl Harness {
             &MkfsOptions { shards: 4, inodes, ..Default::default() },
         )
         .expect("mkfs");
+        // The model has no access times of reads (tests/atime_relatime.rs has them).
+        fs.set_atime_mode(AtimeMode::Off);
         let ninodes = fs.statfs().files;
         Harness {
             fs: Some(fs),
@@ -824,6 +837,7 @@ impl Harness {
                     } else {
                         Kind::File(FileData::default())
                     };
+                    let (perm, gid) = self.m.new_owner(p, perm, gid, is_dir);
                     self.m.nodes.insert(a.ino, Node::new(kind, perm, uid, gid, p));
                     self.m.graveyard.remove(&a.ino);
                     let pn = self.m.nodes.get_mut(&p).unwrap();
@@ -847,7 +861,8 @@ impl Harness {
                 if self.outcome(op, &r, want, 3, true) {
                     let a = r.unwrap();
                     assert!(!self.m.nodes.contains_key(&a.ino));
-                    self.m.nodes.insert(a.ino, Node::new(Kind::Symlink(t), 0o777, 7, 8, p));
+                    let (_, gid) = self.m.new_owner(p, 0o777, 8, false);
+                    self.m.nodes.insert(a.ino, Node::new(Kind::Symlink(t), 0o777, 7, gid, p));
                     self.m.graveyard.remove(&a.ino);
                     let pn = self.m.nodes.get_mut(&p).unwrap();
                     pn.dir_mut().insert(name, a.ino);
@@ -991,7 +1006,8 @@ impl Harness {
                     let (ino, created) = r.unwrap();
                     if created {
                         assert!(!self.m.nodes.contains_key(&ino));
-                        let mut n = Node::new(Kind::File(FileData::default()), 0o640, 1, 1, p);
+                        let (perm, gid) = self.m.new_owner(p, 0o640, 1, false);
+                        let mut n = Node::new(Kind::File(FileData::default()), perm, 1, gid, p);
                         n.open = 1;
                         self.m.nodes.insert(ino, n);
                         self.m.graveyard.remove(&ino);
@@ -1191,6 +1207,13 @@ impl Harness {
                     }
                     if let Some(g) = ch.gid {
                         n.gid = g;
+                    }
+                    // chown clears set-user-id, and set-group-id with group execute.
+                    if !n.is_dir() && (ch.uid.is_some() || ch.gid.is_some()) {
+                        n.perm &= !0o4000;
+                        if n.perm & 0o2010 == 0o2010 {
+                            n.perm &= !0o2000;
+                        }
                     }
                     n.ctime = T::Now;
                     touched.push(i);
@@ -1473,6 +1496,7 @@ impl Harness {
             Op::Remount(how) => {
                 let fs = self.fs.take().unwrap();
                 let fs = remount(fs, *how);
+                fs.set_atime_mode(AtimeMode::Off);
                 self.fs = Some(fs);
                 self.m.after_remount();
                 check_all(self.fs(), &self.m, self.ninodes, &format!("after {how:?}"));
@@ -1487,7 +1511,7 @@ impl Harness {
             let img = self.fs().medium().durable_image();
             let fs2 = Fs::mount(
                 SimMedium::from_image(img),
-                &MountOptions { workers: 1, ..Default::default() },
+                &MountOptions { workers: 1, atime: AtimeMode::Off, ..Default::default() },
             )
             .unwrap_or_else(|e| {
                 panic!("durable image after {op:?} does not mount: {e}\n{}", self.log.join("\n"))
@@ -1550,8 +1574,11 @@ impl Harness {
         let sp = self.pick(sdir, Class::Parent);
         let dp = self.pick(ddir, Class::Dir);
         let sname = self.existing_name(sp, sname);
-        let dname =
-            if dname % 2 == 0 { self.existing_name(dp, dname / 2) } else { name_of(dname / 2) };
+        let dname = if dname.is_multiple_of(2) {
+            self.existing_name(dp, dname / 2)
+        } else {
+            name_of(dname / 2)
+        };
         let flags = match flags % 8 {
             0..=4 => RenameFlags::default(),
             5 => RenameFlags { noreplace: true, exchange: false },
@@ -1817,6 +1844,7 @@ fn run_sequence(ops: &[Op], durable_each_op: bool, pool: u64, inodes: u64) {
     }
     check_all(h.fs(), &h.m, h.ninodes, "end of sequence");
     let fs = remount(h.fs.take().unwrap(), Remount::Clean);
+    fs.set_atime_mode(AtimeMode::Off);
     h.m.after_remount();
     check_all(&fs, &h.m, h.ninodes, "end, after a clean remount");
 }

@@ -17,13 +17,14 @@ use crate::model::{pattern, Canon};
 use crate::rng::Rng;
 use crate::subset::{self, Subset};
 use ferrite_core::sim::{crash_image, FencePoint, InFlight};
-use ferrite_core::{Error, Fs, MountOptions, SimMedium};
+use ferrite_core::{AtimeMode, Error, Fs, MountOptions, SimMedium};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Once};
 
 /// Mount options of every recovery the oracle runs.
 pub fn check_mount_options() -> MountOptions {
-    MountOptions { workers: 1, ..Default::default() }
+    // Reads of the checker must not change the times it compares.
+    MountOptions { workers: 1, atime: AtimeMode::Off, ..Default::default() }
 }
 
 /// Outcome of one passing check.

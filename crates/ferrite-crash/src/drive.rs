@@ -23,7 +23,7 @@ use crate::model::{Canon, Model, Op};
 use crate::sched::{RoundTag, Sched};
 use crate::workloads::{groupable, Workload};
 use ferrite_core::sim::{set_sim_thread, FenceHook, FencePoint, InFlight, SimFault};
-use ferrite_core::{CoreFault, Fs, MkfsOptions, MountOptions, SimMedium};
+use ferrite_core::{AtimeMode, CoreFault, Fs, MkfsOptions, MountOptions, SimMedium};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -289,13 +289,18 @@ pub fn drive(
         survey: Vec::new(),
     }));
     let mkfs = MkfsOptions { shards: 1, inodes: w.inodes, uuid: Some(UUID), ..Default::default() };
-    let opts =
-        MountOptions { fault: fault.and_then(Fault::core), workers: 1, ..Default::default() };
+    let opts = MountOptions {
+        fault: fault.and_then(Fault::core),
+        workers: 1,
+        atime: AtimeMode::Off,
+        ..Default::default()
+    };
     let m = SimMedium::new(w.pool);
     if w.mkfs_points {
         m.set_fence_hook(Some(make_hook(st.clone())));
     }
     let mut fs = Fs::mkfs(m, &mkfs).map_err(|e| fail(0, format!("mkfs: {e}")))?;
+    fs.set_atime_mode(AtimeMode::Off); // the model has no access times of reads
     if opts.fault.is_some() {
         let m = fs.unmount().map_err(|e| fail(0, format!("unmount after mkfs: {e}")))?;
         fs = Fs::mount(m, &opts).map_err(|e| fail(0, format!("mount with fault: {e}")))?;
@@ -511,10 +516,15 @@ pub fn drive_mt(
         survey: Vec::new(),
     }));
     let mkfs = MkfsOptions { shards: 1, inodes: w.inodes, uuid: Some(UUID), ..Default::default() };
-    let opts =
-        MountOptions { fault: fault.and_then(Fault::core), workers: 1, ..Default::default() };
+    let opts = MountOptions {
+        fault: fault.and_then(Fault::core),
+        workers: 1,
+        atime: AtimeMode::Off,
+        ..Default::default()
+    };
     let mut fs =
         Fs::mkfs(SimMedium::new(w.pool), &mkfs).map_err(|e| fail(0, format!("mkfs: {e}")))?;
+    fs.set_atime_mode(AtimeMode::Off);
     if opts.fault.is_some() {
         let m = fs.unmount().map_err(|e| fail(0, format!("unmount after mkfs: {e}")))?;
         fs = Fs::mount(m, &opts).map_err(|e| fail(0, format!("mount with fault: {e}")))?;

@@ -287,7 +287,7 @@ fn process(job: &Job, cfg: &Config, stop: &AtomicBool) {
                     }
                 }
                 let k = ctx.probe_ctr.fetch_add(1, Ordering::AcqRel);
-                if cfg.probe_every > 0 && k % cfg.probe_every == 0 {
+                if cfg.probe_every > 0 && k.is_multiple_of(cfg.probe_every) {
                     let r = guarded(|| check::probe(*fs, &canon));
                     lock(&ctx.tally).probes += 1;
                     if let Err(msg) = r {

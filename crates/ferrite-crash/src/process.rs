@@ -18,7 +18,7 @@ use crate::exec::{exec, live_canon, Handles};
 use crate::gen::{Gen, GenConfig};
 use crate::model::{Canon, Model, Op};
 use crate::rng::Rng;
-use ferrite_core::{Fs, MapOptions, MkfsOptions, MmapMedium, MountOptions};
+use ferrite_core::{AtimeMode, Fs, MapOptions, MkfsOptions, MmapMedium, MountOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -52,6 +52,7 @@ pub fn child_main(pool: &Path, seed: u64, ops: usize) -> i32 {
             return 2;
         }
     };
+    fs.set_atime_mode(AtimeMode::Off); // the model has no access times of reads
     let _ = writeln!(out, "ready");
     let _ = out.flush();
     let mut g = Gen::new(seed, gen_config());
@@ -69,7 +70,7 @@ pub fn child_main(pool: &Path, seed: u64, ops: usize) -> i32 {
                         return 3;
                     }
                 };
-                match Fs::mount(m, &MountOptions::default()) {
+                match Fs::mount(m, &MountOptions { atime: AtimeMode::Off, ..Default::default() }) {
                     Ok(f) => {
                         fs = f;
                         Ok(())
@@ -274,7 +275,7 @@ fn one_run(
             return run;
         }
     };
-    let fs = match Fs::mount(m, &MountOptions::default()) {
+    let fs = match Fs::mount(m, &MountOptions { atime: AtimeMode::Off, ..Default::default() }) {
         Ok(f) => f,
         Err(e) => {
             if !run.before_ready {

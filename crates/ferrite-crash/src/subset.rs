@@ -81,7 +81,7 @@ impl Subset {
             r.map_err(|_| format!("bad offset '{t}' in subset"))
         };
         let word = |o: u64| -> Result<u64, String> {
-            if o % 8 == 0 {
+            if o.is_multiple_of(8) {
                 Ok(o)
             } else {
                 Err(format!("offset {o:#x} is not 8-byte aligned"))

@@ -231,13 +231,16 @@ fn open_pool(p: &Plan) -> Result<Fs<MmapMedium>, String> {
             root_gid: nix::unistd::getgid().as_raw(),
             ..Default::default()
         };
-        return Fs::mkfs(m, &mk).map_err(|e| {
+        let fs = Fs::mkfs(m, &mk).map_err(|e| {
             let _ = std::fs::remove_file(&p.pool);
             format!("formatting {}: {e}", p.pool.display())
-        });
+        })?;
+        fs.set_atime_mode(p.opts.atime);
+        return Ok(fs);
     }
     let m = MmapMedium::open(&p.pool, &map).map_err(|e| e.to_string())?;
-    let mo = MountOptions { read_only: p.opts.read_only, ..Default::default() };
+    let mo =
+        MountOptions { read_only: p.opts.read_only, atime: p.opts.atime, ..Default::default() };
     Fs::mount(m, &mo).map_err(|e| format!("{}: {e}", p.pool.display()))
 }
 

@@ -533,18 +533,6 @@ impl FerriteFuse {
         Err(Errno::EAGAIN)
     }
 
-    /// Owner group and set-group-id bit for a new inode in `dir` (BSD group
-    /// semantics when the directory is set-group-id, as Linux file systems do).
-    fn new_owner(&self, dir: u64, req: &Request, perm: u32, is_dir: bool) -> R<(u32, u32)> {
-        let d = self.fs.getattr(dir).map_err(|e| self.err("getattr", e))?;
-        if d.perm & 0o2000 != 0 {
-            let perm = if is_dir { perm | 0o2000 } else { perm };
-            Ok((d.gid, perm))
-        } else {
-            Ok((req.gid(), perm))
-        }
-    }
-
     fn add_handle(&self, ino: u64, nodeid: u64) -> u64 {
         self.add_handle_kind(ino, nodeid, OpenKind::Untracked)
     }
@@ -613,8 +601,8 @@ impl FerriteFuse {
         flags: i32,
     ) -> R<(FileAttr, Attr)> {
         let dir = self.ino(parent)?;
-        let (gid, perm) = self.new_owner(dir, req, mode & 0o7777, false)?;
-        match self.fs.create(dir, name.as_bytes(), perm, req.uid(), gid) {
+        // The core applies a set-group-id directory's group.
+        match self.fs.create(dir, name.as_bytes(), mode & 0o7777, req.uid(), req.gid()) {
             Ok(a) => Ok((self.remember(a)?, a)),
             Err(Error::Exists) if flags & libc::O_EXCL == 0 => {
                 // Created by someone else since the kernel's lookup: open it instead.
@@ -876,10 +864,9 @@ impl Filesystem for FerriteFuse {
     ) {
         self.guard("mkdir", || {
             let r = self.ino(parent).and_then(|dir| {
-                let (gid, perm) = self.new_owner(dir, req, mode & 0o7777, true)?;
                 let a = self
                     .fs
-                    .mkdir(dir, name.as_bytes(), perm, req.uid(), gid)
+                    .mkdir(dir, name.as_bytes(), mode & 0o7777, req.uid(), req.gid())
                     .map_err(|e| self.err("mkdir", e))?;
                 Ok((self.remember(a)?, a))
             });
@@ -924,7 +911,7 @@ impl Filesystem for FerriteFuse {
     ) {
         self.guard("symlink", || {
             let r = self.ino(parent).and_then(|dir| {
-                let (gid, _) = self.new_owner(dir, req, 0o777, false)?;
+                let gid = req.gid();
                 let a = self
                     .fs
                     .symlink(

@@ -42,7 +42,9 @@ Options for -o (comma-separated; also what fstab and `mount -t fuse.ferrite` pas
   auto_unmount           unmount when the daemon dies (runs through fusermount3)
   fsname=NAME            source shown by mount/df (default: the pool path)
   subtype=NAME           type suffix (default ferrite)
-  nodev,nosuid,noexec,noatime,sync,dirsync,...   generic mount flags
+  nodev,nosuid,noexec,sync,dirsync,...   generic mount flags
+  relatime               reads update access times as Linux's default (persisted lazily)
+  noatime, strictatime   never / on every read
   create=SIZE            format the pool with SIZE if it does not exist
   threads=N              request-serving threads
   msync                  msync at every commit (power-loss durability on non-DAX files)
@@ -52,7 +54,7 @@ Options for -o (comma-separated; also what fstab and `mount -t fuse.ferrite` pas
                          and stat asks the daemon; slower, for comparison and debugging)
   writeback_cache        kernel buffers writes: faster, but a write is durable only after
                          fsync/close (weaker than the default; see docs/FUSE.md)
-Ignored: defaults, auto, noauto, user, users, _netdev, nofail, x-*, relatime, ...
+Ignored: defaults, auto, noauto, user, users, _netdev, nofail, x-*, lazytime, ...
 
 Without -f the command returns once the mount is ready and the daemon runs detached.
 Unmount with `ferrite umount MOUNTPOINT`, fusermount3 -u, umount, or SIGINT/SIGTERM.")]

@@ -39,6 +39,9 @@ pub struct Options {
     pub threads: Option<usize>,
     /// `create=SIZE`: format the pool with this size if it does not exist.
     pub create: Option<u64>,
+    /// `relatime` (default), `noatime`, `strictatime`: when reads update access
+    /// times (the core keeps them; the kernel does not for a FUSE mount).
+    pub atime: ferrite_core::AtimeMode,
 }
 
 impl Default for Options {
@@ -57,6 +60,7 @@ impl Default for Options {
             no_cache: false,
             threads: None,
             create: None,
+            atime: ferrite_core::AtimeMode::Relative,
         }
     }
 }
@@ -73,9 +77,7 @@ const IGNORED: &[&str] = &[
     "group",
     "_netdev",
     "nofail",
-    "relatime",
     "norelatime",
-    "strictatime",
     "nostrictatime",
     "lazytime",
     "nolazytime",
@@ -160,8 +162,18 @@ pub fn parse(lists: &[String]) -> Result<Options, String> {
             "nosuid" => o.flags.push(flag(MountOption::NoSuid)?),
             "exec" => o.flags.push(flag(MountOption::Exec)?),
             "noexec" => o.flags.push(flag(MountOption::NoExec)?),
-            "atime" => o.flags.push(flag(MountOption::Atime)?),
-            "noatime" => o.flags.push(flag(MountOption::NoAtime)?),
+            "atime" | "relatime" => {
+                novalue()?;
+                o.atime = ferrite_core::AtimeMode::Relative;
+            }
+            "noatime" => {
+                o.flags.push(flag(MountOption::NoAtime)?);
+                o.atime = ferrite_core::AtimeMode::Off;
+            }
+            "strictatime" => {
+                novalue()?;
+                o.atime = ferrite_core::AtimeMode::Strict;
+            }
             "sync" => o.flags.push(flag(MountOption::Sync)?),
             "async" => o.flags.push(flag(MountOption::Async)?),
             "dirsync" => o.flags.push(flag(MountOption::DirSync)?),
