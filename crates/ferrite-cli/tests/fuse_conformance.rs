@@ -10,8 +10,8 @@
 //! time move forward or back, the mount must show the same direction).
 //!
 //! Documented exceptions (docs/FUSE.md): directory st_size and st_blocks differ by
-//! design (tmpfs counts 20 bytes per entry and whole pages); atime is not updated by
-//! reads (the core is noatime); lseek on directory descriptors is the file system
+//! design (tmpfs counts 20 bytes per entry and whole pages); atime is not compared
+//! (reads the kernel answers from its page cache never reach the daemon); lseek on directory descriptors is the file system
 //! type's own (tmpfs refuses SEEK_END, FUSE accepts any offset); device nodes, FIFOs and sockets do not exist in the
 //! format (not generated); extended attribute values are limited to 3,777 bytes (values
 //! stay below that here); permission errors are not exercised because the test runs

@@ -28,6 +28,8 @@ pub enum Error {
     Loop,
     /// EPERM
     NotPermitted,
+    /// EACCES
+    AccessDenied,
     /// ENODATA: no such extended attribute.
     NoAttr,
     /// E2BIG: extended attribute value too large.
@@ -109,6 +111,7 @@ impl Error {
             Error::FileTooBig => libc::EFBIG,
             Error::Loop => libc::ELOOP,
             Error::NotPermitted => libc::EPERM,
+            Error::AccessDenied => libc::EACCES,
             Error::NoAttr => libc::ENODATA,
             Error::TooBig => libc::E2BIG,
             Error::Range => libc::ERANGE,
@@ -139,6 +142,7 @@ impl std::fmt::Display for Error {
             Error::FileTooBig => write!(f, "file too large"),
             Error::Loop => write!(f, "too many levels of symbolic links"),
             Error::NotPermitted => write!(f, "operation not permitted"),
+            Error::AccessDenied => write!(f, "permission denied"),
             Error::NoAttr => write!(f, "no such extended attribute"),
             Error::TooBig => write!(f, "extended attribute value too large"),
             Error::Range => write!(f, "result too large for the buffer"),

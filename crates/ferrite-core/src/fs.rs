@@ -108,6 +108,22 @@ pub struct SetAttr {
     pub mtime: Option<SetTime>,
 }
 
+/// What [`Fs::make_masked`] makes: a file or a directory `name` in `parent`, owned
+/// by `uid` and `gid` (a set-group-id directory's group wins).
+#[derive(Clone, Copy, Debug)]
+pub struct NewNode<'a> {
+    /// Directory to make it in.
+    pub parent: u64,
+    /// Its name.
+    pub name: &'a [u8],
+    /// A directory (else a regular file).
+    pub dir: bool,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+}
+
 /// One directory entry from `readdir`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirEntry {

@@ -107,12 +107,20 @@ impl<M: Medium> Fs<M> {
                     claim(b, "data block", &mut r);
                 }
             }
-            for name in st.xattrs.keys() {
+            for (name, x) in st.xattrs.iter() {
+                let n = String::from_utf8_lossy(name);
+                if crate::acl::is_acl_name(name) {
+                    let mut v = vec![0u8; x.value_len as usize];
+                    crate::log::read_payload(&self.m, x.loc, x.value_off, &mut v);
+                    if let Err(e) = crate::acl::parse(&v) {
+                        r.errors.push(format!("inode {ino}: {n} is not a valid ACL: {e}"));
+                    }
+                    continue;
+                }
                 let known = [&b"user."[..], b"trusted.", b"security."]
                     .iter()
                     .any(|p| name.starts_with(p) && name.len() > p.len() && name.len() <= 255);
                 if !known {
-                    let n = String::from_utf8_lossy(name);
                     r.errors
                         .push(format!("inode {ino}: extended attribute {n:?} has no valid name"));
                 }

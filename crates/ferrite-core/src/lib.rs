@@ -9,6 +9,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod acl;
 pub mod alloc;
 pub mod chain;
 pub mod dax;
@@ -35,7 +36,7 @@ pub use dax::{MapOptions, MmapMedium};
 pub use error::{Error, Result};
 pub use fs::{
     AtimeMode, Attr, CoreFault, DirEntry, FallocMode, Fs, MkfsOptions, MountOptions, MountReport,
-    RenameFlags, SetAttr, SetTime, StatFs, XattrSet,
+    NewNode, RenameFlags, SetAttr, SetTime, StatFs, XattrSet,
 };
 pub use fsck::FsckReport;
 pub use index::FileType;

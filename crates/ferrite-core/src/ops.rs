@@ -1,9 +1,10 @@
 //! POSIX operations on a mounted pool.
 
+use crate::acl;
 use crate::error::{Error, Result};
 use crate::fs::{
-    Attr, DirEntry, FallocMode, Fs, Inode, Locked, NewInode, Part, RenameFlags, SetAttr, SetTime,
-    StatFs, XattrSet,
+    Attr, DirEntry, FallocMode, Fs, Inode, Locked, NewInode, NewNode, Part, RenameFlags, SetAttr,
+    SetTime, StatFs, XattrSet,
 };
 use crate::index::{Body, FileType, InodeState};
 use crate::layout::{BLOCK, MAX_FILE_SIZE, NAME_MAX};
@@ -445,7 +446,15 @@ impl<M: Medium> Fs<M> {
             a.ctime = now;
         });
         let shrink = ch.size.is_some_and(|s| s < st.attr.size);
-        self.commit_single(&i, &mut st, &mut [e], false, shrink)?;
+        let mut entries = vec![e];
+        if let Some(p) = ch.perm {
+            // chmod rewrites the access ACL's owner, mask (or group) and other.
+            let access = self.xattr_value(&st, acl::ACCESS);
+            if let Some(a) = access.and_then(|v| acl::parse(&v).ok().flatten()) {
+                entries.push(EntryBuf::xattr(false, acl::ACCESS, &a.chmod(p).encode(), now));
+            }
+        }
+        self.commit_single(&i, &mut st, &mut entries, false, shrink)?;
         // The entry holds the access time (set, or the DRAM-only one).
         i.atime_lazy.store(0, Ordering::Relaxed);
         Ok(self.attr_of(&i, &st))
@@ -584,14 +593,23 @@ impl<M: Medium> Fs<M> {
         }
     }
 
-    /// Create a regular file. EEXIST if the name exists.
+    /// Create a regular file. EEXIST if the name exists. `perm` is taken as it is
+    /// (the caller applied its umask), unless the directory has a default ACL.
     pub fn create(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
-        self.make_node(parent, name, FileType::Regular, perm, uid, gid, None)
+        self.make_node(parent, name, FileType::Regular, perm, 0, uid, gid, None)
     }
 
-    /// Create a directory.
+    /// Create a directory (`perm` as for [`Fs::create`]).
     pub fn mkdir(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
-        self.make_node(parent, name, FileType::Directory, perm, uid, gid, None)
+        self.make_node(parent, name, FileType::Directory, perm, 0, uid, gid, None)
+    }
+
+    /// [`Fs::create`] or [`Fs::mkdir`] with the caller's `umask` still to apply: as
+    /// open(2) and mkdir(2) on a file system with POSIX ACLs, a default ACL of the
+    /// directory replaces the umask.
+    pub fn make_masked(&self, node: NewNode<'_>, perm: u32, umask: u32) -> Result<Attr> {
+        let ftype = if node.dir { FileType::Directory } else { FileType::Regular };
+        self.make_node(node.parent, node.name, ftype, perm, umask, node.uid, node.gid, None)
     }
 
     /// Create a symbolic link.
@@ -609,7 +627,7 @@ impl<M: Medium> Fs<M> {
         if target.len() > SYMLINK_MAX {
             return Err(Error::NameTooLong);
         }
-        self.make_node(parent, name, FileType::Symlink, 0o777, uid, gid, Some(target))
+        self.make_node(parent, name, FileType::Symlink, 0o777, 0, uid, gid, Some(target))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -619,6 +637,7 @@ impl<M: Medium> Fs<M> {
         name: &[u8],
         ftype: FileType,
         perm: u32,
+        umask: u32,
         uid: u32,
         gid: u32,
         target: Option<&[u8]>,
@@ -630,7 +649,6 @@ impl<M: Medium> Fs<M> {
         let (mut perm, mut gid) = (perm, gid);
         {
             let st = locked.st(parent);
-            let d = st.dir().ok_or(Error::NotDir)?;
             // A set-group-id directory hands its group to what is made in it, and
             // its set-group-id bit to subdirectories (BSD group semantics, as Linux
             // file systems do; Linux's clearing of the bit on a new file whose
@@ -641,6 +659,25 @@ impl<M: Medium> Fs<M> {
                     perm |= 0o2000;
                 }
             }
+        }
+        // A default ACL of the directory is inherited (and replaces the umask).
+        let mut acl_entries: SmallVec<[(&[u8], Vec<u8>); 2]> = SmallVec::new();
+        match self.default_acl(locked.st(parent)).filter(|_| ftype != FileType::Symlink) {
+            Some(d) => {
+                let (access, mode) = d.create_masq(perm);
+                perm = mode;
+                if let Some(a) = access {
+                    acl_entries.push((acl::ACCESS, a.encode()));
+                }
+                if ftype == FileType::Directory {
+                    acl_entries.push((acl::DEFAULT, d.encode()));
+                }
+            }
+            None => perm &= !umask,
+        }
+        {
+            let st = locked.st(parent);
+            let d = st.dir().ok_or(Error::NotDir)?;
             if st.attr.nlink == 0 {
                 return Err(Error::NotFound);
             }
@@ -689,6 +726,9 @@ impl<M: Medium> Fs<M> {
             }
         }
         entries.push(EntryBuf::setattr(&attr, false));
+        for (name, v) in &acl_entries {
+            entries.push(EntryBuf::xattr(false, name, v, now));
+        }
         let mut pentries = vec![EntryBuf::dentry(
             ino,
             locked.st(parent).dir().expect("dir").next_cookie,
@@ -1185,6 +1225,9 @@ impl<M: Medium> Fs<M> {
     }
 
     fn check_xattr_ns(name: &[u8]) -> Result<()> {
+        if acl::is_acl_name(name) {
+            return Ok(());
+        }
         let prefixes = [&b"user."[..], b"trusted.", b"security."];
         match prefixes.iter().find(|p| name.starts_with(p)) {
             // A bare prefix names no attribute: EINVAL, as Linux.
@@ -1199,6 +1242,9 @@ impl<M: Medium> Fs<M> {
     fn check_xattr_target(name: &[u8], st: &InodeState, write: bool) -> Result<()> {
         if name.starts_with(b"user.") && st.ftype == FileType::Symlink {
             return Err(if write { Error::NotPermitted } else { Error::NoAttr });
+        }
+        if acl::is_acl_name(name) && st.ftype == FileType::Symlink {
+            return Err(Error::NotSupported("POSIX ACLs on a symlink"));
         }
         Self::check_xattr_ns(name)
     }
@@ -1234,8 +1280,77 @@ impl<M: Medium> Fs<M> {
             XattrSet::Replace if !exists => return Err(Error::NoAttr),
             _ => {}
         }
-        let e = EntryBuf::xattr(false, name, value, self.m.now());
+        let now = self.m.now();
+        if acl::is_acl_name(name) {
+            let mut entries = self.acl_set_entries(&st, name, value, now)?;
+            if entries.is_empty() {
+                return Ok(());
+            }
+            return self.commit_single(&i, &mut st, &mut entries, false, false);
+        }
+        let e = EntryBuf::xattr(false, name, value, now);
         self.commit_single(&i, &mut st, &mut [e], false, false)
+    }
+
+    /// The value of extended attribute `name` of a locked inode.
+    fn xattr_value(&self, st: &InodeState, name: &[u8]) -> Option<Vec<u8>> {
+        let r = st.xattrs.get(name)?;
+        let mut v = vec![0u8; r.value_len as usize];
+        log::read_payload(&self.m, r.loc, r.value_off, &mut v);
+        Some(v)
+    }
+
+    /// The inode's default ACL, if it has a valid one.
+    fn default_acl(&self, st: &InodeState) -> Option<acl::Acl> {
+        self.xattr_value(st, acl::DEFAULT).and_then(|v| acl::parse(&v).ok().flatten())
+    }
+
+    /// Entries that set POSIX ACL attribute `name` to `value` (see `acl`): an access
+    /// ACL sets the mode's permission bits and is stored only when it says more than
+    /// they do; an empty value removes the ACL; a default ACL only on a directory.
+    fn acl_set_entries(
+        &self,
+        st: &InodeState,
+        name: &[u8],
+        value: &[u8],
+        now: Ts,
+    ) -> Result<Vec<EntryBuf>> {
+        let parsed = acl::parse(value)?;
+        let exists = st.xattrs.contains_key(name);
+        let mut entries = Vec::new();
+        if name == acl::DEFAULT {
+            if st.ftype != FileType::Directory {
+                // As Linux: EACCES for a default ACL on anything but a directory,
+                // and removing none is no error.
+                return if parsed.is_some() { Err(Error::AccessDenied) } else { Ok(entries) };
+            }
+            match parsed {
+                Some(a) => entries.push(EntryBuf::xattr(false, name, &a.encode(), now)),
+                None if exists => entries.push(EntryBuf::xattr(true, name, &[], now)),
+                None => {}
+            }
+            return Ok(entries);
+        }
+        match parsed {
+            Some(a) => {
+                let mode = a.apply_to_mode(st.attr.mode);
+                if a.is_mode_only() {
+                    if exists {
+                        entries.push(EntryBuf::xattr(true, name, &[], now));
+                    }
+                } else {
+                    entries.push(EntryBuf::xattr(false, name, &a.encode(), now));
+                }
+                let (e, _) = Self::setattr_entry(st, |at| {
+                    at.mode = mode;
+                    at.ctime = now;
+                });
+                entries.push(e);
+            }
+            None if exists => entries.push(EntryBuf::xattr(true, name, &[], now)),
+            None => {}
+        }
+        Ok(entries)
     }
 
     /// Names of all extended attributes.

@@ -39,8 +39,8 @@
 
 use crate::nodes::{Node, NodeTable};
 use ferrite_core::{
-    Attr, DirEntry, Error, FallocMode, FileType, Fs, MmapMedium, RenameFlags, SetAttr, SetTime, Ts,
-    XattrSet,
+    Attr, DirEntry, Error, FallocMode, FileType, Fs, MmapMedium, NewNode, RenameFlags, SetAttr,
+    SetTime, Ts, XattrSet,
 };
 use fuser::Notifier;
 use fuser::{
@@ -598,11 +598,20 @@ impl FerriteFuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
+        umask: u32,
         flags: i32,
     ) -> R<(FileAttr, Attr)> {
         let dir = self.ino(parent)?;
-        // The core applies a set-group-id directory's group.
-        match self.fs.create(dir, name.as_bytes(), mode & 0o7777, req.uid(), req.gid()) {
+        // The core applies a set-group-id directory's group, and the umask or the
+        // directory's default ACL (FUSE_DONT_MASK: the kernel leaves both to us).
+        let node = NewNode {
+            parent: dir,
+            name: name.as_bytes(),
+            dir: false,
+            uid: req.uid(),
+            gid: req.gid(),
+        };
+        match self.fs.make_masked(node, mode & 0o7777, umask) {
             Ok(a) => Ok((self.remember(a)?, a)),
             Err(Error::Exists) if flags & libc::O_EXCL == 0 => {
                 // Created by someone else since the kernel's lookup: open it instead.
@@ -726,6 +735,11 @@ impl Filesystem for FerriteFuse {
             InitFlags::FUSE_ASYNC_DIO,
             // A symlink's target never changes: the kernel may keep it.
             InitFlags::FUSE_CACHE_SYMLINKS,
+            // POSIX ACLs: the kernel enforces them from system.posix_acl_access;
+            // the core keeps the mode in step and makes new nodes inherit default
+            // ACLs, which needs the umask unapplied (FUSE_DONT_MASK).
+            InitFlags::FUSE_POSIX_ACL,
+            InitFlags::FUSE_DONT_MASK,
         ] {
             let _ = config.add_capabilities(f);
         }
@@ -837,7 +851,7 @@ impl Filesystem for FerriteFuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         _rdev: u32,
         reply: ReplyEntry,
     ) {
@@ -846,7 +860,7 @@ impl Filesystem for FerriteFuse {
                 // Device nodes, FIFOs and sockets are not in the format.
                 return reply.error(Errno::EPERM);
             }
-            match self.create_file(req, parent, name, mode, libc::O_EXCL) {
+            match self.create_file(req, parent, name, mode, umask, libc::O_EXCL) {
                 Ok((fa, a)) => self.reply_entry(reply, &fa, a.generation),
                 Err(e) => reply.error(e),
             }
@@ -859,14 +873,16 @@ impl Filesystem for FerriteFuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         self.guard("mkdir", || {
             let r = self.ino(parent).and_then(|dir| {
+                let (uid, gid) = (req.uid(), req.gid());
+                let node = NewNode { parent: dir, name: name.as_bytes(), dir: true, uid, gid };
                 let a = self
                     .fs
-                    .mkdir(dir, name.as_bytes(), mode & 0o7777, req.uid(), req.gid())
+                    .make_masked(node, mode & 0o7777, umask)
                     .map_err(|e| self.err("mkdir", e))?;
                 Ok((self.remember(a)?, a))
             });
@@ -1307,22 +1323,21 @@ impl Filesystem for FerriteFuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
         self.guard("create", || {
-            let r = self.create_file(req, parent, name, mode, flags).and_then(|(fa, a)| match self
-                .fs
-                .open(a.ino)
-            {
-                Ok(_) => {
-                    let (kind, fl) = self.open_kind(a.ino, fa.ino.0, flags);
-                    Ok((fa, a, self.add_handle_kind(a.ino, fa.ino.0, kind), fl))
-                }
-                Err(e) => {
-                    self.drop_lookups(fa.ino.0, 1);
-                    Err(self.err("open", e))
+            let r = self.create_file(req, parent, name, mode, umask, flags).and_then(|(fa, a)| {
+                match self.fs.open(a.ino) {
+                    Ok(_) => {
+                        let (kind, fl) = self.open_kind(a.ino, fa.ino.0, flags);
+                        Ok((fa, a, self.add_handle_kind(a.ino, fa.ino.0, kind), fl))
+                    }
+                    Err(e) => {
+                        self.drop_lookups(fa.ino.0, 1);
+                        Err(self.err("open", e))
+                    }
                 }
             });
             match r {
