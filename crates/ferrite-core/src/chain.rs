@@ -7,6 +7,8 @@
 //!   so fast GC finds a dead page's neighbours and unlinks it in O(log n): overwrite
 //!   workloads kill the *oldest* pages of long logs, and a scan of the chain per GC
 //!   made each write cost time proportional to the log's length.
+//! - Pages read from media join a chain through [`LogPages::try_extend`], which
+//!   refuses a page already linked: a corrupt log is an error, never a panic.
 //! - A large chain that shrinks under half of [`SMALL`] becomes a vector again
 //!   (hysteresis: no flapping at the boundary).
 
@@ -120,6 +122,18 @@ impl LogPages {
         }
     }
 
+    /// Link `pages` after the last page, in order, unless one of them is in the
+    /// chain already (a corrupt next pointer leading back into the chain): then
+    /// nothing is linked and that page is returned.
+    pub fn try_extend(&mut self, pages: &[u64]) -> Result<(), u64> {
+        let mut seen = rustc_hash::FxHashSet::default();
+        if let Some(&p) = pages.iter().find(|&&p| self.contains(p) || !seen.insert(p)) {
+            return Err(p);
+        }
+        self.extend(pages);
+        Ok(())
+    }
+
     /// The pages before and after `page`, or `None` if it is not in the chain.
     pub fn neighbours(&self, page: u64) -> Option<(Option<u64>, Option<u64>)> {
         match self {
@@ -191,6 +205,9 @@ mod tests {
             assert!(c.remove(p * 4096));
         }
         assert!(!c.remove(0));
+        assert_eq!(c.try_extend(&[5, 95 * 4096]), Err(95 * 4096), "a page linked twice");
+        assert_eq!(c.try_extend(&[5, 5]), Err(5), "a page given twice");
+        assert_eq!(c.len(), 10, "nothing linked by a refused extend");
         assert!(matches!(c, LogPages::Small(_)));
         assert_eq!(c.to_vec(), (90..100).map(|p| p * 4096).collect::<Vec<_>>());
         assert_eq!(c, LogPages::from(c.to_vec()));

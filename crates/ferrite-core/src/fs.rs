@@ -44,6 +44,16 @@ pub enum CoreFault {
     /// Fast GC unlinks dead log pages before the operation that killed their
     /// entries is durable.
     EarlyGc,
+    /// A direct client uses a lease without checking that it was not revoked, so it
+    /// can commit after the daemon took the file back (`client-stale-lease`).
+    StaleLease,
+    /// The daemon's resolution of a dead client neither flushes the data of the
+    /// client's last operation nor clears what it left past its tail: the daemon's
+    /// next tail covers another party's unpersisted data (`tail-before-other-data`).
+    AdoptUnflushed,
+    /// Fast GC also unlinks and frees a log page that still holds live entries, which
+    /// the file's index (and later appends) still reference (`gc-referenced-page`).
+    GcReferenced,
 }
 
 /// Attributes of an inode, as `stat` reports them.
@@ -931,6 +941,12 @@ impl<M: Medium> Fs<M> {
             st.apply(*loc, &entry, &mut freed);
         }
         freed
+    }
+
+    /// Test-only: inject a persist-order fault into this `Fs` (a direct client is
+    /// attached without mount options). Never called outside tests.
+    pub fn set_core_fault(&mut self, fault: Option<CoreFault>) {
+        self.fault = fault;
     }
 
     /// Commit entries of one inode. `data_written`: data blocks that no checksum

@@ -69,9 +69,20 @@ impl<M: Medium> Fs<M> {
 
     /// Unlink and free the dead pages of `st`'s log.
     pub(crate) fn fast_gc(&self, inode: &Inode, st: &mut InodeState) {
-        let dead = st.dead_pages();
-        // Keep only candidates that may still die later: the current tail page.
+        let mut dead = st.dead_pages();
         let tail_page = logptr::addr(st.log.tail) & !(BLOCK - 1);
+        // Test-only fault: a page with live entries goes too.
+        let mut live_victim = None;
+        if self.fault == Some(CoreFault::GcReferenced) && !dead.is_empty() {
+            live_victim = st.log.pages.iter().find(|p| {
+                *p != tail_page && !dead.contains(p) && st.refs.get(p).is_some_and(|&c| c > 0)
+            });
+            if let Some(v) = live_victim {
+                dead.push(v);
+                st.log.pages.sort_in_chain_order(&mut dead);
+            }
+        }
+        // Keep only candidates that may still die later: the current tail page.
         st.dead.retain(|&p| p == tail_page && st.refs.get(&p).copied().unwrap_or(0) == 0);
         if dead.is_empty() {
             return;
@@ -102,7 +113,7 @@ impl<M: Medium> Fs<M> {
         if self.fault != Some(CoreFault::EarlyGc) {
             self.m.fence();
         }
-        for d in &dead {
+        for d in dead.iter().filter(|&&d| Some(d) != live_victim) {
             st.refs.remove(d);
         }
         st.chain_gen = self.note_chain_change(inode.ino);

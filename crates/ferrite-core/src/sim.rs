@@ -6,9 +6,10 @@
 //!   in any order, or not at all before a crash. Dirty words belong to no thread
 //!   (a cache line is shared by coherence; any core's flush writes it back);
 //! - a flush of a line by thread T moves the line's dirty words (whoever stored
-//!   them) to T's *flushing* set, holding the value at the time of the flush; a
-//!   non-temporal store by T puts its words in T's flushing set directly (T's
-//!   write-combining buffers);
+//!   them) to T's *flushing* set, holding the value at the time of the flush, and
+//!   adds the line's words other threads flushed and did not fence yet (a line is
+//!   written back whole; T's fence then persists them); a non-temporal store by T
+//!   puts its words in T's flushing set directly (T's write-combining buffers);
 //! - a fence by T makes T's flushing words durable, and only T's: a real `sfence`
 //!   orders the issuing core's `clwb`s and non-temporal stores, not another core's.
 //!   When two threads have the same word in flight, the later flush wins: a fence
@@ -436,6 +437,19 @@ impl Medium for SimMedium {
             let v = word(&st.cur, w);
             push_flushing(&mut st, t, w, v);
         }
+        // A line is written back whole: words of it another thread flushed and has
+        // not fenced (not stored since, or they would be dirty) are T's to persist
+        // too. This is how a daemon makes what a dead client flushed durable.
+        let others: Vec<u64> = st
+            .flushing
+            .iter()
+            .filter(|(&u, _)| u != t)
+            .flat_map(|(_, set)| set.range(s..e).map(|(&w, _)| w))
+            .collect();
+        for w in others {
+            let v = word(&st.cur, w);
+            push_flushing(&mut st, t, w, v);
+        }
         debug_assert!(e - s >= CACHE_LINE || len == 0);
     }
 
@@ -508,6 +522,23 @@ mod tests {
         assert_eq!(m.in_flight(), vec![InFlight { off: 64, val: 7 }]);
         m.flush(64, 8);
         m.fence();
+        assert_eq!(word(&m.durable_image(), 64), 7);
+        assert!(m.in_flight().is_empty());
+    }
+
+    #[test]
+    fn a_flush_writes_the_line_back_whole_for_the_fencing_thread() {
+        let m = SimMedium::new(4096);
+        set_sim_thread(1);
+        m.store_u64(64, 7);
+        m.flush(64, 8);
+        // Thread 1 never fences (a client that died); thread 2 flushes the line.
+        set_sim_thread(2);
+        m.fence();
+        assert_eq!(word(&m.durable_image(), 64), 0, "another thread's fence alone");
+        m.flush(64, 8);
+        m.fence();
+        set_sim_thread(0);
         assert_eq!(word(&m.durable_image(), 64), 7);
         assert!(m.in_flight().is_empty());
     }

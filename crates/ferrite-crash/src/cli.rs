@@ -77,7 +77,7 @@ pub struct CrashArgs {
 pub const SCAN_WORKLOADS: &str = "write-pages,namespace,rename,truncate";
 
 /// Workloads scanned by skip-thread-fence when `--workload all`.
-pub const MT_SCAN_WORKLOADS: &str = "mt-private,mt-gc,mt-dir";
+pub const MT_SCAN_WORKLOADS: &str = "mt-private,mt-gc,mt-dir,client-parallel";
 
 /// Crash states `--release-budget` must check at least.
 pub const RELEASE_BUDGET: u64 = 1_000_000;
@@ -277,6 +277,12 @@ fn run_inject(a: &CrashArgs, kind: &str) -> i32 {
         SCAN_WORKLOADS
     } else if a.workload == "all" && kind == "skip-thread-fence" {
         MT_SCAN_WORKLOADS
+    } else if a.workload == "all" && kind == "client-stale-lease" {
+        "client-revoke"
+    } else if a.workload == "all" && kind == "tail-before-other-data" {
+        "client-death"
+    } else if a.workload == "all" && kind == "gc-referenced-page" {
+        "mt-gc,client-gc,gc"
     } else {
         a.workload.as_str()
     };

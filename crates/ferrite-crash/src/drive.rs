@@ -61,6 +61,9 @@ impl Fault {
             Fault::Core(CoreFault::JournalOutOfOrder) => "journal-out-of-order".into(),
             Fault::Core(CoreFault::EarlyGc) => "early-gc".into(),
             Fault::Core(CoreFault::UncheckedData) => "unchecked-data".into(),
+            Fault::Core(CoreFault::StaleLease) => "client-stale-lease".into(),
+            Fault::Core(CoreFault::AdoptUnflushed) => "tail-before-other-data".into(),
+            Fault::Core(CoreFault::GcReferenced) => "gc-referenced-page".into(),
         }
     }
 
@@ -78,6 +81,9 @@ impl Fault {
             None if s == "journal-out-of-order" => Fault::Core(CoreFault::JournalOutOfOrder),
             None if s == "early-gc" => Fault::Core(CoreFault::EarlyGc),
             None if s == "unchecked-data" => Fault::Core(CoreFault::UncheckedData),
+            None if s == "client-stale-lease" => Fault::Core(CoreFault::StaleLease),
+            None if s == "tail-before-other-data" => Fault::Core(CoreFault::AdoptUnflushed),
+            None if s == "gc-referenced-page" => Fault::Core(CoreFault::GcReferenced),
             _ => return Err(format!("unknown fault '{s}'")),
         })
     }
@@ -151,16 +157,16 @@ pub enum Capture {
     Some(Arc<HashSet<u64>>),
 }
 
-struct HookState {
-    op: usize,
-    sched: Option<Arc<Sched>>,
-    fence: u64,
-    capture: Capture,
-    recs: Vec<FenceRec>,
-    survey: Vec<SurveyPoint>,
+pub(crate) struct HookState {
+    pub(crate) op: usize,
+    pub(crate) sched: Option<Arc<Sched>>,
+    pub(crate) fence: u64,
+    pub(crate) capture: Capture,
+    pub(crate) recs: Vec<FenceRec>,
+    pub(crate) survey: Vec<SurveyPoint>,
 }
 
-fn make_hook(st: Arc<Mutex<HookState>>) -> FenceHook {
+pub(crate) fn make_hook(st: Arc<Mutex<HookState>>) -> FenceHook {
     Box::new(move |p: &FencePoint<'_>| {
         let mut s = lock(&st);
         let fence = s.fence;
@@ -276,6 +282,9 @@ pub fn drive(
     capture: Capture,
     sink: &mut dyn FnMut(Vec<FenceRec>, Arc<Expect>) -> bool,
 ) -> Result<Driven, Functional> {
+    if w.clients.is_some() {
+        return crate::clients::drive_clients(w, fault, capture, sink);
+    }
     if w.mt.is_some() {
         return drive_mt(w, fault, capture, sink);
     }
@@ -389,7 +398,7 @@ pub fn drive(
             return Ok(finish(st, states, setup_flushes, 0, setup_fences, 0, None));
         }
     }
-    let end_fence = end_point(&st, &fs, &states[w.ops.len()], w.ops.len(), sink);
+    let end_fence = end_point(&st, fs.medium(), &states[w.ops.len()], w.ops.len(), sink);
     if first_medium {
         total_flushes = fs.medium().flush_count();
         total_fences = fs.medium().fence_count();
@@ -404,7 +413,7 @@ pub fn drive(
 
 /// Compare an operation's outcome with the model's prediction and apply it to the
 /// model when it succeeded.
-fn check_outcome(
+pub(crate) fn check_outcome(
     k: usize,
     op: &Op,
     live: &Result<(), ferrite_core::Error>,
@@ -438,7 +447,7 @@ fn check_outcome(
     Ok(())
 }
 
-fn finish(
+pub(crate) fn finish(
     st: Arc<Mutex<HookState>>,
     states: Vec<Arc<Canon>>,
     setup_flushes: u64,
@@ -466,11 +475,11 @@ fn finish(
 /// How long the token holder may make no progress before the run is declared
 /// stalled (a broken round assumption: it waits for a lock another thread of the
 /// round holds). Not a timing assertion: a healthy step takes microseconds.
-const STALL: Duration = Duration::from_secs(120);
+pub(crate) const STALL: Duration = Duration::from_secs(120);
 
 /// `before` with the nodes of `files` taken from `after` (the operations of a round
 /// change one file each; the namespace is the same before and after).
-fn merge(before: &Canon, after: &Canon, files: &[&str]) -> Result<Canon, String> {
+pub(crate) fn merge(before: &Canon, after: &Canon, files: &[&str]) -> Result<Canon, String> {
     if before.nodes.len() != after.nodes.len()
         || before.nodes.iter().zip(&after.nodes).any(|(a, b)| a.path != b.path)
     {
@@ -687,7 +696,7 @@ pub fn drive_mt(
             }
         }
     }
-    let end_fence = end_point(&st, &fs, &states[w.ops.len()], w.ops.len(), sink);
+    let end_fence = end_point(&st, fs.medium(), &states[w.ops.len()], w.ops.len(), sink);
     let m = fs.medium();
     let trace = fault.and_then(Fault::sim).map(|_| m.fault_trace());
     let (tf, tfe) = (m.flush_count(), m.fence_count());
@@ -703,9 +712,9 @@ pub fn drive_mt(
 
 /// The pseudo fence point after the last operation (whatever is still in flight),
 /// recorded and handed to `sink` with the final state as the only expectation.
-fn end_point(
+pub(crate) fn end_point(
     st: &Mutex<HookState>,
-    fs: &Fs<SimMedium>,
+    m: &SimMedium,
     last: &Arc<Canon>,
     n: usize,
     sink: &mut dyn FnMut(Vec<FenceRec>, Arc<Expect>) -> bool,
@@ -715,7 +724,7 @@ fn end_point(
         s.op = n + 1;
         let f = s.fence;
         s.fence += 1;
-        let inf = fs.medium().in_flight();
+        let inf = m.in_flight();
         match &s.capture {
             Capture::Survey => {
                 let lines = crate::subset::lines(&inf).len();
@@ -728,7 +737,7 @@ fn end_point(
                         op: n + 1,
                         thread: 0,
                         tag: None,
-                        durable: Arc::new(fs.medium().durable_image()),
+                        durable: Arc::new(m.durable_image()),
                         in_flight: Arc::new(inf),
                     };
                     s.recs.push(rec);

@@ -491,7 +491,7 @@ pub fn run_suite(
 }
 
 /// The injectable fault kinds, as `--inject` names them.
-pub const FAULT_KINDS: [&str; 7] = [
+pub const FAULT_KINDS: [&str; 10] = [
     "skip-flush",
     "skip-fence",
     "skip-thread-fence",
@@ -499,6 +499,9 @@ pub const FAULT_KINDS: [&str; 7] = [
     "journal-out-of-order",
     "early-gc",
     "unchecked-data",
+    "client-stale-lease",
+    "tail-before-other-data",
+    "gc-referenced-page",
 ];
 
 /// One scanned variant of a fault.
@@ -606,6 +609,9 @@ pub fn inject(
             "journal-out-of-order" => vec![Fault::Core(CoreFault::JournalOutOfOrder)],
             "early-gc" => vec![Fault::Core(CoreFault::EarlyGc)],
             "unchecked-data" => vec![Fault::Core(CoreFault::UncheckedData)],
+            "client-stale-lease" => vec![Fault::Core(CoreFault::StaleLease)],
+            "tail-before-other-data" => vec![Fault::Core(CoreFault::AdoptUnflushed)],
+            "gc-referenced-page" => vec![Fault::Core(CoreFault::GcReferenced)],
             other => return Err(format!("unknown fault '{other}' (see --list-faults)")),
         };
         check::set_quiet(true);

@@ -13,12 +13,13 @@
 //! pool, canonical tree), [`gen`] (model-based random workloads), [`workloads`]
 //! (the named suite), [`drive`] (running a workload under a fence hook), [`subset`]
 //! (in-flight subsets), [`sched`] (the step scheduler of concurrent
-//! workloads), [`check`] (the oracle), [`explore`] (budgets, parallel
+//! workloads), [`clients`] (daemon and direct-client workloads), [`check`] (the oracle), [`explore`] (budgets, parallel
 //! checking, fault scans, replay), [`process`] (real process kills), [`cli`].
 #![forbid(unsafe_code)]
 
 pub mod check;
 pub mod cli;
+pub mod clients;
 pub mod drive;
 pub mod exec;
 pub mod explore;

@@ -175,6 +175,23 @@ impl Sched {
         self.cv.notify_all();
     }
 
+    /// The token holder's process died inside its operation (a client workload):
+    /// it leaves the round, but its operation stays in flight (a crash from now on
+    /// may or may not contain it, until the daemon resolved what it left).
+    pub fn died(&self, t: u32) {
+        let mut s = lk(&self.st);
+        debug_assert_eq!(s.token, t);
+        s.live -= 1;
+        s.token = 0;
+        self.steps.fetch_add(1, Ordering::Relaxed);
+        if !s.parked.is_empty() {
+            let v: Vec<u32> = s.parked.iter().copied().collect();
+            let who = v[self.draw(v.len())];
+            self.hand_to(&mut s, who);
+        }
+        self.cv.notify_all();
+    }
+
     /// Operations of the round not finished.
     pub fn live(&self) -> usize {
         lk(&self.st).live

@@ -261,6 +261,8 @@ pub struct Workload {
     pub ops: Vec<Op>,
     /// Concurrent workloads: threads and rounds (None: one thread, the driver's).
     pub mt: Option<MtPlan>,
+    /// Direct-client workloads: parties, steps and rounds (see `clients`).
+    pub clients: Option<crate::clients::ClientPlan>,
 }
 
 fn s(x: &str) -> String {
@@ -312,7 +314,7 @@ fn setx(p: &str, name: &str, len: u64, pat: u8, how: XattrHow) -> Op {
 const KB: u64 = 1024;
 const MB: u64 = 1024 * 1024;
 
-fn w(name: &str, about: &str, pool: u64, ops: Vec<Op>) -> Workload {
+pub(crate) fn w(name: &str, about: &str, pool: u64, ops: Vec<Op>) -> Workload {
     Workload {
         name: name.into(),
         about: about.into(),
@@ -322,6 +324,7 @@ fn w(name: &str, about: &str, pool: u64, ops: Vec<Op>) -> Workload {
         mkfs_points: false,
         ops,
         mt: None,
+        clients: None,
     }
 }
 
@@ -647,6 +650,7 @@ pub fn suite(seed: u64) -> Vec<Workload> {
     small.nospc = true;
     v.push(small);
     v.extend(mt_suite(seed));
+    v.extend(crate::clients::client_suite(seed));
     v
 }
 

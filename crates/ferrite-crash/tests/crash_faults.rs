@@ -16,6 +16,9 @@ fn plan(kind: &str) -> (&'static str, usize, u64) {
         "unchecked-data" => ("write-pages", 1, 3000),
         "journal-out-of-order" => ("rename", 1, 3000),
         "early-gc" => ("gc-reuse", 1, 6000),
+        "client-stale-lease" => ("client-revoke", 1, 1000),
+        "tail-before-other-data" => ("client-death", 1, 3000),
+        "gc-referenced-page" => ("mt-gc,client-gc", 1, 1500),
         other => panic!("fault kind {other} has no detection test: add it here"),
     }
 }

@@ -1,0 +1,923 @@
+//! Direct-client workloads (`client-*`): a mount daemon and one or two direct-access
+//! clients, each its own [`Fs`] with its own DRAM indexes, allocator and leases,
+//! over one simulated medium and one DRAM share table (as `share_parties.rs` runs
+//! them), so crash states are taken at every fence of every party.
+//!
+//! Invariants:
+//! - Party `p` (0: the daemon, 1..: clients) is simulated thread `p + 1`; thread 0
+//!   is the driver (mkfs, mount, checks). Its stores, flushes and fences are its own
+//!   (per-thread persistence of `SimMedium`).
+//! - Steps run in explicit rounds. A round holds one step, or file operations of
+//!   different parties on different files, which the step scheduler
+//!   ([`crate::sched`]) interleaves at every store, flush and fence. No round has
+//!   a step that waits for a cross-process lock another party of the round holds,
+//!   and a lease is given back (a keeper tick) before the daemon touches its file.
+//! - A client dies at a medium step: the step hook unwinds its thread before the
+//!   store, flush or fence happens (`resume_unwind`: no destructor writes to the
+//!   pool; the core's guards release DRAM locks only). The cross-process locks it
+//!   held are taken again in its name, as a killed process leaves them. Its
+//!   operation stays in flight until the daemon has resolved the client: a crash
+//!   before that may recover with or without it, after it only as the daemon saw it.
+//! - Clients do file operations only, by inode number (they open through the
+//!   mount; the driver resolves paths with the daemon). The daemon does the
+//!   namespace. A client revoked before its operation must fail with ENOTCONN.
+//! - The live tree is read from the daemon when no cross-process lock is held,
+//!   else from a mount of the pool's current image (a reader would wait for a lease).
+
+use crate::drive::{
+    check_outcome, end_point, finish, lock, make_hook, merge, Capture, Driven, Expect, Fault,
+    FenceRec, Functional, HookState, STALL, UUID,
+};
+use crate::exec::{exec, live_canon, sync_from_live, Handles};
+use crate::model::{pattern, Canon, Model, Op};
+use crate::rng::Rng;
+use crate::sched::{RoundTag, Sched};
+use crate::workloads::{w, Workload};
+use ferrite_core::share::{HeapRegion, P_REVOKED};
+use ferrite_core::sim::set_sim_thread;
+use ferrite_core::{
+    AtimeMode, BlockSource, Error, FallocMode, Fs, MkfsOptions, MountOptions, Party, SetAttr,
+    SimMedium, Table,
+};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+type Med = Arc<SimMedium>;
+
+/// Largest block grant a simulated client asks for (a real one asks 256 and more:
+/// small pools keep crash images cheap, so grants are capped).
+const GRANT_CAP: u64 = 40;
+
+/// One step of a client workload.
+#[derive(Clone, Debug)]
+pub enum Step {
+    /// A file operation by party `p` (0: the daemon, which may also do namespace
+    /// operations).
+    Op(u32, Op),
+    /// Client `p` attaches (claims a party slot; optionally keeps leases).
+    Attach(u32),
+    /// Client `p`'s lease keeper ticks (`true`: gives back every lease).
+    Tick(u32, bool),
+    /// Client `p` runs a file operation and dies at its `n`-th medium step (after
+    /// the operation, if it has fewer).
+    Die(u32, Op, u64),
+    /// The daemon revokes client `p` (its next lock acquisition or lease use fails);
+    /// it takes nothing back yet.
+    Revoke(u32),
+    /// The daemon resolves client `p`: takes its locks, makes what it left
+    /// durable, adopts its logs and takes its unused blocks back.
+    Resolve(u32),
+    /// Client `p` detaches in order: its unused blocks go back to the daemon.
+    Detach(u32),
+}
+
+impl Step {
+    fn party(&self) -> u32 {
+        match self {
+            Step::Op(p, _) | Step::Die(p, _, _) => *p,
+            Step::Attach(p) | Step::Tick(p, _) | Step::Detach(p) => *p,
+            Step::Revoke(_) | Step::Resolve(_) => 0,
+        }
+    }
+
+    /// The file a file operation changes.
+    fn file(&self) -> Option<&str> {
+        match self {
+            Step::Op(_, op) | Step::Die(_, op, _) => crate::workloads::groupable(op),
+            _ => None,
+        }
+    }
+
+    /// The operation the model applies.
+    fn model_op(&self) -> Op {
+        match self {
+            Step::Op(_, op) | Step::Die(_, op, _) => op.clone(),
+            _ => Op::Fsync { path: "/".into() },
+        }
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let who = |p: u32| if p == 0 { "daemon".to_string() } else { format!("client {p}") };
+        match self {
+            Step::Op(p, op) => write!(f, "{op} [{}]", who(*p)),
+            Step::Attach(p) => write!(f, "attach [{}]", who(*p)),
+            Step::Tick(p, all) => {
+                write!(f, "lease tick{} [{}]", if *all { " (all)" } else { "" }, who(*p))
+            }
+            Step::Die(p, op, n) => write!(f, "{op}, dying at its step {n} [{}]", who(*p)),
+            Step::Revoke(p) => write!(f, "revoke client {p} [daemon]"),
+            Step::Resolve(p) => write!(f, "resolve client {p} [daemon]"),
+            Step::Detach(p) => write!(f, "detach [{}]", who(*p)),
+        }
+    }
+}
+
+/// How a client workload runs.
+#[derive(Clone, Debug)]
+pub struct ClientPlan {
+    /// Clients (parties 1..=clients).
+    pub clients: u32,
+    /// The step of each operation (`Workload::ops` holds what the model applies).
+    pub steps: Vec<Step>,
+    /// Rounds of 1-based step indices, in order.
+    pub rounds: Vec<Vec<usize>>,
+    /// Seed of the step scheduler.
+    pub seed: u64,
+    /// Clients keep leases between their operations (given back by `Tick`).
+    pub leases: bool,
+}
+
+/// Builds a plan round by round.
+struct Plan {
+    steps: Vec<Step>,
+    rounds: Vec<Vec<usize>>,
+}
+
+impl Plan {
+    fn new() -> Plan {
+        Plan { steps: Vec::new(), rounds: Vec::new() }
+    }
+    fn one(&mut self, s: Step) -> &mut Plan {
+        self.par(vec![s])
+    }
+    fn par(&mut self, v: Vec<Step>) -> &mut Plan {
+        let mut r = Vec::new();
+        for s in v {
+            self.steps.push(s);
+            r.push(self.steps.len());
+        }
+        self.rounds.push(r);
+        self
+    }
+    fn build(&self, name: &str, about: &str, clients: u32, seed: u64, leases: bool) -> Workload {
+        let ops = self.steps.iter().map(Step::model_op).collect();
+        let mut x = w(name, about, 2 << 20, ops);
+        x.clients = Some(ClientPlan {
+            clients,
+            steps: self.steps.clone(),
+            rounds: self.rounds.clone(),
+            seed: seed ^ 0xc11e_7700,
+            leases,
+        });
+        x
+    }
+}
+
+/// A client workload of explicit rounds (for tests and regression cases).
+pub fn client_workload(
+    name: &str,
+    clients: u32,
+    leases: bool,
+    seed: u64,
+    rounds: Vec<Vec<Step>>,
+) -> Workload {
+    let mut p = Plan::new();
+    for r in rounds {
+        p.par(r);
+    }
+    p.build(name, "a client workload built by a test", clients, seed, leases)
+}
+
+fn op(p: u32, o: Op) -> Step {
+    Step::Op(p, o)
+}
+fn create(p: &str) -> Op {
+    Op::Create { path: p.into(), perm: 0o644 }
+}
+fn write(p: &str, off: u64, len: u64, pat: u8) -> Op {
+    Op::Write { path: p.into(), off, len, pat }
+}
+fn append(p: &str, len: u64, pat: u8) -> Op {
+    Op::Append { path: p.into(), len, pat }
+}
+fn truncate(p: &str, size: u64) -> Op {
+    Op::Truncate { path: p.into(), size }
+}
+
+/// The direct-client workloads, seeded by `seed` (interleavings, death points).
+pub fn client_suite(seed: u64) -> Vec<Workload> {
+    let mut rng = Rng::derive(seed, 0xc11e);
+    let mut v = Vec::new();
+
+    // Handover of one file between the daemon and a client keeping leases.
+    let mut p = Plan::new();
+    p.one(op(0, create("/h")))
+        .one(op(0, create("/o")))
+        .one(op(0, write("/h", 0, 5000, 1)))
+        .one(Step::Attach(1))
+        .one(op(1, write("/h", 100, 300, 2)))
+        .one(op(1, append("/h", 700, 3)))
+        .one(Step::Tick(1, false))
+        .par(vec![op(1, write("/h", 8192, 4096, 4)), op(0, write("/o", 0, 3000, 5))])
+        .one(Step::Tick(1, false))
+        .one(Step::Tick(1, false))
+        .one(op(0, write("/h", 50, 100, 6)))
+        .one(op(0, truncate("/h", 6000)))
+        .par(vec![op(1, write("/h", 0, 4096, 7)), op(0, append("/o", 500, 8))])
+        .one(op(1, Op::Punch { path: "/h".into(), off: 4096, len: 1000 }))
+        .one(op(1, Op::Fallocate { path: "/h".into(), off: 0, len: 12288, keep_size: false }))
+        .one(Step::Tick(1, true))
+        .one(op(0, append("/h", 300, 9)))
+        .one(op(1, write("/h", 20, 30, 10)))
+        .one(Step::Detach(1))
+        .one(op(0, write("/h", 0, 8192, 11)));
+    v.push(p.build(
+        "client-handover",
+        "a file handed between the daemon and a client keeping leases (lease kept, used, \
+         given back idle and all at once; catch-up on both sides)",
+        1,
+        seed,
+        true,
+    ));
+
+    // Clients die in the middle of operations; the daemon takes their files back.
+    // A copy-on-write write takes 7 medium steps, an embedded append 5: the death
+    // points are drawn inside them.
+    let mut p = Plan::new();
+    let (d1, d2, d3, d4) = (1 + rng.below(7), 1 + rng.below(5), 1 + rng.below(8), 0);
+    let d4 = d4 + (d1 + 2) % 7 + 1;
+    p.one(op(0, create("/d")))
+        .one(op(0, create("/e")))
+        .one(op(0, write("/d", 0, 3000, 1)))
+        .one(Step::Attach(1))
+        .one(op(1, write("/d", 0, 4096, 2)))
+        .one(op(1, append("/d", 500, 3)))
+        .par(vec![Step::Die(1, write("/d", 4096, 8192, 4), d1), op(0, write("/e", 0, 2000, 5))])
+        .one(Step::Resolve(1))
+        .one(op(0, write("/d", 100, 200, 6)))
+        .one(op(0, append("/d", 300, 7)))
+        .one(Step::Attach(2))
+        .one(op(2, append("/e", 900, 8)))
+        .one(Step::Die(2, append("/e", 150, 9), d2))
+        .one(Step::Resolve(2))
+        .one(op(0, append("/e", 40, 10)))
+        .one(op(0, write("/e", 0, 4096, 11)))
+        .one(Step::Attach(1))
+        .one(Step::Die(
+            1,
+            Op::Fallocate { path: "/d".into(), off: 16384, len: 8192, keep_size: false },
+            d3,
+        ))
+        .one(Step::Resolve(1))
+        .one(op(0, append("/d", 100, 12)))
+        .one(Step::Attach(2))
+        .par(vec![Step::Die(2, write("/e", 8192, 4096, 13), d4), op(0, append("/d", 64, 14))])
+        .one(Step::Resolve(2))
+        .one(op(0, write("/e", 8000, 300, 15)));
+    v.push(p.build(
+        "client-death",
+        &format!(
+            "clients die inside a copy-on-write write (steps {d1}, {d4}), an embedded append \
+             (step {d2}) and a fallocate (step {d3}); the daemon resolves each and writes on"
+        ),
+        2,
+        seed,
+        false,
+    ));
+
+    // The daemon revokes a client's lease while the client writes.
+    let mut p = Plan::new();
+    p.one(op(0, create("/r")))
+        .one(op(0, write("/r", 0, 1000, 1)))
+        .one(Step::Attach(1))
+        .one(op(1, write("/r", 0, 2000, 2)))
+        .par(vec![op(1, write("/r", 3000, 5000, 3)), Step::Revoke(1)])
+        .one(Step::Resolve(1))
+        .one(op(0, write("/r", 0, 100, 4)))
+        .one(op(1, write("/r", 10, 20, 5)))
+        .one(op(0, append("/r", 200, 6)));
+    v.push(p.build(
+        "client-revoke",
+        "the daemon revokes a client's lease while the client writes, then takes the file \
+         back; the client's later write must fail",
+        1,
+        seed,
+        true,
+    ));
+
+    // A client's unused blocks returned; GC beside a client's appends.
+    let mut p = Plan::new();
+    p.one(op(0, create("/g"))).one(op(0, create("/k"))).one(Step::Attach(1));
+    p.one(op(1, write("/g", 0, 8192, 1)));
+    for i in 0..6u8 {
+        p.par(vec![op(1, append("/g", 300 + 50 * i as u64, 10 + i)), {
+            op(0, write("/k", 0, 2000 + 400 * i as u64, 20 + i))
+        }]);
+        p.par(vec![op(1, write("/g", 0, 1500, 30 + i)), op(0, write("/k", 100, 1800, 40 + i))]);
+    }
+    p.one(op(1, Op::Compact { path: "/g".into() }));
+    p.par(vec![op(0, Op::Compact { path: "/k".into() }), op(1, append("/g", 700, 50))]);
+    p.one(Step::Detach(1));
+    p.one(op(0, write("/k", 0, 40960, 51)));
+    p.one(op(0, Op::Unlink { path: "/g".into() }));
+    p.one(op(0, write("/k", 40960, 40960, 52)));
+    v.push(p.build(
+        "client-gc",
+        "a client's overwrites feed its fast GC beside the daemon's, both compact, the \
+         client's unused blocks go back and are reused",
+        1,
+        seed,
+        false,
+    ));
+
+    // Two clients on different files beside daemon operations.
+    let mut p = Plan::new();
+    p.one(op(0, create("/p1")))
+        .one(op(0, create("/p2")))
+        .one(op(0, create("/q")))
+        .one(Step::Attach(1))
+        .one(Step::Attach(2));
+    for i in 0..3u8 {
+        let b = 10 * i;
+        p.par(vec![
+            op(1, write("/p1", 1000 * i as u64, 5000, b + 1)),
+            op(2, append("/p2", 600, b + 2)),
+            op(0, write("/q", 0, 300, b + 3)),
+        ]);
+        p.par(vec![
+            op(1, append("/p1", 4096, b + 4)),
+            op(2, write("/p2", 0, 8192, b + 5)),
+            op(0, Op::Chmod { path: "/q".into(), perm: 0o600 + i as u32 }),
+        ]);
+    }
+    p.one(op(0, create("/q2")));
+    p.par(vec![
+        op(1, truncate("/p1", 3000)),
+        op(2, Op::Punch { path: "/p2".into(), off: 100, len: 5000 }),
+        op(0, write("/q2", 0, 5000, 40)),
+    ]);
+    p.par(vec![Step::Detach(1), op(2, append("/p2", 100, 41))]);
+    p.one(Step::Detach(2));
+    v.push(p.build(
+        "client-parallel",
+        "two clients write different files beside the daemon's writes, chmods and creates",
+        2,
+        seed,
+        false,
+    ));
+    v
+}
+
+/// A client's blocks come straight from the daemon's `Fs`.
+struct Grants {
+    daemon: Arc<Fs<Med>>,
+    party: u32,
+}
+
+impl BlockSource for Grants {
+    fn grant(&self, want: u64) -> ferrite_core::Result<Vec<(u64, u64)>> {
+        self.daemon.grant_blocks(self.party, want.min(GRANT_CAP))
+    }
+    fn give_back(&self, runs: &[(u64, u64)]) {
+        // Refused runs (not the client's) stay where they are: fsck finds a leak.
+        let _ = self.daemon.take_back(self.party, runs);
+    }
+}
+
+#[derive(Default)]
+struct Client {
+    pid: u32,
+    fs: Option<Arc<Fs<Med>>>,
+    /// Revoked (or resolved) by the daemon: its operations must fail.
+    revoked: bool,
+    dead: bool,
+}
+
+/// The unwinding payload of a client that dies at a medium step.
+struct Died;
+
+/// A death armed on this thread: steps left, and where to record held locks.
+struct Dying {
+    left: u64,
+    table: Arc<Table>,
+    pid: u32,
+    ninodes: u64,
+    held: Arc<Mutex<Vec<u64>>>,
+}
+
+thread_local! {
+    static DYING: RefCell<Option<Dying>> = const { RefCell::new(None) };
+}
+
+/// Called at every medium step before the scheduler: kill the thread if its death
+/// is due (the step does not happen).
+fn maybe_die() {
+    let die = DYING.with(|d| {
+        let mut d = d.borrow_mut();
+        let x = d.as_mut()?;
+        x.left -= 1;
+        if x.left > 0 {
+            return None;
+        }
+        let x = d.take().expect("armed");
+        let held: Vec<u64> =
+            (1..=x.ninodes).filter(|&i| x.table.holder(i) == Some(x.pid)).collect();
+        *lock(&x.held) = held;
+        Some(())
+    });
+    if die.is_some() {
+        std::panic::resume_unwind(Box::new(Died));
+    }
+}
+
+/// A file operation of a client, by inode number.
+fn exec_client(fs: &Fs<Med>, ino: u64, op: &Op) -> Result<(), Error> {
+    match op {
+        Op::Write { off, len, pat, .. } => {
+            fs.write(ino, *off, &pattern(*pat, *off, *len)).map(drop)
+        }
+        Op::Append { len, pat, .. } => {
+            let off = fs.getattr(ino)?.size;
+            let at = fs.append(ino, &pattern(*pat, off, *len))?;
+            if at != off {
+                return Err(Error::invalid(format!("append landed at {at}, size was {off}")));
+            }
+            Ok(())
+        }
+        Op::Truncate { size, .. } => {
+            fs.setattr(ino, &SetAttr { size: Some(*size), ..Default::default() }).map(drop)
+        }
+        Op::Fallocate { off, len, keep_size, .. } => {
+            fs.fallocate(ino, FallocMode { keep_size: *keep_size, punch_hole: false }, *off, *len)
+        }
+        Op::Punch { off, len, .. } => {
+            fs.fallocate(ino, FallocMode { keep_size: true, punch_hole: true }, *off, *len)
+        }
+        Op::Compact { .. } => fs.compact(ino),
+        other => Err(Error::invalid(format!("not a client operation: {other}"))),
+    }
+}
+
+/// What a step did.
+enum Outcome {
+    Done(Result<(), Error>),
+    /// The client died inside the operation.
+    Died,
+}
+
+/// Shared state of a running client workload.
+struct World {
+    m: Med,
+    table: Arc<Table>,
+    d: Arc<Fs<Med>>,
+    clients: Mutex<Vec<Client>>,
+    leases: bool,
+    fault: Option<ferrite_core::CoreFault>,
+}
+
+impl World {
+    fn any_lock(&self) -> bool {
+        let n = self.d.geometry().ninodes;
+        (1..=n).any(|i| self.table.holder(i).is_some())
+            || (0..self.d.geometry().nshards).any(|s| self.table.journal_holder(s).is_some())
+    }
+
+    fn client_fs(&self, c: u32) -> Result<Arc<Fs<Med>>, Error> {
+        let v = lock(&self.clients);
+        v.get(c as usize)
+            .and_then(|x| x.fs.clone())
+            .ok_or_else(|| Error::invalid(format!("client {c} is not attached")))
+    }
+
+    /// Run one step on the calling (simulated) thread. `ino`: the file of a
+    /// client's operation, resolved by the daemon before the round.
+    fn run(&self, step: &Step, ino: u64) -> Outcome {
+        let r = match step {
+            Step::Op(0, op) => exec(&*self.d, op, &mut Handles::new()),
+            Step::Op(c, op) => self.client_fs(*c).and_then(|fs| exec_client(&fs, ino, op)),
+            Step::Attach(c) => self.attach(*c),
+            Step::Tick(c, all) => self.client_fs(*c).map(|fs| {
+                fs.tick_leases(*all);
+            }),
+            Step::Die(c, op, n) => return self.die(*c, op, *n, ino),
+            Step::Revoke(c) => {
+                let pid = lock(&self.clients)[*c as usize].pid;
+                self.table.set_party_state(pid, P_REVOKED);
+                Ok(())
+            }
+            Step::Resolve(c) => {
+                let pid = lock(&self.clients)[*c as usize].pid;
+                self.d.resolve_party(pid).map(drop)
+            }
+            Step::Detach(c) => {
+                let fs = lock(&self.clients)[*c as usize].fs.take();
+                match fs.map(Arc::try_unwrap) {
+                    Some(Ok(fs)) => {
+                        drop(fs.detach());
+                        Ok(())
+                    }
+                    _ => Err(Error::invalid(format!("client {c} is not attached alone"))),
+                }
+            }
+        };
+        Outcome::Done(r)
+    }
+
+    fn attach(&self, c: u32) -> Result<(), Error> {
+        let pid = self.table.claim_party(1000 + c).ok_or(Error::NoSpace)?;
+        let src = Arc::new(Grants { daemon: self.d.clone(), party: pid });
+        let party = Arc::new(Party::client(self.table.clone(), pid, src));
+        let mut fs = Fs::attach(self.m.clone(), party)?;
+        fs.set_core_fault(self.fault);
+        fs.set_atime_mode(AtimeMode::Off);
+        if self.leases {
+            fs.keep_leases(Box::new(|| {}));
+        }
+        let mut v = lock(&self.clients);
+        if v.len() <= c as usize {
+            v.resize_with(c as usize + 1, Client::default);
+        }
+        v[c as usize] = Client { pid, fs: Some(Arc::new(fs)), revoked: false, dead: false };
+        Ok(())
+    }
+
+    fn die(&self, c: u32, op: &Op, n: u64, ino: u64) -> Outcome {
+        let (fs, pid) = {
+            let v = lock(&self.clients);
+            (v[c as usize].fs.clone(), v[c as usize].pid)
+        };
+        let Some(fs) = fs else {
+            return Outcome::Done(Err(Error::invalid(format!("client {c} is not attached"))));
+        };
+        let held = Arc::new(Mutex::new(Vec::new()));
+        DYING.with(|d| {
+            *d.borrow_mut() = Some(Dying {
+                left: n.max(1),
+                table: self.table.clone(),
+                pid,
+                ninodes: self.d.geometry().ninodes,
+                held: held.clone(),
+            })
+        });
+        let r =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exec_client(&fs, ino, op)));
+        let left = DYING.with(|d| d.borrow_mut().take().map(|x| x.left));
+        if std::env::var_os("FERRITE_CRASH_DEBUG_DEATH").is_some() {
+            eprintln!("client {c} death at {n}: steps left {left:?}");
+        }
+        {
+            let mut v = lock(&self.clients);
+            v[c as usize].fs = None;
+            v[c as usize].dead = true;
+        }
+        drop(fs);
+        match r {
+            Ok(r) => Outcome::Done(r),
+            Err(p) if p.is::<Died>() => {
+                // A killed process leaves its locks held.
+                for ino in lock(&held).iter() {
+                    if self.table.holder(*ino).is_none() {
+                        self.table.try_lock(*ino, pid);
+                    }
+                }
+                Outcome::Died
+            }
+            Err(p) => std::panic::resume_unwind(p),
+        }
+    }
+}
+
+/// Sync `model` from `fs` and read its tree.
+fn observe<M: ferrite_core::Medium>(fs: &Fs<M>, model: &mut Model) -> Result<Canon, String> {
+    sync_from_live(model, fs)?;
+    live_canon(fs, true)
+}
+
+/// Drive a client workload (see the module comment); otherwise as
+/// [`crate::drive::drive_mt`].
+pub fn drive_clients(
+    wl: &Workload,
+    fault: Option<Fault>,
+    capture: Capture,
+    sink: &mut dyn FnMut(Vec<FenceRec>, Arc<Expect>) -> bool,
+) -> Result<Driven, Functional> {
+    let plan = wl.clients.as_ref().expect("client workload");
+    let fail = |op: usize, message: String| Functional { op, message };
+    let sched = Arc::new(Sched::new(Rng::new(plan.seed)));
+    let st = Arc::new(Mutex::new(HookState {
+        op: 0,
+        sched: Some(sched.clone()),
+        fence: 0,
+        capture,
+        recs: Vec::new(),
+        survey: Vec::new(),
+    }));
+    let mkfs = MkfsOptions { shards: 1, inodes: wl.inodes, uuid: Some(UUID), ..Default::default() };
+    let core_fault = match fault {
+        Some(Fault::Core(c)) => Some(c),
+        _ => None,
+    };
+    let opts =
+        MountOptions { fault: core_fault, workers: 1, atime: AtimeMode::Off, ..Default::default() };
+    let m: Med = Arc::new(SimMedium::new(wl.pool));
+    let mut fs = Fs::mkfs(m.clone(), &mkfs).map_err(|e| fail(0, format!("mkfs: {e}")))?;
+    if core_fault.is_some() {
+        let m2 = fs.unmount().map_err(|e| fail(0, format!("unmount after mkfs: {e}")))?;
+        fs = Fs::mount(m2, &opts).map_err(|e| fail(0, format!("mount with fault: {e}")))?;
+    }
+    fs.set_atime_mode(AtimeMode::Off);
+    let (ni, nb) = (fs.geometry().ninodes, fs.geometry().nblocks);
+    let t = Table::create(Box::new(HeapRegion::new(ni, nb)), ni, nb, &fs.superblock().uuid);
+    t.alive_word().store(1, std::sync::atomic::Ordering::Release);
+    let table = Arc::new(t);
+    let d = Arc::new(fs.share_with(Arc::new(Party::daemon(table.clone()))));
+    let world = World {
+        m: m.clone(),
+        table,
+        d,
+        clients: Mutex::new(Vec::new()),
+        leases: plan.leases,
+        fault: core_fault,
+    };
+    m.set_fence_hook(Some(make_hook(st.clone())));
+    let setup_flushes = m.flush_count();
+    let setup_fences = m.fence_count();
+    let sim_fault = match fault {
+        Some(Fault::SkipFlush(n)) => Some(ferrite_core::sim::SimFault::SkipFlush(n)),
+        Some(Fault::SkipFence(n)) => Some(ferrite_core::sim::SimFault::SkipFence(n)),
+        Some(Fault::SkipThreadFence(thread, n)) => {
+            Some(ferrite_core::sim::SimFault::SkipThreadFence { thread, n })
+        }
+        _ => None,
+    };
+    if sim_fault.is_some() {
+        m.set_fault(sim_fault);
+    }
+    let sc = sched.clone();
+    m.set_step_hook(Some(Arc::new(move || {
+        maybe_die();
+        sc.step()
+    })));
+    let cleanup = |m: &SimMedium| {
+        m.set_fence_hook(None);
+        m.set_step_hook(None);
+    };
+    let mut model = Model::new();
+    let s0 = Arc::new(observe(&*world.d, &mut model).map_err(|e| fail(0, e))?);
+    let mut states = vec![s0.clone()];
+    let recs = std::mem::take(&mut lock(&st).recs);
+    let exp = Arc::new(Expect { nofs_ok: true, states: vec![s0], op: 0, op_desc: "mkfs".into() });
+    if !sink(recs, exp) {
+        cleanup(&m);
+        return Ok(finish(st, states, setup_flushes, 0, setup_fences, 0, None));
+    }
+    // A dead client's operation the live tree shows applied, until its resolution:
+    // (client, file, the state without it).
+    let mut pending: Option<(u32, String, Arc<Canon>)> = None;
+    let desc = |k: usize| plan.steps[k - 1].to_string();
+    let mut ino_of: BTreeMap<String, u64> = BTreeMap::new();
+    for round in &plan.rounds {
+        let pairs: Vec<(u32, usize)> =
+            round.iter().map(|&k| (plan.steps[k - 1].party() + 1, k)).collect();
+        let solo = round.len() == 1;
+        // Revoked before the round: its operations must fail.
+        let revoked: Vec<bool> = lock(&world.clients).iter().map(|c| c.revoked).collect();
+        let mut inos = BTreeMap::new();
+        for &k in round {
+            if let Some(f) = plan.steps[k - 1].file() {
+                if plan.steps[k - 1].party() != 0 {
+                    // Resolved once, before a client leases the file (a lookup
+                    // reads the file's attributes and would wait for the lease).
+                    let ino = match ino_of.get(f) {
+                        Some(&i) => i,
+                        None => world
+                            .d
+                            .resolve(f.as_bytes(), false)
+                            .map_err(|e| fail(k, format!("resolve {f}: {e}")))?,
+                    };
+                    ino_of.insert(f.to_string(), ino);
+                    inos.insert(k, ino);
+                }
+            }
+        }
+        let results: Mutex<BTreeMap<usize, Outcome>> = Mutex::new(BTreeMap::new());
+        let panicked: Mutex<Option<(usize, String)>> = Mutex::new(None);
+        sched.begin_round(&pairs);
+        std::thread::scope(|s| {
+            for &(t, k) in &pairs {
+                let (world, sched, results, panicked) = (&world, &sched, &results, &panicked);
+                let step = &plan.steps[k - 1];
+                let ino = inos.get(&k).copied().unwrap_or(0);
+                s.spawn(move || {
+                    set_sim_thread(t);
+                    sched.arrive(t);
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        world.run(step, ino)
+                    }));
+                    match r {
+                        Ok(Outcome::Died) => {
+                            lock(results).insert(k, Outcome::Died);
+                            sched.died(t);
+                            return;
+                        }
+                        Ok(o) => {
+                            lock(results).insert(k, o);
+                        }
+                        Err(p) => {
+                            let msg = p
+                                .downcast_ref::<String>()
+                                .cloned()
+                                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                                .unwrap_or_default();
+                            *lock(panicked) = Some((k, msg));
+                        }
+                    }
+                    sched.done(t);
+                });
+            }
+            let mut last = (sched.steps.load(std::sync::atomic::Ordering::Relaxed), Instant::now());
+            while sched.live() > 0 {
+                std::thread::sleep(Duration::from_millis(2));
+                let now = sched.steps.load(std::sync::atomic::Ordering::Relaxed);
+                if now != last.0 {
+                    last = (now, Instant::now());
+                } else if last.1.elapsed() > STALL {
+                    eprintln!(
+                        "crashtest: workload {} stalled in round {round:?}: a party waits for a \
+                         lock another one holds (see clients.rs); aborting",
+                        wl.name
+                    );
+                    std::process::abort();
+                }
+            }
+        });
+        if let Some((k, msg)) = lock(&panicked).take() {
+            cleanup(&m);
+            return Err(fail(k, format!("op {k} ({}) panicked: {msg}", desc(k))));
+        }
+        let before = states.last().expect("state 0").clone();
+        let results = std::mem::take(&mut *lock(&results));
+        let mut dead_op: Option<usize> = None;
+        for &k in round {
+            let step = &plan.steps[k - 1];
+            let res = results.get(&k).expect("every step of the round ended");
+            match (step, res) {
+                (_, Outcome::Died) => dead_op = Some(k),
+                (Step::Op(c, op) | Step::Die(c, op, _), Outcome::Done(live)) => {
+                    let rev = *c != 0 && revoked.get(*c as usize).copied().unwrap_or(false);
+                    let in_round_revoke = round.iter().any(|&j| {
+                        matches!(plan.steps[j - 1], Step::Revoke(x) | Step::Resolve(x) if x == *c)
+                    });
+                    match live {
+                        Err(Error::Disconnected(_)) if rev || in_round_revoke => {}
+                        Ok(()) if rev => {
+                            cleanup(&m);
+                            return Err(fail(
+                                k,
+                                format!(
+                                    "op {k} ({}): a revoked client's operation succeeded",
+                                    desc(k)
+                                ),
+                            ));
+                        }
+                        _ => check_outcome(k, op, live, &mut model, wl.nospc)?,
+                    }
+                }
+                (_, Outcome::Done(Err(e))) => {
+                    cleanup(&m);
+                    return Err(fail(k, format!("op {k} ({}) failed: {e}", desc(k))));
+                }
+                (_, Outcome::Done(Ok(()))) => {}
+            }
+            if let Step::Revoke(c) | Step::Resolve(c) = step {
+                lock(&world.clients)[*c as usize].revoked = true;
+            }
+        }
+        // The live tree (and the dead client's operation: applied or not).
+        let snapshot;
+        let view: Option<&Fs<SimMedium>> = if world.any_lock() {
+            let img = SimMedium::from_image(m.current_image());
+            snapshot = Fs::mount(img, &opts)
+                .map_err(|e| fail(round[0], format!("mount of the live image: {e}")))?;
+            Some(&snapshot)
+        } else {
+            None
+        };
+        let obs = |model: &mut Model| match view {
+            Some(f) => observe(f, model),
+            None => observe(&*world.d, model),
+        };
+        let last_k = *round.last().expect("non-empty round");
+        let mut dead_applied = false;
+        let after = match dead_op {
+            None => obs(&mut model).map_err(|e| fail(last_k, format!("round {round:?}: {e}")))?,
+            Some(k) => {
+                let mut with = model.clone();
+                let w_ok = with.apply(&wl.ops[k - 1]).is_ok();
+                let mut without = model.clone();
+                let cw = if w_ok { obs(&mut with).ok() } else { None };
+                let cwo = obs(&mut without).map_err(|e| fail(k, e))?;
+                let mw = with.canon(true);
+                if cw.as_ref().is_some_and(|c| mw.diff(c).is_none()) {
+                    dead_applied = true;
+                    model = with;
+                    cw.expect("checked")
+                } else {
+                    model = without;
+                    cwo
+                }
+            }
+        };
+        let after_m = Arc::new(model.canon(true));
+        if let Some(dif) = after_m.diff(&after) {
+            cleanup(&m);
+            let ops: Vec<String> = round.iter().map(|&k| desc(k)).collect();
+            return Err(fail(last_k, format!("after round {round:?} ({}) the file system differs from the model (model left, fs right): {dif}", ops.join("; "))));
+        }
+        let after = after_m;
+        let files = |set: &[usize]| -> Vec<&str> {
+            set.iter().filter_map(|&k| plan.steps[k - 1].file()).collect()
+        };
+        let with = |set: &[usize]| -> Result<Arc<Canon>, Functional> {
+            if solo {
+                return Ok(if set.is_empty() { before.clone() } else { after.clone() });
+            }
+            if set.len() == round.len() {
+                return Ok(after.clone());
+            }
+            merge(&before, &after, &files(set)).map(Arc::new).map_err(|e| fail(last_k, e))
+        };
+        for (i, _) in round.iter().enumerate() {
+            states.push(with(&round[..=i])?);
+        }
+        let recs = std::mem::take(&mut lock(&st).recs);
+        let mut groups: Vec<(RoundTag, usize, Vec<FenceRec>)> = Vec::new();
+        for r in recs {
+            let tag = r.tag.clone().unwrap_or_default();
+            match groups.iter_mut().find(|g| g.0 == tag && g.1 == r.op) {
+                Some(g) => g.2.push(r),
+                None => groups.push((tag, r.op, vec![r])),
+            }
+        }
+        for (tag, op, recs) in groups {
+            let mut exp_states: Vec<Arc<Canon>> = Vec::new();
+            let n = tag.in_flight.len();
+            for mask in 0..1u32 << n {
+                let mut set = tag.returned.clone();
+                set.extend((0..n).filter(|b| mask & 1 << b != 0).map(|b| tag.in_flight[b]));
+                let c = with(&set)?;
+                if !exp_states.iter().any(|e| **e == *c) {
+                    exp_states.push(c);
+                }
+            }
+            // A dead client's applied operation may still be lost until resolved.
+            if let Some((_, f, without)) = &pending {
+                let extra: Vec<Arc<Canon>> = exp_states
+                    .iter()
+                    .filter_map(|s| merge(s, without, &[f.as_str()]).ok().map(Arc::new))
+                    .collect();
+                for c in extra {
+                    if !exp_states.iter().any(|e| **e == *c) {
+                        exp_states.push(c);
+                    }
+                }
+            }
+            let mut op_desc = desc(op);
+            let others: Vec<String> = tag
+                .in_flight
+                .iter()
+                .filter(|&&k| k != op)
+                .map(|&k| format!("{k}: {}", desc(k)))
+                .collect();
+            if !others.is_empty() {
+                op_desc.push_str(&format!("; also in flight: {}", others.join(", ")));
+            }
+            if let Some((c, _, _)) = &pending {
+                op_desc.push_str(&format!("; client {c} died, not resolved yet"));
+            }
+            let exp = Arc::new(Expect { nofs_ok: false, states: exp_states, op, op_desc });
+            if !sink(recs, exp) {
+                cleanup(&m);
+                return Ok(finish(st, states, setup_flushes, 0, setup_fences, 0, None));
+            }
+        }
+        // Resolution ends a pending death; a new death starts one.
+        if let Some((c, _, _)) = &pending {
+            if round.iter().any(|&k| matches!(plan.steps[k - 1], Step::Resolve(x) if x == *c)) {
+                pending = None;
+            }
+        }
+        if let (Some(k), true) = (dead_op, dead_applied) {
+            let f = plan.steps[k - 1].file().expect("a file operation").to_string();
+            let others: Vec<usize> = round.iter().copied().filter(|&j| j != k).collect();
+            let without = if solo { before.clone() } else { with(&others)? };
+            pending = Some((plan.steps[k - 1].party(), f, without));
+        }
+    }
+    let end_fence = end_point(&st, &m, &states[wl.ops.len()], wl.ops.len(), sink);
+    let trace = sim_fault.map(|_| m.fault_trace());
+    let (tf, tfe) = (m.flush_count(), m.fence_count());
+    let thread_fences = (1..=plan.clients + 1).map(|t| m.thread_fence_count(t)).collect();
+    cleanup(&m);
+    let mut dr = finish(st, states, setup_flushes, tf, setup_fences, tfe, trace);
+    dr.end_fence = end_fence;
+    dr.geo = Some(*world.d.geometry());
+    dr.thread_fences = thread_fences;
+    dr.switches = sched.switches.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(dr)
+}
