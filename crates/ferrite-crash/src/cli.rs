@@ -215,6 +215,23 @@ pub fn json_summary(rep: &SuiteReport, cfg: &Config) -> serde_json::Value {
             })
         })
         .collect();
+    let mut kinds = serde_json::Map::new();
+    for k in ["single", "mt", "client"] {
+        let of: Vec<_> = rep.workloads.iter().filter(|w| kind_of(&w.name) == k).collect();
+        kinds.insert(
+            k.into(),
+            serde_json::json!({
+                "workloads": of.len(),
+                "states": of.iter().map(|w| w.tally.states).sum::<u64>(),
+                "recovery_states": of.iter().map(|w| w.tally.recovery_states).sum::<u64>(),
+                "failures": of
+                    .iter()
+                    .map(|w| w.tally.failure_count + w.functional.is_some() as u64)
+                    .sum::<u64>(),
+                "secs": of.iter().map(|w| w.secs).sum::<f64>(),
+            }),
+        );
+    }
     serde_json::json!({
         "seed": cfg.seed,
         "budget": cfg.states,
@@ -224,11 +241,37 @@ pub fn json_summary(rep: &SuiteReport, cfg: &Config) -> serde_json::Value {
         "failures": rep.failures(),
         "secs": rep.secs,
         "states_per_sec": total as f64 / rep.secs.max(1e-9),
+        "kinds": kinds,
         "workloads": wl,
     })
 }
 
+/// A workload's kind in summaries: `mt` (`mt-*`), `client` (`client-*`) or `single`.
+pub fn kind_of(name: &str) -> &'static str {
+    if name.starts_with("mt-") {
+        "mt"
+    } else if name.starts_with("client-") {
+        "client"
+    } else {
+        "single"
+    }
+}
+
 fn print_summary(rep: &SuiteReport) {
+    for k in ["single", "mt", "client"] {
+        let of: Vec<_> = rep.workloads.iter().filter(|w| kind_of(&w.name) == k).collect();
+        if of.is_empty() {
+            continue;
+        }
+        println!(
+            "  {k:<7} {:>3} workload(s)  states {:>8}  recovery-crash {:>7}  failures {:>4}  {:>7.1}s",
+            of.len(),
+            of.iter().map(|w| w.tally.states).sum::<u64>(),
+            of.iter().map(|w| w.tally.recovery_states).sum::<u64>(),
+            of.iter().map(|w| w.tally.failure_count + w.functional.is_some() as u64).sum::<u64>(),
+            of.iter().map(|w| w.secs).sum::<f64>(),
+        );
+    }
     let states = rep.states();
     println!(
         "checked {} crash states (+ {} crashes during recovery), {} failure(s), {:.1}s ({:.0} states/s)",

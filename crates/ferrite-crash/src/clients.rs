@@ -236,11 +236,12 @@ pub fn client_suite(seed: u64) -> Vec<Workload> {
     ));
 
     // Clients die in the middle of operations; the daemon takes their files back.
-    // A copy-on-write write takes 7 medium steps, an embedded append 5: the death
-    // points are drawn inside them.
+    // A two-page copy-on-write write takes 7 medium steps, a one-page one 6, an
+    // embedded append 5, a fallocate of two blocks more than 8: the death points
+    // are drawn inside them (tests/crash_clients.rs checks that each one dies).
     let mut p = Plan::new();
-    let (d1, d2, d3, d4) = (1 + rng.below(7), 1 + rng.below(5), 1 + rng.below(8), 0);
-    let d4 = d4 + (d1 + 2) % 7 + 1;
+    let (d1, d2, d3) = (1 + rng.below(7), 1 + rng.below(5), 1 + rng.below(8));
+    let d4 = 1 + (d1 + 2) % 6;
     p.one(op(0, create("/d")))
         .one(op(0, create("/e")))
         .one(op(0, write("/d", 0, 3000, 1)))
@@ -556,10 +557,7 @@ impl World {
         });
         let r =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exec_client(&fs, ino, op)));
-        let left = DYING.with(|d| d.borrow_mut().take().map(|x| x.left));
-        if std::env::var_os("FERRITE_CRASH_DEBUG_DEATH").is_some() {
-            eprintln!("client {c} death at {n}: steps left {left:?}");
-        }
+        DYING.with(|d| d.borrow_mut().take());
         {
             let mut v = lock(&self.clients);
             v[c as usize].fs = None;
@@ -671,6 +669,7 @@ pub fn drive_clients(
     let mut pending: Option<(u32, String, Arc<Canon>)> = None;
     let desc = |k: usize| plan.steps[k - 1].to_string();
     let mut ino_of: BTreeMap<String, u64> = BTreeMap::new();
+    let mut deaths = 0;
     for round in &plan.rounds {
         let pairs: Vec<(u32, usize)> =
             round.iter().map(|&k| (plan.steps[k - 1].party() + 1, k)).collect();
@@ -757,7 +756,10 @@ pub fn drive_clients(
             let step = &plan.steps[k - 1];
             let res = results.get(&k).expect("every step of the round ended");
             match (step, res) {
-                (_, Outcome::Died) => dead_op = Some(k),
+                (_, Outcome::Died) => {
+                    dead_op = Some(k);
+                    deaths += 1;
+                }
                 (Step::Op(c, op) | Step::Die(c, op, _), Outcome::Done(live)) => {
                     let rev = *c != 0 && revoked.get(*c as usize).copied().unwrap_or(false);
                     let in_round_revoke = round.iter().any(|&j| {
@@ -919,5 +921,6 @@ pub fn drive_clients(
     dr.geo = Some(*world.d.geometry());
     dr.thread_fences = thread_fences;
     dr.switches = sched.switches.load(std::sync::atomic::Ordering::Relaxed);
+    dr.deaths = deaths;
     Ok(dr)
 }

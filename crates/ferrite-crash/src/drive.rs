@@ -224,6 +224,8 @@ pub struct Driven {
     pub thread_fences: Vec<u64>,
     /// Concurrent workloads: token hand-overs between threads at medium steps.
     pub switches: u64,
+    /// Client workloads: clients that died inside an operation.
+    pub deaths: u64,
 }
 
 /// What a pool byte offset holds, for explaining fault traces.
@@ -469,6 +471,7 @@ pub(crate) fn finish(
         geo: None,
         thread_fences: Vec::new(),
         switches: 0,
+        deaths: 0,
     }
 }
 

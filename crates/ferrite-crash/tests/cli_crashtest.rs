@@ -66,7 +66,18 @@ fn bad_input_is_a_clear_error() {
 fn concurrent_workloads_are_listed_selectable_and_summarised_in_json() {
     let (code, out, _) = run(&["--list-workloads"]);
     assert_eq!(code, 0);
-    for name in ["mt-private", "mt-shared-file", "mt-dir", "mt-gc", "mt-random"] {
+    for name in [
+        "mt-private",
+        "mt-shared-file",
+        "mt-dir",
+        "mt-gc",
+        "mt-random",
+        "client-handover",
+        "client-death",
+        "client-revoke",
+        "client-gc",
+        "client-parallel",
+    ] {
         assert!(out.lines().any(|l| l.split_whitespace().next() == Some(name)), "{name}: {out}");
     }
     let dir = std::env::temp_dir().join(format!("crashtest-json-{}", std::process::id()));
@@ -74,9 +85,9 @@ fn concurrent_workloads_are_listed_selectable_and_summarised_in_json() {
     let json = dir.join("summary.json");
     let (code, out, err) = run(&[
         "--workload",
-        "mt-dir,mt-private",
+        "mt-dir,mt-private,client-revoke",
         "--states",
-        "300",
+        "450",
         "--threads",
         "1",
         "--json",
@@ -88,10 +99,17 @@ fn concurrent_workloads_are_listed_selectable_and_summarised_in_json() {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(v["failures"], 0, "{v}");
-    assert!(v["states"].as_u64().unwrap() >= 250, "{v}");
+    assert!(v["states"].as_u64().unwrap() >= 350, "{v}");
     let names: Vec<&str> =
         v["workloads"].as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["mt-dir", "mt-private"]);
+    assert_eq!(names, ["mt-dir", "mt-private", "client-revoke"]);
+    assert_eq!(v["kinds"]["mt"]["workloads"], 2, "{v}");
+    assert_eq!(v["kinds"]["client"]["workloads"], 1, "{v}");
+    assert!(v["kinds"]["client"]["states"].as_u64().unwrap() > 0, "{v}");
+    // A client workload's replay line rebuilds its state too.
+    let (code, out, err) = run(&["--replay", "workload=client-revoke,seed=1,fence=4,subset=all"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("PASS"), "{out}");
     // A concurrent replay line rebuilds its state (fence 3 of mt-private).
     let (code, out, err) = run(&["--replay", "workload=mt-private,seed=1,fence=3,subset=all"]);
     assert_eq!(code, 0, "{out}{err}");
