@@ -1,5 +1,6 @@
 //! The CI run of the crash simulator: every workload of the suite at the CI budget
-//! (at least 20,000 crash states, plus crashes during recovery), zero failures.
+//! (at least 20,000 crash states, plus crashes during recovery, the `mt-*` and
+//! `client-*` workloads included), zero failures.
 //!
 //! `FERRITE_CRASH_STATES` and `FERRITE_CRASH_SEED` override the budget and the seed
 //! (the 10x run by hand: `FERRITE_CRASH_STATES=240000`, or `ferrite crashtest
@@ -58,6 +59,14 @@ fn suite_passes_at_ci_budget() {
         }
     }
     assert!(msgs.is_empty(), "{} failure(s):\n{}", rep.failures(), msgs.join("\n"));
+    // The concurrent and direct-client workloads are part of the CI budget.
+    for kind in ["mt-", "client-"] {
+        let of: Vec<_> = rep.workloads.iter().filter(|w| w.name.starts_with(kind)).collect();
+        assert!(of.len() >= 5, "{kind}* workloads in the suite");
+        for w in of {
+            assert!(w.tally.states >= 50, "{}: only {} crash states", w.name, w.tally.states);
+        }
+    }
     assert_eq!(rep.workloads.len(), ws.len(), "every workload ran");
     assert!(rep.states() >= states.min(20_000) * 98 / 100, "budget not reached: {}", rep.states());
     assert!(rep.recovery_states() > 0, "no crash during recovery was explored");
