@@ -382,12 +382,13 @@ pub fn fsck(a: &FsckArgs) -> i32 {
             println!("warning: {w}");
         }
         println!(
-            "{}: {} inodes ({} files, {} dirs, {} symlinks), {} log entries in {} pages, {} data blocks: {}",
+            "{}: {} inodes ({} files, {} dirs, {} symlinks, {} special), {} log entries in {} pages, {} data blocks: {}",
             a.pool.display(),
             r.inodes,
             r.files,
             r.dirs,
             r.symlinks,
+            r.special,
             r.entries,
             r.log_pages,
             r.data_blocks,

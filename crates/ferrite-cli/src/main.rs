@@ -39,7 +39,7 @@ enum Cmd {
     Info(admin::InfoArgs),
     /// Check every invariant of a pool (exit 0 clean, 4 errors left, 8 operational error).
     Fsck(admin::FsckArgs),
-    /// Convert a pool of an older format version (1) to this build's (2), in place.
+    /// Convert a pool of an older format version (1 or 2) to this build's (3), in place.
     Upgrade(admin::UpgradeArgs),
     /// List a directory.
     Ls(tools::LsArgs),

@@ -12,8 +12,10 @@
 //! Documented exceptions (docs/FUSE.md): directory st_size and st_blocks differ by
 //! design (tmpfs counts 20 bytes per entry and whole pages); atime is not compared
 //! (reads the kernel answers from its page cache never reach the daemon); lseek on directory descriptors is the file system
-//! type's own (tmpfs refuses SEEK_END, FUSE accepts any offset); device nodes, FIFOs and sockets do not exist in the
-//! format (not generated); extended attribute values are limited to 3,777 bytes (values
+//! type's own (tmpfs refuses SEEK_END, FUSE accepts any offset); FIFOs and sockets are
+//! generated (opens are O_NONBLOCK, so a FIFO never waits; a FIFO's times are not
+//! compared: the kernel stamps them at pipe writes without telling a FUSE daemon), device
+//! nodes are not (/dev/shm is nodev; tests/fuse_special.rs compares them); extended attribute values are limited to 3,777 bytes (values
 //! stay below that here); permission errors are not exercised because the test runs
 //! as root, and the kernel does the checks for both (`default_permissions`).
 //!
@@ -32,6 +34,7 @@ use rustix::io::Errno;
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 const SLOTS: usize = 6;
@@ -84,6 +87,7 @@ enum Op {
     Rmdir { path: String },
     Mkdir { path: String, mode: u32 },
     Symlink { target: String, path: String },
+    Mknod { path: String, mode: u32 },
     Readlink { path: String },
     Chmod { path: String, mode: u32 },
     Chown { path: String, uid: Option<u32>, gid: Option<u32>, follow: bool },
@@ -206,7 +210,14 @@ fn gen_op(r: &mut Rng) -> Op {
         825..=864 => {
             Op::Mkdir { path: gen_path(r), mode: *r.pick(&[0o755u32, 0o700, 0o2775, 0o1777]) }
         }
-        865..=884 => Op::Symlink {
+        880..=884 => Op::Mknod {
+            path: gen_path(r),
+            // FIFOs and sockets (the kernel runs both on either side; opens are
+            // O_NONBLOCK so a FIFO never waits for its other end). Device nodes are
+            // in tests/fuse_special.rs: /dev/shm is nodev, the mount is not.
+            mode: *r.pick(&[libc::S_IFIFO | 0o644, libc::S_IFSOCK | 0o755, libc::S_IFIFO | 0o4600]),
+        },
+        865..=879 => Op::Symlink {
             target: r
                 .pick(&[
                     "f0",
@@ -307,7 +318,7 @@ impl Side {
                 match rfs::openat(
                     CWD,
                     self.p(path),
-                    OFlags::from_bits_retain(*flags) | OFlags::CLOEXEC,
+                    OFlags::from_bits_retain(*flags) | OFlags::CLOEXEC | OFlags::NONBLOCK,
                     Mode::from_bits_retain(*mode),
                 ) {
                     Ok(fd) => {
@@ -420,6 +431,11 @@ impl Side {
                 res(rfs::mkdirat(CWD, self.p(path), Mode::from_bits_retain(*mode)))
             }
             Op::Symlink { target, path } => res(rfs::symlinkat(target.as_str(), CWD, self.p(path))),
+            Op::Mknod { path, mode } => {
+                let t = rfs::FileType::from_raw_mode(*mode);
+                let perm = Mode::from_raw_mode(*mode & 0o7777);
+                res(rfs::mknodat(CWD, self.p(path), t, perm, 0))
+            }
             Op::Readlink { path } => match rfs::readlinkat(CWD, self.p(path), Vec::new()) {
                 Ok(t) => format!("-> {:?}", t),
                 Err(x) => e(x),
@@ -518,6 +534,10 @@ impl Side {
                                         'd'
                                     } else if t.is_symlink() {
                                         'l'
+                                    } else if t.is_fifo() {
+                                        'p'
+                                    } else if t.is_socket() {
+                                        's'
                                     } else {
                                         'f'
                                     }
@@ -596,6 +616,11 @@ impl History {
             _ => {
                 self.fwd.insert(ri, mi);
             }
+        }
+        if r.st_mode & libc::S_IFMT == libc::S_IFIFO {
+            // A write to a FIFO stamps its times in the kernel's inode only: FUSE sends
+            // no request for it (docs/FUSE.md), so the daemon never sees it.
+            return Ok(());
         }
         // (The nanosecond fields' type depends on rustix's backend.)
         #[allow(clippy::unnecessary_cast)]

@@ -46,6 +46,9 @@ pub enum Error {
     BadHandle,
     /// ENXIO: no data (SEEK_DATA) or hole (SEEK_HOLE) at or after the offset.
     NoOffset,
+    /// ENXIO: a FIFO, socket or device node opened without the kernel (the C API
+    /// or a path open in the library): only the kernel can run one.
+    SpecialFile,
     /// EOPNOTSUPP
     NotSupported(&'static str),
     /// The pool is mounted by another process (or this one).
@@ -119,7 +122,7 @@ impl Error {
             Error::Busy | Error::PoolInUse { .. } => libc::EBUSY,
             Error::CrossDevice => libc::EXDEV,
             Error::BadHandle => libc::EBADF,
-            Error::NoOffset => libc::ENXIO,
+            Error::NoOffset | Error::SpecialFile => libc::ENXIO,
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::Foreign(_) | Error::Corrupt(_) | Error::Version { .. } => libc::EUCLEAN,
             Error::Disconnected(_) => libc::ENOTCONN,
@@ -151,6 +154,9 @@ impl std::fmt::Display for Error {
             Error::CrossDevice => write!(f, "cross-device link"),
             Error::BadHandle => write!(f, "bad file handle"),
             Error::NoOffset => write!(f, "no data or hole at or after that offset"),
+            Error::SpecialFile => {
+                write!(f, "a FIFO, socket or device node opens only through the mount")
+            }
             Error::NotSupported(m) => write!(f, "not supported: {m}"),
             Error::PoolInUse { path, holder } => {
                 write!(f, "pool {} is in use by {holder}", path.display())

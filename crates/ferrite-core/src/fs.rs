@@ -73,6 +73,8 @@ pub struct Attr {
     pub mtime: Ts,
     /// Change time.
     pub ctime: Ts,
+    /// Device number of a character or block device (0 otherwise).
+    pub rdev: u32,
 }
 
 impl Attr {
@@ -80,6 +82,18 @@ impl Attr {
     pub fn mode(&self) -> u32 {
         self.ftype.mode_bits() | self.perm
     }
+    /// The device number's major and minor parts (`rdev` is in the kernel's 32-bit
+    /// `new_encode_dev` form, which FUSE's mknod carries).
+    pub fn rdev_parts(&self) -> (u32, u32) {
+        let d = self.rdev;
+        ((d >> 8) & 0xfff, (d & 0xff) | ((d >> 12) & 0xfff00))
+    }
+}
+
+/// A device number in the kernel's 32-bit `new_encode_dev` form (majors below
+/// 4096, minors below 2^20: what Linux itself allocates).
+pub fn encode_rdev(major: u32, minor: u32) -> u32 {
+    (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
 }
 
 /// A time to set.
@@ -755,6 +769,7 @@ impl<M: Medium> Fs<M> {
             atime: later_atime(a.atime, inode),
             mtime: a.mtime,
             ctime: a.ctime,
+            rdev: a.rdev,
         }
     }
 

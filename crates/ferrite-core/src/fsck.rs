@@ -22,6 +22,8 @@ pub struct FsckReport {
     pub files: u64,
     /// Symlinks.
     pub symlinks: u64,
+    /// FIFOs, device nodes and sockets.
+    pub special: u64,
     /// Log pages.
     pub log_pages: u64,
     /// Data blocks referenced.
@@ -141,6 +143,19 @@ impl<M: Medium> Fs<M> {
                         r.errors.push(format!("symlink {ino} has size {}", st.attr.size));
                     }
                 }
+                t => {
+                    r.special += 1;
+                    if st.attr.size != 0 {
+                        r.errors.push(format!("{t:?} {ino} has size {}", st.attr.size));
+                    }
+                    if st.file().is_some_and(|f| f.content_pages() != 0) {
+                        r.errors.push(format!("{t:?} {ino} holds data"));
+                    }
+                }
+            }
+            let devnode = matches!(st.ftype, FileType::CharDevice | FileType::BlockDevice);
+            if !devnode && st.attr.rdev != 0 {
+                r.errors.push(format!("inode {ino}: device number on a {:?}", st.ftype));
             }
             if (st.attr.mode & libc::S_IFMT) != st.ftype.mode_bits() {
                 r.errors

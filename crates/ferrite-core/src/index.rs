@@ -29,6 +29,14 @@ pub enum FileType {
     Directory,
     /// Symbolic link.
     Symlink,
+    /// Named pipe (format version 3).
+    Fifo,
+    /// Character device (format version 3).
+    CharDevice,
+    /// Block device (format version 3).
+    BlockDevice,
+    /// Unix domain socket (format version 3).
+    Socket,
 }
 
 impl FileType {
@@ -38,6 +46,10 @@ impl FileType {
             FileType::Regular => 1,
             FileType::Directory => 2,
             FileType::Symlink => 3,
+            FileType::Fifo => 4,
+            FileType::CharDevice => 5,
+            FileType::BlockDevice => 6,
+            FileType::Socket => 7,
         }
     }
     /// From the on-media code.
@@ -46,6 +58,10 @@ impl FileType {
             1 => Some(FileType::Regular),
             2 => Some(FileType::Directory),
             3 => Some(FileType::Symlink),
+            4 => Some(FileType::Fifo),
+            5 => Some(FileType::CharDevice),
+            6 => Some(FileType::BlockDevice),
+            7 => Some(FileType::Socket),
             _ => None,
         }
     }
@@ -55,7 +71,33 @@ impl FileType {
             FileType::Regular => libc::S_IFREG,
             FileType::Directory => libc::S_IFDIR,
             FileType::Symlink => libc::S_IFLNK,
+            FileType::Fifo => libc::S_IFIFO,
+            FileType::CharDevice => libc::S_IFCHR,
+            FileType::BlockDevice => libc::S_IFBLK,
+            FileType::Socket => libc::S_IFSOCK,
         }
+    }
+    /// The type of the S_IFMT bits of `mode`, if any.
+    pub fn from_mode(mode: u32) -> Option<FileType> {
+        [
+            FileType::Regular,
+            FileType::Directory,
+            FileType::Symlink,
+            FileType::Fifo,
+            FileType::CharDevice,
+            FileType::BlockDevice,
+            FileType::Socket,
+        ]
+        .into_iter()
+        .find(|t| t.mode_bits() == mode & libc::S_IFMT)
+    }
+    /// A node that holds no data and only a name, owner and mode (and a device
+    /// number): the kernel runs the pipe, device or socket.
+    pub fn is_special(self) -> bool {
+        matches!(
+            self,
+            FileType::Fifo | FileType::CharDevice | FileType::BlockDevice | FileType::Socket
+        )
     }
 }
 

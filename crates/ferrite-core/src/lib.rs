@@ -35,8 +35,8 @@ pub mod sim;
 pub use dax::{MapOptions, MmapMedium};
 pub use error::{Error, Result};
 pub use fs::{
-    AtimeMode, Attr, CoreFault, DirEntry, FallocMode, Fs, MkfsOptions, MountOptions, MountReport,
-    NewNode, RenameFlags, SetAttr, SetTime, StatFs, XattrSet,
+    encode_rdev, AtimeMode, Attr, CoreFault, DirEntry, FallocMode, Fs, MkfsOptions, MountOptions,
+    MountReport, NewNode, RenameFlags, SetAttr, SetTime, StatFs, XattrSet,
 };
 pub use fsck::FsckReport;
 pub use index::FileType;

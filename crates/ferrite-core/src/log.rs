@@ -100,6 +100,9 @@ pub struct AttrRec {
     pub mtime: Ts,
     /// Change time.
     pub ctime: Ts,
+    /// Device number of a character or block device (Linux's encoding, as
+    /// `new_encode_dev`); 0 for every other type.
+    pub rdev: u32,
 }
 
 /// A decoded log entry. Variable parts are referenced by offset into the entry.
@@ -266,7 +269,7 @@ impl EntryBuf {
             .u32(a.atime.nsec)
             .u32(a.mtime.nsec)
             .u32(a.ctime.nsec)
-            .u32(0)
+            .u32(a.rdev)
             .done()
     }
 
@@ -435,6 +438,7 @@ fn decode_body(t: u8, b: &[u8]) -> Result<Entry> {
             let (size, parent) = (r.u64(), r.u64());
             let (a, m, c) = (r.i64(), r.i64(), r.i64());
             let (an, mn, cn) = (r.u32(), r.u32(), r.u32());
+            let rdev = r.u32();
             Entry::SetAttr(
                 AttrRec {
                     mode,
@@ -446,6 +450,7 @@ fn decode_body(t: u8, b: &[u8]) -> Result<Entry> {
                     atime: Ts { sec: a, nsec: an },
                     mtime: Ts { sec: m, nsec: mn },
                     ctime: Ts { sec: c, nsec: cn },
+                    rdev,
                 },
                 b[5] & FLAG_SHRINK != 0,
             )

@@ -34,6 +34,16 @@ pub const SYMLINK_MAX: usize = 4095;
 /// of its throughput to checksums).
 pub const CHECKSUM_MAX_PAGES: u64 = 4;
 
+/// What a new node carries besides its attributes.
+#[derive(Clone, Copy)]
+enum NodeData<'a> {
+    None,
+    /// A symlink's target.
+    Target(&'a [u8]),
+    /// A device node's number.
+    Rdev(u32),
+}
+
 fn check_name(name: &[u8]) -> Result<()> {
     if name.is_empty() {
         return Err(Error::NotFound);
@@ -153,7 +163,8 @@ impl<M: Medium> Fs<M> {
         match i.st.read().ftype {
             FileType::Directory => return Err(Error::IsDir),
             FileType::Symlink => return Err(Error::invalid("read of a symlink")),
-            FileType::Regular => {}
+            t if t.is_special() => return Err(Error::invalid("read of a special file")),
+            _ => {}
         }
         let (n, persist) = self.read_fresh(&i, true, |st| {
             let n = self.read_locked(st, off, buf);
@@ -250,6 +261,7 @@ impl<M: Medium> Fs<M> {
             FileType::Regular => Ok(()),
             FileType::Directory => Err(Error::IsDir),
             FileType::Symlink => Err(Error::invalid("write to a symlink")),
+            _ => Err(Error::invalid("write to a special file")),
         }
     }
 
@@ -409,7 +421,10 @@ impl<M: Medium> Fs<M> {
             match st.ftype {
                 FileType::Directory => return Err(Error::IsDir),
                 FileType::Symlink => return Err(Error::invalid("truncate of a symlink")),
-                FileType::Regular => {}
+                t if t.is_special() => {
+                    return Err(Error::invalid("truncate of a special file"));
+                }
+                _ => {}
             }
         }
         let now = self.m.now();
@@ -590,18 +605,19 @@ impl<M: Medium> Fs<M> {
             atime: now,
             mtime: now,
             ctime: now,
+            rdev: 0,
         }
     }
 
     /// Create a regular file. EEXIST if the name exists. `perm` is taken as it is
     /// (the caller applied its umask), unless the directory has a default ACL.
     pub fn create(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
-        self.make_node(parent, name, FileType::Regular, perm, 0, uid, gid, None)
+        self.make_node(parent, name, FileType::Regular, perm, 0, uid, gid, NodeData::None)
     }
 
     /// Create a directory (`perm` as for [`Fs::create`]).
     pub fn mkdir(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
-        self.make_node(parent, name, FileType::Directory, perm, 0, uid, gid, None)
+        self.make_node(parent, name, FileType::Directory, perm, 0, uid, gid, NodeData::None)
     }
 
     /// [`Fs::create`] or [`Fs::mkdir`] with the caller's `umask` still to apply: as
@@ -609,7 +625,40 @@ impl<M: Medium> Fs<M> {
     /// directory replaces the umask.
     pub fn make_masked(&self, node: NewNode<'_>, perm: u32, umask: u32) -> Result<Attr> {
         let ftype = if node.dir { FileType::Directory } else { FileType::Regular };
-        self.make_node(node.parent, node.name, ftype, perm, umask, node.uid, node.gid, None)
+        self.make_node(
+            node.parent,
+            node.name,
+            ftype,
+            perm,
+            umask,
+            node.uid,
+            node.gid,
+            NodeData::None,
+        )
+    }
+
+    /// mknod(2): a FIFO, socket, character or block device (`rdev` its device
+    /// number in Linux's 32-bit encoding), or a regular file, with the caller's
+    /// `umask` still to apply (see [`Fs::make_masked`]). The node holds no data:
+    /// whoever opens it through the mount gets the kernel's pipe, socket or device.
+    /// EINVAL for a directory or symlink type (mkdir and symlink make those), as
+    /// mknod(2) answers. Who may make a device node is the kernel's check
+    /// (CAP_MKNOD), made before a request reaches the daemon.
+    pub fn mknod(
+        &self,
+        node: NewNode<'_>,
+        ftype: FileType,
+        perm: u32,
+        rdev: u32,
+        umask: u32,
+    ) -> Result<Attr> {
+        let extra = match ftype {
+            FileType::Regular => NodeData::None,
+            FileType::CharDevice | FileType::BlockDevice => NodeData::Rdev(rdev),
+            t if t.is_special() => NodeData::None,
+            _ => return Err(Error::invalid("mknod of a directory or symlink")),
+        };
+        self.make_node(node.parent, node.name, ftype, perm, umask, node.uid, node.gid, extra)
     }
 
     /// Create a symbolic link.
@@ -627,7 +676,16 @@ impl<M: Medium> Fs<M> {
         if target.len() > SYMLINK_MAX {
             return Err(Error::NameTooLong);
         }
-        self.make_node(parent, name, FileType::Symlink, 0o777, 0, uid, gid, Some(target))
+        self.make_node(
+            parent,
+            name,
+            FileType::Symlink,
+            0o777,
+            0,
+            uid,
+            gid,
+            NodeData::Target(target),
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -640,7 +698,7 @@ impl<M: Medium> Fs<M> {
         umask: u32,
         uid: u32,
         gid: u32,
-        target: Option<&[u8]>,
+        extra: NodeData<'_>,
     ) -> Result<Attr> {
         self.check_writable()?;
         self.check_namespace()?;
@@ -705,7 +763,10 @@ impl<M: Medium> Fs<M> {
         let mut attr = self.new_attr(ftype, perm, uid, gid, parent, now);
         let mut entries = Vec::new();
         let mut data = Vec::new();
-        if let Some(t) = target {
+        if let NodeData::Rdev(rdev) = extra {
+            attr.rdev = rdev;
+        }
+        if let NodeData::Target(t) = extra {
             attr.size = t.len() as u64;
             if t.len() <= INLINE_MAX {
                 entries.push(EntryBuf::inline(0, t.len() as u64, now, t));

@@ -71,9 +71,11 @@ pub fn read_superblock<M: Medium + ?Sized>(m: &M) -> Result<(Superblock, u32)> {
     }
 }
 
-/// Convert a pool of format version 1 to version 2 in place; returns the version
-/// it had. Version 2 only adds a WRITE flag (data checksums) that version 1 logs
-/// never set, so a version 1 log reads the same under version 2 rules, torn tails
+/// Convert a pool of format version 1 or 2 to version 3 in place; returns the
+/// version it had. Version 2 only added a WRITE flag (data checksums) that version
+/// 1 logs never set; version 3 only added file type codes 4-7 (FIFOs, devices,
+/// sockets) and a device number in SETATTR's last word, which older logs hold as
+/// zero. So an older log reads the same under version 3 rules, torn tails
 /// included: the superblock copies get the new version number and nothing else
 /// changes. The caller holds the pool exclusively (not mounted).
 pub fn upgrade<M: Medium + ?Sized>(m: &M) -> Result<u32> {
@@ -92,7 +94,7 @@ pub fn upgrade<M: Medium + ?Sized>(m: &M) -> Result<u32> {
     };
     match from {
         VERSION => return Ok(VERSION),
-        1 => {}
+        1 | 2 => {}
         v => return Err(Error::Version { found: v, supported: VERSION }),
     }
     for (copy, r) in &copies {
@@ -163,6 +165,7 @@ impl<M: Medium> Fs<M> {
             atime: now,
             mtime: now,
             ctime: now,
+            rdev: 0,
         };
         let mut entries = vec![EntryBuf::setattr(&attr, false)];
         let mut none = || Err(Error::NoSpace);

@@ -182,6 +182,9 @@ fn walk_everything<M: Medium>(fs: &Fs<M>) {
                         }
                     }
                 }
+                _ => {
+                    let _ = fs.read(e.ino, 0, &mut [0u8; 16]);
+                }
             }
         }
     }
@@ -732,6 +735,7 @@ fn checksum_valid_hostile_entries() {
         atime: ts,
         mtime: ts,
         ctime: ts,
+        rdev: 0,
     };
     let reg = libc::S_IFREG | 0o644;
     let cases: Vec<(&str, u64, EntryBuf)> = vec![

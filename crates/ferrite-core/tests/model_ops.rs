@@ -992,6 +992,7 @@ impl Harness {
                                 fs.open(i)?;
                                 Ok((i, false))
                             }
+                            t => unreachable!("the model makes no {t:?}"),
                         }
                     }
                     Err(Error::NotFound) if *creat => {

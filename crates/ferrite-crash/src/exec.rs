@@ -197,6 +197,10 @@ pub fn live_canon<M: Medium>(fs: &Fs<M>, with_times: bool) -> Result<Canon, Stri
                 let t = fs.readlink(ino).map_err(|e| format!("readlink {show}: {e}"))?;
                 ('l', t.len() as u64, hash_bytes(&t))
             }
+            FileType::Fifo => ('p', 0, hash_bytes(&[])),
+            FileType::Socket => ('s', 0, hash_bytes(&[])),
+            FileType::CharDevice => ('c', 0, hash_bytes(&a.rdev.to_le_bytes())),
+            FileType::BlockDevice => ('b', 0, hash_bytes(&a.rdev.to_le_bytes())),
         };
         let link_of = if kind == 'd' {
             None
