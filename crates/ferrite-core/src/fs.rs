@@ -25,6 +25,7 @@ use crate::share::Party;
 use crate::sharing::Hold;
 use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
 use rustc_hash::FxHashMap as HashMap;
+use smallvec::SmallVec;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -465,10 +466,14 @@ pub(crate) fn shard_hint(n: u32) -> u32 {
     SHARD_HINT.with(|s| *s % n)
 }
 
+/// The entries of one inode in one operation: inline for up to three (a create's
+/// SETATTR and ACLs, a directory's DENTRY and SETATTR), so a commit allocates nothing.
+pub(crate) type Entries = SmallVec<[EntryBuf; 3]>;
+
 /// One inode's part of a commit.
 pub(crate) struct Part {
     pub ino: u64,
-    pub entries: Vec<EntryBuf>,
+    pub entries: Entries,
 }
 
 /// A new inode created by a multi-inode commit.
@@ -478,23 +483,25 @@ pub(crate) struct NewInode {
     pub state_word: u64,
     pub seed: u32,
     pub head_page: u64,
-    pub entries: Vec<EntryBuf>,
+    pub entries: Entries,
     /// Data blocks written for it (a long symlink target).
     pub data: Vec<(u64, u64)>,
 }
 
 /// Inodes locked for writing by one operation, in ascending order.
 pub(crate) struct Locked<'a, M: Medium> {
-    pub guards: Vec<(u64, &'a Inode, RwLockWriteGuard<'a, InodeState>)>,
+    pub guards: SmallVec<[(u64, &'a Inode, RwLockWriteGuard<'a, InodeState>); 4]>,
     /// Cross-process holds of the shared ones, taken first (released last).
-    _holds: Vec<Hold<'a, M>>,
+    _holds: SmallVec<[Hold<'a, M>; 1]>,
 }
 
 impl<'a, M: Medium> Locked<'a, M> {
-    pub(crate) fn new(fs: &'a Fs<M>, mut inodes: Vec<&'a Arc<Inode>>) -> Result<Locked<'a, M>> {
-        inodes.sort_by_key(|i| i.ino);
+    /// Lock `inodes` (up to four: a rename's) in ascending order; no allocation.
+    pub(crate) fn new(fs: &'a Fs<M>, inodes: &[&'a Arc<Inode>]) -> Result<Locked<'a, M>> {
+        let mut inodes: SmallVec<[&'a Arc<Inode>; 4]> = inodes.iter().copied().collect();
+        inodes.sort_unstable_by_key(|i| i.ino);
         inodes.dedup_by_key(|i| i.ino);
-        let mut holds = Vec::new();
+        let mut holds = SmallVec::new();
         for i in &inodes {
             if let Some(h) = fs.hold(i)? {
                 holds.push(h);
@@ -877,7 +884,7 @@ impl<M: Medium> Fs<M> {
         shard: u32,
         n: u64,
         reserve: bool,
-    ) -> Result<Vec<(u64, u64)>> {
+    ) -> Result<crate::alloc::Runs> {
         match self.balloc.alloc(shard, n, reserve) {
             Err(Error::NoSpace) if self.is_client() => {
                 self.refill(n)?;
@@ -1007,9 +1014,10 @@ impl<M: Medium> Fs<M> {
         {
             return Err(Error::NotFound); // freed by a concurrent operation
         }
-        let mut appended: Vec<log::Appended> = Vec::with_capacity(parts.len());
+        // Inline vectors: a create, unlink or rename allocates nothing here.
+        let mut appended: SmallVec<[log::Appended; 2]> = SmallVec::new();
         let mut new_app: Option<log::Appended> = None;
-        let mut cleanup_pages: Vec<u64> = Vec::new();
+        let mut cleanup_pages: SmallVec<[u64; 4]> = SmallVec::new();
         let res = (|| -> Result<()> {
             for p in parts.iter_mut() {
                 let inode = locked.inode(p.ino);
@@ -1024,8 +1032,8 @@ impl<M: Medium> Fs<M> {
             self.free_pages(&cleanup_pages);
             return Err(e);
         }
-        let mut recs: Vec<Record> = Vec::new();
-        let mut new_inode_entries = Vec::new();
+        let mut recs: SmallVec<[Record; 6]> = SmallVec::new();
+        let mut new_inode_entries = None;
         if let Some(mut n) = new {
             let shard = self.shard();
             let mut taken = Vec::new();
@@ -1061,7 +1069,7 @@ impl<M: Medium> Fs<M> {
             self.m.flush(off, 64);
             recs.push(Record { addr: off + SLOT_STATE, old: n.state_word, new: n.state_word + 1 });
             new_app = Some(a);
-            new_inode_entries.push(n);
+            new_inode_entries = Some(n);
         }
         for (p, a) in parts.iter().zip(&appended) {
             let old = locked.st(p.ino).log.tail;
@@ -1110,7 +1118,7 @@ impl<M: Medium> Fs<M> {
                 self.after_commit(inode, st, true);
             }
         }
-        let created = match (new_inode_entries.pop(), new_app) {
+        let created = match (new_inode_entries, new_app) {
             (Some(n), Some(a)) => {
                 let mut st = InodeState::new(n.ftype);
                 st.log.head = logptr::make(0, n.head_page);

@@ -167,8 +167,8 @@ impl<M: Medium> Fs<M> {
                 if c.attr != st.attr || c.size() != st.size() || c.blocks() != st.blocks() {
                     r.errors.push(format!("inode {ino}: DRAM attributes differ from the log"));
                 }
-                if c.refs.iter().filter(|(_, &v)| v > 0).count()
-                    != st.refs.iter().filter(|(_, &v)| v > 0).count()
+                if c.refs.iter().filter(|&(_, v)| v > 0).count()
+                    != st.refs.iter().filter(|&(_, v)| v > 0).count()
                 {
                     r.errors
                         .push(format!("inode {ino}: DRAM live-entry counts differ from the log"));

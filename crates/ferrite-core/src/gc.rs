@@ -72,7 +72,7 @@ impl<M: Medium> Fs<M> {
         let dead = st.dead_pages();
         // Keep only candidates that may still die later: the current tail page.
         let tail_page = logptr::addr(st.log.tail) & !(BLOCK - 1);
-        st.dead.retain(|&p| p == tail_page && st.refs.get(&p).copied().unwrap_or(0) == 0);
+        st.dead.retain(|&p| p == tail_page && st.refs.get(p) == 0);
         if dead.is_empty() {
             return;
         }
@@ -103,7 +103,7 @@ impl<M: Medium> Fs<M> {
             self.m.fence();
         }
         for d in &dead {
-            st.refs.remove(d);
+            st.refs.remove(*d);
         }
         st.chain_gen = self.note_chain_change(inode.ino);
         self.note_free(inode.ino);

@@ -17,6 +17,7 @@ use crate::layout::BLOCK;
 use crate::log::{AttrRec, Entry, LogState, Ts};
 use crate::pmem::Medium;
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -385,7 +386,7 @@ pub struct InodeState {
     /// Latest SETATTR.
     pub setattr_loc: Option<u64>,
     /// Live references per log page.
-    pub refs: FxHashMap<u64, u32>,
+    pub refs: PageRefs,
     /// Log pointers and pages.
     pub log: LogState,
     /// Log page count at which thorough GC is next considered.
@@ -395,6 +396,47 @@ pub struct InodeState {
     pub chain_gen: u32,
     /// Log pages whose count dropped to zero since fast GC last ran (candidates).
     pub dead: Vec<u64>,
+}
+
+/// Live entries per log page: a map kept as a sorted vector, inline for the one or two
+/// pages most logs have (a new inode's costs no allocation), binary-searched
+/// otherwise; a page is added once per 4 KiB of log, so inserts stay cheap.
+#[derive(Clone, Debug, Default)]
+pub struct PageRefs(SmallVec<[(u64, u32); 2]>);
+
+impl PageRefs {
+    fn find(&self, page: u64) -> std::result::Result<usize, usize> {
+        self.0.binary_search_by_key(&page, |e| e.0)
+    }
+    /// The count of `page`, inserted as 0 if absent.
+    pub fn entry(&mut self, page: u64) -> &mut u32 {
+        let i = match self.find(page) {
+            Ok(i) => i,
+            Err(i) => {
+                self.0.insert(i, (page, 0));
+                i
+            }
+        };
+        &mut self.0[i].1
+    }
+    /// The count of `page`, if it is known.
+    pub fn get_mut(&mut self, page: u64) -> Option<&mut u32> {
+        self.find(page).ok().map(|i| &mut self.0[i].1)
+    }
+    /// The count of `page` (0 if unknown).
+    pub fn get(&self, page: u64) -> u32 {
+        self.find(page).map_or(0, |i| self.0[i].1)
+    }
+    /// Forget `page`.
+    pub fn remove(&mut self, page: u64) {
+        if let Ok(i) = self.find(page) {
+            self.0.remove(i);
+        }
+    }
+    /// (page, count) in page order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.0.iter().copied()
+    }
 }
 
 /// Data blocks released by applying entries: (first block, count).
@@ -417,7 +459,7 @@ impl InodeState {
             body,
             xattrs: BTreeMap::new(),
             setattr_loc: None,
-            refs: FxHashMap::default(),
+            refs: PageRefs::default(),
             log: LogState::default(),
             gc_check_at: 4,
             chain_gen: 0,
@@ -426,11 +468,11 @@ impl InodeState {
     }
 
     fn inc(&mut self, loc: u64, n: u64) {
-        *self.refs.entry(page_of(loc)).or_insert(0) += n as u32;
+        *self.refs.entry(page_of(loc)) += n as u32;
     }
 
     fn dec(&mut self, loc: u64, n: u64) {
-        let c = self.refs.get_mut(&page_of(loc)).expect("reference into an unknown log page");
+        let c = self.refs.get_mut(page_of(loc)).expect("reference into an unknown log page");
         assert!(*c as u64 >= n, "log page reference count underflow");
         *c -= n as u32;
         if *c == 0 {
@@ -726,7 +768,7 @@ impl InodeState {
             .dead
             .iter()
             .copied()
-            .filter(|&p| p != tail_page && self.refs.get(&p).copied().unwrap_or(0) == 0)
+            .filter(|&p| p != tail_page && self.refs.get(p) == 0)
             .filter(|&p| self.log.pages.contains(p))
             .collect();
         out.sort_unstable();
@@ -844,7 +886,7 @@ mod tests {
             },
             &mut freed,
         );
-        assert_eq!(s.refs[&p1], 2);
+        assert_eq!(s.refs.get(p1), 2);
         s.apply(
             p1 + 64,
             &Entry::Write {
@@ -858,13 +900,13 @@ mod tests {
             &mut freed,
         );
         assert_eq!(freed, vec![(8, 1)]);
-        assert_eq!(s.refs[&p1], 2);
+        assert_eq!(s.refs.get(p1), 2);
         let a = AttrRec { size: 100, ..Default::default() };
         s.attr.size = 8192;
         s.apply(p1 + 128, &Entry::SetAttr(a, true), &mut freed);
         assert_eq!(freed, vec![(8, 1), (9, 1)]);
         // page 0 run (1 ref) + setattr (1) + pinned shrink (1)
-        assert_eq!(s.refs[&p1], 3);
+        assert_eq!(s.refs.get(p1), 3);
         assert_eq!(s.page_ops(0), (1, 0));
     }
 }

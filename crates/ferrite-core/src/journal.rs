@@ -42,15 +42,25 @@ pub struct Record {
 }
 
 fn csum(txid: u64, recs: &[Record]) -> u32 {
-    let mut b = Vec::with_capacity(16 + recs.len() * 24);
-    b.extend_from_slice(&txid.to_le_bytes());
-    b.extend_from_slice(&(recs.len() as u64).to_le_bytes());
+    assert!(recs.len() <= MAX_RECORDS, "journal record count");
+    // On the stack: a commit allocates nothing here.
+    let mut b = [0u8; 16 + MAX_RECORDS * REC_LEN as usize];
+    b[..8].copy_from_slice(&txid.to_le_bytes());
+    b[8..16].copy_from_slice(&(recs.len() as u64).to_le_bytes());
+    let n = 16 + encode_records(recs, &mut b[16..]);
+    crc32c::crc32c(&b[..n])
+}
+
+/// The records' little-endian words into `out`; returns the bytes written.
+fn encode_records(recs: &[Record], out: &mut [u8]) -> usize {
+    let mut k = 0;
     for r in recs {
         for v in [r.addr, r.old, r.new] {
-            b.extend_from_slice(&v.to_le_bytes());
+            out[k..k + 8].copy_from_slice(&v.to_le_bytes());
+            k += 8;
         }
     }
-    crc32c::crc32c(&b)
+    k
 }
 
 /// Header words: state (txid << 1 | active), count, checksum.
@@ -66,14 +76,11 @@ fn encode_header(txid: u64, active: bool, recs: &[Record]) -> [u8; 24] {
 pub fn begin<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32, txid: u64, recs: &[Record]) {
     assert!(!recs.is_empty() && recs.len() <= MAX_RECORDS, "journal record count");
     let base = geo.journal_off(shard);
-    let mut body = Vec::with_capacity(recs.len() * REC_LEN as usize);
-    for r in recs {
-        debug_assert!(geo.is_slot_word(r.addr), "journal record outside the inode table");
-        for v in [r.addr, r.old, r.new] {
-            body.extend_from_slice(&v.to_le_bytes());
-        }
-    }
-    m.write(base + HDR_LEN, &body);
+    debug_assert!(recs.iter().all(|r| geo.is_slot_word(r.addr)), "record outside the inode table");
+    let mut buf = [0u8; MAX_RECORDS * REC_LEN as usize];
+    let n = encode_records(recs, &mut buf);
+    let body = &buf[..n];
+    m.write(base + HDR_LEN, body);
     m.flush(base + HDR_LEN, body.len() as u64);
     let h = encode_header(txid, true, recs);
     m.write(base, &h);

@@ -196,8 +196,9 @@ fn pad8(n: usize) -> usize {
     n.div_ceil(8) * 8
 }
 
-/// Bytes of an encoded entry.
-pub type EntryBytes = Vec<u8>;
+/// Bytes of an encoded entry: inline up to 128 bytes (SETATTR, WRITE, PUNCH, a DENTRY
+/// of a name up to 72 bytes), so building one allocates nothing.
+pub type EntryBytes = smallvec::SmallVec<[u8; 128]>;
 
 /// An encoded entry waiting to be appended (seq and crc are filled in then).
 #[derive(Clone, Debug)]
@@ -206,33 +207,37 @@ pub struct EntryBuf {
     pub bytes: EntryBytes,
 }
 
-struct Enc(EntryBytes);
+/// Encoder of one entry: the bytes are sized (and zeroed) once, then each field is
+/// stored at its offset (no growth checks per field).
+struct Enc(EntryBytes, usize);
 impl Enc {
     fn new(t: u8, flags: u8, len: usize) -> Enc {
         let len = pad8(len);
         assert!(len <= MAX_ENTRY, "entry of {len} bytes too large");
-        let mut v = EntryBytes::with_capacity(len);
-        v.resize(HDR, 0);
+        let mut v = EntryBytes::from_elem(0, len);
         v[4] = t;
         v[5] = flags;
         v[6..8].copy_from_slice(&(len as u16).to_le_bytes());
-        Enc(v)
+        Enc(v, HDR)
+    }
+    fn put(&mut self, b: &[u8]) -> &mut Self {
+        let end = self.1 + b.len();
+        assert!(end <= self.0.len(), "entry body overran its declared length");
+        self.0[self.1..end].copy_from_slice(b);
+        self.1 = end;
+        self
     }
     fn u8(&mut self, x: u8) -> &mut Self {
-        self.0.push(x);
-        self
+        self.put(&[x])
     }
     fn u16(&mut self, x: u16) -> &mut Self {
-        self.0.extend_from_slice(&x.to_le_bytes());
-        self
+        self.put(&x.to_le_bytes())
     }
     fn u32(&mut self, x: u32) -> &mut Self {
-        self.0.extend_from_slice(&x.to_le_bytes());
-        self
+        self.put(&x.to_le_bytes())
     }
     fn u64(&mut self, x: u64) -> &mut Self {
-        self.0.extend_from_slice(&x.to_le_bytes());
-        self
+        self.put(&x.to_le_bytes())
     }
     fn i64(&mut self, x: i64) -> &mut Self {
         self.u64(x as u64)
@@ -241,13 +246,9 @@ impl Enc {
         self.i64(t.sec).u32(t.nsec).u32(0)
     }
     fn bytes(&mut self, b: &[u8]) -> &mut Self {
-        self.0.extend_from_slice(b);
-        self
+        self.put(b)
     }
     fn done(&mut self) -> EntryBuf {
-        let len = u16::from_le_bytes([self.0[6], self.0[7]]) as usize;
-        assert!(self.0.len() <= len, "entry body overran its declared length");
-        self.0.resize(len, 0);
         EntryBuf { bytes: std::mem::take(&mut self.0) }
     }
 }

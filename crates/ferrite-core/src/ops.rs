@@ -3,8 +3,8 @@
 use crate::acl;
 use crate::error::{Error, Result};
 use crate::fs::{
-    Attr, DirEntry, FallocMode, Fs, Inode, Locked, NewInode, NewNode, Part, RenameFlags, SetAttr,
-    SetTime, StatFs, XattrSet,
+    Attr, DirEntry, Entries, FallocMode, Fs, Inode, Locked, NewInode, NewNode, Part, RenameFlags,
+    SetAttr, SetTime, StatFs, XattrSet,
 };
 use crate::index::{Body, FileType, InodeState};
 use crate::layout::{BLOCK, MAX_FILE_SIZE, NAME_MAX};
@@ -703,7 +703,7 @@ impl<M: Medium> Fs<M> {
         self.check_writable()?;
         self.check_namespace()?;
         let p = self.inode(parent)?;
-        let mut locked = Locked::new(self, vec![&p])?;
+        let mut locked = Locked::new(self, &[&p])?;
         let (mut perm, mut gid) = (perm, gid);
         {
             let st = locked.st(parent);
@@ -761,7 +761,7 @@ impl<M: Medium> Fs<M> {
         let seed = log::seed(&self.sb.uuid, ino, old_state + 1);
         let now = self.m.now();
         let mut attr = self.new_attr(ftype, perm, uid, gid, parent, now);
-        let mut entries = Vec::new();
+        let mut entries = Entries::new();
         let mut data = Vec::new();
         if let NodeData::Rdev(rdev) = extra {
             attr.rdev = rdev;
@@ -790,7 +790,7 @@ impl<M: Medium> Fs<M> {
         for (name, v) in &acl_entries {
             entries.push(EntryBuf::xattr(false, name, v, now));
         }
-        let mut pentries = vec![EntryBuf::dentry(
+        let mut pentries = smallvec::smallvec![EntryBuf::dentry(
             ino,
             locked.st(parent).dir().expect("dir").next_cookie,
             now,
@@ -843,7 +843,7 @@ impl<M: Medium> Fs<M> {
         self.check_namespace()?;
         let c = self.inode(ino)?;
         let p = self.inode(parent)?;
-        let mut locked = Locked::new(self, vec![&p, &c])?;
+        let mut locked = Locked::new(self, &[&p, &c])?;
         {
             let st = locked.st(parent);
             let d = st.dir().ok_or(Error::NotDir)?;
@@ -875,7 +875,10 @@ impl<M: Medium> Fs<M> {
             a.nlink += 1;
             a.ctime = now;
         });
-        let parts = vec![Part { ino: parent, entries: vec![pe] }, Part { ino, entries: vec![ce] }];
+        let parts = vec![
+            Part { ino: parent, entries: smallvec::smallvec![pe] },
+            Part { ino, entries: smallvec::smallvec![ce] },
+        ];
         self.commit_multi(&mut locked, parts, None, &[], false)?;
         Ok(self.attr_of(locked.inode(ino), locked.st(ino)))
     }
@@ -914,7 +917,7 @@ impl<M: Medium> Fs<M> {
         for _ in 0..64 {
             let cino = self.lookup_ino(parent, name)?;
             let c = self.inode(cino)?;
-            let mut locked = Locked::new(self, vec![&p, &c])?;
+            let mut locked = Locked::new(self, &[&p, &c])?;
             match locked.st(parent).dir().and_then(|d| d.names.get(name)) {
                 Some(e) if e.ino == cino => {}
                 _ => continue, // changed under us: retry
@@ -929,7 +932,7 @@ impl<M: Medium> Fs<M> {
                 _ => {}
             }
             let now = self.m.now();
-            let mut pentries = vec![EntryBuf::dentry(0, 0, now, 0, name)];
+            let mut pentries = smallvec::smallvec![EntryBuf::dentry(0, 0, now, 0, name)];
             if dir {
                 let (e, _) = Self::setattr_entry(locked.st(parent), |a| {
                     a.nlink -= 1;
@@ -951,7 +954,7 @@ impl<M: Medium> Fs<M> {
                     a.nlink = if dir { 0 } else { a.nlink - 1 };
                     a.ctime = now;
                 });
-                parts.push(Part { ino: cino, entries: vec![e] });
+                parts.push(Part { ino: cino, entries: smallvec::smallvec![e] });
             }
             self.commit_multi(&mut locked, parts, None, &free, true)?;
             return Ok(());
@@ -1059,11 +1062,11 @@ impl<M: Medium> Fs<M> {
                     _ => {}
                 }
             }
-            let mut all = vec![&spi, &dpi, &si];
+            let mut all: SmallVec<[&Arc<Inode>; 4]> = smallvec::smallvec![&spi, &dpi, &si];
             if let Some(di) = &di {
                 all.push(di);
             }
-            let mut locked = Locked::new(self, all)?;
+            let mut locked = Locked::new(self, &all)?;
             // Names were looked up before the parents were locked: a create, unlink or
             // link (they do not take the rename lock) may have changed them meanwhile.
             let now_at = |l: &Locked<'_, M>, p: u64, n: &[u8]| {
@@ -1083,13 +1086,13 @@ impl<M: Medium> Fs<M> {
             }
             let now = self.m.now();
             let s_ft = locked.st(s).ftype.code();
-            let mut sp_entries: Vec<EntryBuf> = Vec::new();
-            let mut dp_entries: Vec<EntryBuf> = Vec::new();
+            let mut sp_entries: Entries = Entries::new();
+            let mut dp_entries: Entries = Entries::new();
             let mut sp_nlink: i64 = 0;
             let mut dp_nlink: i64 = 0;
             let mut free = Vec::new();
-            let mut s_entries = Vec::new();
-            let mut d_entries = Vec::new();
+            let mut s_entries = Entries::new();
+            let mut d_entries = Entries::new();
             if flags.exchange {
                 let d = d.expect("exchange target");
                 let d_ft = locked.st(d).ftype.code();

@@ -512,7 +512,7 @@ impl<M: Medium> Fs<M> {
             p.table().set_owner(b, len, party);
         }
         self.publish_free();
-        Ok(runs)
+        Ok(runs.to_vec())
     }
 
     /// Blocks client `party` gives back. Runs it does not own are refused whole
