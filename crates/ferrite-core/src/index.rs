@@ -344,8 +344,10 @@ pub struct DirEnt {
 /// Name index of a directory.
 #[derive(Clone, Debug, Default)]
 pub struct DirIndex {
-    /// Name to entry.
-    pub names: HashMap<Arc<[u8]>, DirEnt>,
+    /// Name to entry. Names come from users, so the hash is keyed per process
+    /// (foldhash: minimally DoS-resistant, a tenth of SipHash's instructions on a
+    /// short name).
+    pub names: HashMap<Arc<[u8]>, DirEnt, foldhash::fast::RandomState>,
     /// Cookie order for readdir.
     pub order: BTreeMap<u64, Arc<[u8]>>,
     /// Next cookie to hand out (cookies 1 and 2 are "." and "..").
