@@ -187,6 +187,30 @@ pub struct FallocMode {
     pub keep_size: bool,
     /// FALLOC_FL_PUNCH_HOLE (requires keep_size).
     pub punch_hole: bool,
+    /// FALLOC_FL_ZERO_RANGE: the range reads as zeros and is allocated.
+    pub zero_range: bool,
+}
+
+impl FallocMode {
+    /// fallocate(2)'s mode bits, as Linux checks them: EOPNOTSUPP for a mode that is
+    /// not done (collapse, insert, unshare) or not valid (punch without keep-size,
+    /// punch with zero-range).
+    pub fn from_flags(mode: i32) -> Result<FallocMode> {
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        match mode & !libc::FALLOC_FL_KEEP_SIZE {
+            0 => Ok(FallocMode { keep_size, ..Default::default() }),
+            libc::FALLOC_FL_PUNCH_HOLE if keep_size => {
+                Ok(FallocMode { keep_size, punch_hole: true, ..Default::default() })
+            }
+            libc::FALLOC_FL_ZERO_RANGE => {
+                Ok(FallocMode { keep_size, zero_range: true, ..Default::default() })
+            }
+            libc::FALLOC_FL_PUNCH_HOLE => Err(Error::NotSupported("PUNCH_HOLE requires KEEP_SIZE")),
+            _ => Err(Error::NotSupported(
+                "fallocate mode (collapse, insert and unshare are not done)",
+            )),
+        }
+    }
 }
 
 /// setxattr flags.

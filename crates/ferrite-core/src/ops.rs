@@ -512,6 +512,9 @@ impl<M: Medium> Fs<M> {
         if mode.punch_hole && !mode.keep_size {
             return Err(Error::NotSupported("PUNCH_HOLE requires KEEP_SIZE"));
         }
+        if mode.punch_hole && mode.zero_range {
+            return Err(Error::NotSupported("PUNCH_HOLE with ZERO_RANGE"));
+        }
         let i = self.inode(ino)?;
         self.check_regular(&i)?;
         let end = off + len;
@@ -546,10 +549,20 @@ impl<M: Medium> Fs<M> {
         // Count the holes from the extent map before touching a page: a range far
         // larger than the pool fails at once (not after a walk of 2^50 pages).
         let room = if self.is_client() { self.geo.nblocks } else { self.balloc.free_blocks() };
-        let holes = f.holes(off / BLOCK, end.div_ceil(BLOCK), room).ok_or(Error::NoSpace)?;
+        let holes = if mode.zero_range {
+            Self::zero_range_pages(f, off, end, room).ok_or(Error::NoSpace)?
+        } else {
+            f.holes(off / BLOCK, end.div_ceil(BLOCK), room).ok_or(Error::NoSpace)?
+        };
         let runs = self.alloc_blocks(self.shard(), holes.len() as u64, false)?;
         let size = if mode.keep_size { st.attr.size } else { st.attr.size.max(end) };
         let mut entries = Vec::new();
+        if mode.zero_range && off < st.attr.size {
+            // Zero what the file holds in the range first: whole pages are unmapped
+            // (the fresh zeroed blocks below replace them), the partial pages at the
+            // edges get zero overlays.
+            entries.push(EntryBuf::punch(off, len.min(st.attr.size - off), now));
+        }
         let mut blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
         let mut k = 0;
         let mut pairs = Vec::new();
@@ -567,7 +580,7 @@ impl<M: Medium> Fs<M> {
             entries.push(EntryBuf::write(pg0, b0, n as u32, size, now, None));
             k += n;
         }
-        if entries.is_empty() {
+        if pairs.is_empty() {
             // Nothing allocated: still a modification (mtime, ctime), as on tmpfs.
             let (e, _) = Self::setattr_entry(&st, |a| {
                 a.size = size;
@@ -582,6 +595,35 @@ impl<M: Medium> Fs<M> {
             return Err(e);
         }
         Ok(())
+    }
+
+    /// Pages of [off, end) that FALLOC_FL_ZERO_RANGE gives fresh zeroed blocks:
+    /// every whole page, and a partial edge page that is a hole (a partial page with
+    /// content is zeroed by the PUNCH entry instead). `None` past `limit` pages,
+    /// decided before any page is listed.
+    fn zero_range_pages(
+        f: &crate::index::FileIndex,
+        off: u64,
+        end: u64,
+        limit: u64,
+    ) -> Option<Vec<u64>> {
+        let (first_full, end_full) = (off.div_ceil(BLOCK), end / BLOCK);
+        let full = end_full.saturating_sub(first_full);
+        let mut edges: SmallVec<[u64; 2]> = SmallVec::new();
+        for pg in [off / BLOCK, (end - 1) / BLOCK] {
+            let partial = pg < first_full || pg >= end_full;
+            if partial && !edges.contains(&pg) && f.lookup(pg).is_none() && !f.ops.contains_key(&pg)
+            {
+                edges.push(pg);
+            }
+        }
+        if full + edges.len() as u64 > limit {
+            return None;
+        }
+        let mut pages: Vec<u64> = (first_full..end_full.max(first_full)).collect();
+        pages.extend(edges);
+        pages.sort_unstable();
+        Some(pages)
     }
 
     // -------------------------------------------------------------- create

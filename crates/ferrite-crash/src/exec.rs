@@ -90,11 +90,21 @@ pub fn exec<M: Medium>(fs: &Fs<M>, op: &Op, handles: &mut Handles) -> Result<(),
         }
         Op::Fallocate { path, off, len, keep_size } => {
             let ino = resolve(fs, path)?;
-            fs.fallocate(ino, FallocMode { keep_size: *keep_size, punch_hole: false }, *off, *len)
+            fs.fallocate(
+                ino,
+                FallocMode { keep_size: *keep_size, ..Default::default() },
+                *off,
+                *len,
+            )
         }
         Op::Punch { path, off, len } => {
             let ino = resolve(fs, path)?;
-            fs.fallocate(ino, FallocMode { keep_size: true, punch_hole: true }, *off, *len)
+            fs.fallocate(
+                ino,
+                FallocMode { keep_size: true, punch_hole: true, ..Default::default() },
+                *off,
+                *len,
+            )
         }
         Op::Chmod { path, perm } => {
             let ino = resolve(fs, path)?;

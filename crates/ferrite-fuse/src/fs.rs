@@ -1379,15 +1379,8 @@ impl Filesystem for FerriteFuse {
         reply: ReplyEmpty,
     ) {
         self.guard("fallocate", || {
-            let m = match mode {
-                0 => FallocMode::default(),
-                libc::FALLOC_FL_KEEP_SIZE => FallocMode { keep_size: true, punch_hole: false },
-                m if m == libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE => {
-                    FallocMode { keep_size: true, punch_hole: true }
-                }
-                _ => return reply.error(Errno::EOPNOTSUPP),
-            };
             let r = self.ino(ino).and_then(|i| {
+                let m = FallocMode::from_flags(mode).map_err(|e| self.err("fallocate", e))?;
                 self.fs.fallocate(i, m, offset, length).map_err(|e| self.err("fallocate", e))
             });
             match r {
