@@ -111,6 +111,10 @@ impl<M: Medium> Fs<M> {
             }
             for (name, x) in st.xattrs.iter() {
                 let n = String::from_utf8_lossy(name);
+                if crate::acl::is_acl_name(name) && x.spill.is_some() {
+                    r.errors.push(format!("inode {ino}: {n} is an ACL stored in data blocks"));
+                    continue;
+                }
                 if crate::acl::is_acl_name(name) {
                     let mut v = vec![0u8; x.value_len as usize];
                     crate::log::read_payload(&self.m, x.loc, x.value_off, &mut v);

@@ -212,7 +212,13 @@ fn snapshot_entries_sizes<M: Medium>(_m: &M, st: &InodeState) -> usize {
     n += st
         .xattrs
         .iter()
-        .map(|(k, v)| (log::XATTR_HDR + k.len() + v.value_len as usize).div_ceil(8) * 8)
+        .map(|(k, v)| {
+            let body = match &v.spill {
+                Some(sp) => 8 + 8 * sp.blocks.len(),
+                None => v.value_len as usize,
+            };
+            (log::XATTR_HDR + k.len() + body).div_ceil(8) * 8
+        })
         .sum::<usize>();
     n
 }
@@ -256,6 +262,11 @@ pub(crate) fn snapshot_entries<M: Medium>(m: &M, st: &InodeState) -> Vec<EntryBu
         }
     }
     for (name, r) in &st.xattrs {
+        if let Some(sp) = &r.spill {
+            // The value stays in its blocks; the new entry names them again.
+            out.push(EntryBuf::xattr_spilled(name, r.value_len, sp, a.ctime));
+            continue;
+        }
         let mut v = vec![0u8; r.value_len as usize];
         log::read_payload(m, r.loc, r.value_off, &mut v);
         out.push(EntryBuf::xattr(false, name, &v, a.ctime));

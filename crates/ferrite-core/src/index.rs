@@ -355,7 +355,7 @@ pub struct DirIndex {
 }
 
 /// Where an extended attribute's value lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct XattrRef {
     /// Entry address.
     pub loc: u64,
@@ -363,6 +363,8 @@ pub struct XattrRef {
     pub value_off: u32,
     /// Value length.
     pub value_len: u32,
+    /// The data blocks of a value too large for an entry.
+    pub spill: Option<crate::log::Spill>,
 }
 
 /// Type-specific body.
@@ -666,17 +668,22 @@ impl InodeState {
                 self.attr.mtime = *time;
                 self.attr.ctime = *time;
             }
-            Entry::Xattr { remove, name, value_len, value_off, time } => {
+            Entry::Xattr { remove, name, value_len, value_off, spill, time } => {
                 let old = if *remove {
                     self.xattrs.remove(name)
                 } else {
-                    self.xattrs.insert(
-                        name.clone(),
-                        XattrRef { loc, value_off: *value_off, value_len: *value_len },
-                    )
+                    let r = XattrRef {
+                        loc,
+                        value_off: *value_off,
+                        value_len: *value_len,
+                        spill: spill.clone(),
+                    };
+                    self.xattrs.insert(name.clone(), r)
                 };
                 if let Some(o) = old {
                     self.dec(o.loc, 1);
+                    // A replaced or removed spilled value's blocks are free again.
+                    freed.extend(o.spill.iter().flat_map(|sp| sp.blocks.iter().map(|&b| (b, 1))));
                 }
                 self.inc(loc, 1);
                 self.attr.ctime = *time;
@@ -752,10 +759,15 @@ impl InodeState {
 
     /// All data blocks this inode references: (first block, count).
     pub fn data_runs(&self) -> Vec<(u64, u64)> {
-        match &self.body {
+        let mut runs: Vec<(u64, u64)> = match &self.body {
             Body::File(f) => f.ext.iter().map(|(_, e)| (e.block, e.len as u64)).collect(),
             Body::Dir(_) => vec![],
+        };
+        // Spilled extended attribute values (files and directories alike).
+        for x in self.xattrs.values() {
+            runs.extend(x.spill.iter().flat_map(|sp| sp.blocks.iter().map(|&b| (b, 1))));
         }
+        runs
     }
 
     /// Log pages whose entries are all dead (excluding the tail page), in chain order.

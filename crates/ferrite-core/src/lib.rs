@@ -40,7 +40,7 @@ pub use fs::{
 };
 pub use fsck::FsckReport;
 pub use index::FileType;
-pub use log::Ts;
+pub use log::{Ts, XATTR_SIZE_MAX};
 pub use ops::{INLINE_MAX, MAX_PAGE_OPS, SYMLINK_MAX, XATTR_VALUE_MAX};
 pub use path::OpenFlags;
 pub use pmem::{Durability, Medium};

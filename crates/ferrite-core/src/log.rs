@@ -162,7 +162,7 @@ pub enum Entry {
         /// Name.
         name: Vec<u8>,
     },
-    /// Extended attribute set (value at `value_off`) or removal.
+    /// Extended attribute set (value at `value_off`, or in data blocks) or removal.
     Xattr {
         /// Removal?
         remove: bool,
@@ -170,8 +170,11 @@ pub enum Entry {
         name: Vec<u8>,
         /// Value length.
         value_len: u32,
-        /// Offset of the value inside the entry.
+        /// Offset of the value inside the entry (of the block list when spilled).
         value_off: u32,
+        /// A value larger than an entry holds: its CRC32C (seeded with the log's
+        /// seed) and the data blocks it fills, in order.
+        spill: Option<Spill>,
         /// ctime after the change.
         time: Ts,
     },
@@ -191,6 +194,30 @@ pub const PUNCH_LEN: usize = HDR + 32;
 pub const DENTRY_HDR: usize = HDR + 40;
 /// XATTR header size (name and value follow).
 pub const XATTR_HDR: usize = HDR + 24;
+/// Largest extended attribute value (Linux's XATTR_SIZE_MAX). Values that do not fit
+/// in an entry live in data blocks named by the entry (kind 2, "spilled").
+pub const XATTR_SIZE_MAX: usize = 65536;
+/// Data blocks of the largest spilled value.
+pub const XATTR_SPILL_BLOCKS: usize = XATTR_SIZE_MAX / BLOCK as usize;
+const XATTR_SET: u8 = 0;
+const XATTR_REMOVE: u8 = 1;
+const XATTR_SPILLED: u8 = 2;
+
+/// Where a spilled extended attribute value lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Spill {
+    /// CRC32C of the value, seeded with the log's seed.
+    pub crc: u32,
+    /// Its data blocks, in order (the last one zero-padded).
+    pub blocks: smallvec::SmallVec<[u64; 2]>,
+}
+
+impl Spill {
+    /// The body an XATTR entry carries for it: crc u32, block count u32, blocks.
+    fn encoded_len(nblocks: usize) -> usize {
+        8 + 8 * nblocks
+    }
+}
 
 fn pad8(n: usize) -> usize {
     n.div_ceil(8) * 8
@@ -327,12 +354,34 @@ impl EntryBuf {
             .done()
     }
 
+    /// XATTR whose value lives in data blocks (see [`Spill`]).
+    pub fn xattr_spilled(name: &[u8], value_len: u32, spill: &Spill, time: Ts) -> EntryBuf {
+        assert!(name.len() <= 255 && spill.blocks.len() <= XATTR_SPILL_BLOCKS);
+        let mut e = Enc::new(
+            etype::XATTR,
+            0,
+            XATTR_HDR + name.len() + Spill::encoded_len(spill.blocks.len()),
+        );
+        e.u8(name.len() as u8)
+            .u8(XATTR_SPILLED)
+            .u16(0)
+            .u32(value_len)
+            .ts(time)
+            .bytes(name)
+            .u32(spill.crc)
+            .u32(spill.blocks.len() as u32);
+        for &b in &spill.blocks {
+            e.u64(b);
+        }
+        e.done()
+    }
+
     /// XATTR.
     pub fn xattr(remove: bool, name: &[u8], value: &[u8], time: Ts) -> EntryBuf {
         assert!(name.len() <= 255);
         Enc::new(etype::XATTR, 0, XATTR_HDR + name.len() + value.len())
             .u8(name.len() as u8)
-            .u8(remove as u8)
+            .u8(if remove { XATTR_REMOVE } else { XATTR_SET })
             .u16(0)
             .u32(value.len() as u32)
             .ts(time)
@@ -502,15 +551,41 @@ fn decode_body(t: u8, b: &[u8]) -> Result<Entry> {
         }
         etype::XATTR if len >= XATTR_HDR => {
             let nl = r.u8() as usize;
-            let remove = r.u8() != 0;
+            let kind = r.u8();
             r.u16();
             let vl = r.u32();
             let time = ts(&mut r);
-            if XATTR_HDR + nl + vl as usize > len || nl == 0 {
+            let at = XATTR_HDR + nl;
+            let spill = if kind == XATTR_SPILLED {
+                // A spilled value is larger than an entry holds and fills its blocks.
+                let word = |o: usize| {
+                    b.get(o..o + 4).map(|w| u32::from_le_bytes(w.try_into().expect("4")))
+                };
+                let (Some(crc), Some(n)) = (word(at), word(at + 4)) else { return Err(bad()) };
+                let n = n as usize;
+                let fits =
+                    (vl as usize).div_ceil(BLOCK as usize) == n && vl as usize <= XATTR_SIZE_MAX;
+                if !fits || at + Spill::encoded_len(n) > len || vl == 0 {
+                    return Err(bad());
+                }
+                let blocks = (0..n)
+                    .map(|k| {
+                        let o = at + 8 + 8 * k;
+                        u64::from_le_bytes(b[o..o + 8].try_into().expect("8"))
+                    })
+                    .collect();
+                Some(Spill { crc, blocks })
+            } else if kind > XATTR_SPILLED || at + vl as usize > len {
+                return Err(bad());
+            } else {
+                None
+            };
+            if nl == 0 {
                 return Err(bad());
             }
-            let name = b[XATTR_HDR..XATTR_HDR + nl].to_vec();
-            Entry::Xattr { remove, name, value_len: vl, value_off: (XATTR_HDR + nl) as u32, time }
+            let name = b[XATTR_HDR..at].to_vec();
+            let remove = kind == XATTR_REMOVE;
+            Entry::Xattr { remove, name, value_len: vl, value_off: at as u32, spill, time }
         }
         etype::END if len == HDR => Entry::End,
         _ => return Err(bad()),
@@ -567,6 +642,30 @@ fn parse_at<M: Medium + ?Sized>(m: &M, pos: u64, seed: u32, rule: SeqRule) -> Re
 /// Read the `[data_off, data_off + len)` payload of the entry at `loc`.
 pub fn read_payload<M: Medium + ?Sized>(m: &M, loc: u64, data_off: u32, dst: &mut [u8]) {
     m.read(loc + data_off as u64, dst);
+}
+
+/// The value of an extended attribute, from its entry or its data blocks (whose
+/// checksum is verified: a damaged value is an error, never returned).
+pub fn read_xattr<M: Medium + ?Sized>(
+    m: &M,
+    seed: u32,
+    r: &crate::index::XattrRef,
+) -> Result<Vec<u8>> {
+    let mut v = vec![0u8; r.value_len as usize];
+    let Some(sp) = &r.spill else {
+        read_payload(m, r.loc, r.value_off, &mut v);
+        return Ok(v);
+    };
+    for (chunk, &b) in v.chunks_mut(BLOCK as usize).zip(&sp.blocks) {
+        m.read(b * BLOCK, chunk);
+    }
+    if crate::pmem::crc32c_append(seed, &v) != sp.crc {
+        return Err(Error::corrupt(format!(
+            "extended attribute value in blocks {:?} does not match its checksum",
+            sp.blocks
+        )));
+    }
+    Ok(v)
 }
 
 /// Flags of the entry at `loc` (for GC: is it a pinned SETATTR?).
@@ -727,6 +826,13 @@ fn walk_span<M: Medium + ?Sized>(
                     gap_in_pending = true;
                 }
                 rule = SeqRule::Exact(s + 1);
+                if let Entry::Xattr { spill: Some(sp), .. } = &entry {
+                    if let Some(&b) = sp.blocks.iter().find(|&&b| !geo.is_data_block(b)) {
+                        return Err(Error::corrupt(format!(
+                            "log entry at {pos:#x} names xattr block {b} outside the data area"
+                        )));
+                    }
+                }
                 if let Entry::Write { block, npages, pgoff, .. } = entry {
                     let last = block.checked_add(npages as u64);
                     let max_pg = crate::layout::MAX_FILE_SIZE / BLOCK + 1;

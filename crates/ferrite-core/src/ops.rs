@@ -24,7 +24,8 @@ pub const PAGE_INLINE_BYTES: usize = 2048;
 /// Overlays the file's last page may carry (appends land there; the append that
 /// completes the page merges them, so appended pages are written once).
 pub const TAIL_PAGE_OPS: usize = 64;
-/// Largest extended attribute value.
+/// Largest extended attribute value kept inside its log entry; larger ones, up to
+/// [`log::XATTR_SIZE_MAX`], live in data blocks the entry names.
 pub const XATTR_VALUE_MAX: usize = MAX_ENTRY - XATTR_HDR - 255;
 /// Longest symlink target.
 pub const SYMLINK_MAX: usize = 4095;
@@ -464,7 +465,7 @@ impl<M: Medium> Fs<M> {
         let mut entries = vec![e];
         if let Some(p) = ch.perm {
             // chmod rewrites the access ACL's owner, mask (or group) and other.
-            let access = self.xattr_value(&st, acl::ACCESS);
+            let access = self.xattr_value(i.seed, &st, acl::ACCESS);
             if let Some(a) = access.and_then(|v| acl::parse(&v).ok().flatten()) {
                 entries.push(EntryBuf::xattr(false, acl::ACCESS, &a.chmod(p).encode(), now));
             }
@@ -762,7 +763,8 @@ impl<M: Medium> Fs<M> {
         }
         // A default ACL of the directory is inherited (and replaces the umask).
         let mut acl_entries: SmallVec<[(&[u8], Vec<u8>); 2]> = SmallVec::new();
-        match self.default_acl(locked.st(parent)).filter(|_| ftype != FileType::Symlink) {
+        let pseed = locked.inode(parent).seed;
+        match self.default_acl(pseed, locked.st(parent)).filter(|_| ftype != FileType::Symlink) {
             Some(d) => {
                 let (access, mode) = d.create_masq(perm);
                 perm = mode;
@@ -1362,9 +1364,7 @@ impl<M: Medium> Fs<M> {
         self.read_fresh(&i, true, |st| {
             Self::check_xattr_target(name, st, false)?;
             let r = st.xattrs.get(name).ok_or(Error::NoAttr)?;
-            let mut v = vec![0u8; r.value_len as usize];
-            log::read_payload(&self.m, r.loc, r.value_off, &mut v);
-            Ok(v)
+            log::read_xattr(&self.m, i.seed, r)
         })?
     }
 
@@ -1372,7 +1372,7 @@ impl<M: Medium> Fs<M> {
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
         self.check_writable()?;
         Self::check_xattr_name(name)?;
-        if value.len() > XATTR_VALUE_MAX {
+        if value.len() > log::XATTR_SIZE_MAX {
             return Err(Error::TooBig);
         }
         self.check_namespace()?;
@@ -1380,6 +1380,9 @@ impl<M: Medium> Fs<M> {
         let _h = self.hold(&i)?;
         let mut st = i.st.write();
         Self::check_xattr_target(name, &st, true)?;
+        if value.len() > XATTR_VALUE_MAX && acl::is_acl_name(name) {
+            return Err(Error::invalid("ACL too large"));
+        }
         let exists = st.xattrs.contains_key(name);
         match how {
             XattrSet::Create if exists => return Err(Error::Exists),
@@ -1394,21 +1397,38 @@ impl<M: Medium> Fs<M> {
             }
             return self.commit_single(&i, &mut st, &mut entries, false, false);
         }
-        let e = EntryBuf::xattr(false, name, value, now);
-        self.commit_single(&i, &mut st, &mut [e], false, false)
+        if value.len() <= XATTR_VALUE_MAX {
+            let e = EntryBuf::xattr(false, name, value, now);
+            return self.commit_single(&i, &mut st, &mut [e], false, false);
+        }
+        // Too large for an entry: the value goes to fresh data blocks, which are
+        // fenced before the entry that names them is committed.
+        let n = value.len().div_ceil(BLOCK as usize) as u64;
+        let runs = self.alloc_blocks(self.shard(), n, false)?;
+        let blocks: SmallVec<[u64; 2]> = runs.iter().flat_map(|&(s, l)| s..s + l).collect();
+        let mut page = [0u8; BLOCK as usize];
+        for (chunk, &b) in value.chunks(BLOCK as usize).zip(&blocks) {
+            page[..chunk.len()].copy_from_slice(chunk);
+            page[chunk.len()..].fill(0);
+            self.m.write_nt(b * BLOCK, &page);
+        }
+        let spill = log::Spill { crc: crate::pmem::crc32c_append(i.seed, value), blocks };
+        let e = EntryBuf::xattr_spilled(name, value.len() as u32, &spill, now);
+        let r = self.commit_single(&i, &mut st, &mut [e], true, false);
+        if r.is_err() {
+            self.free_runs(&runs);
+        }
+        r
     }
 
     /// The value of extended attribute `name` of a locked inode.
-    fn xattr_value(&self, st: &InodeState, name: &[u8]) -> Option<Vec<u8>> {
-        let r = st.xattrs.get(name)?;
-        let mut v = vec![0u8; r.value_len as usize];
-        log::read_payload(&self.m, r.loc, r.value_off, &mut v);
-        Some(v)
+    fn xattr_value(&self, seed: u32, st: &InodeState, name: &[u8]) -> Option<Vec<u8>> {
+        log::read_xattr(&self.m, seed, st.xattrs.get(name)?).ok()
     }
 
     /// The inode's default ACL, if it has a valid one.
-    fn default_acl(&self, st: &InodeState) -> Option<acl::Acl> {
-        self.xattr_value(st, acl::DEFAULT).and_then(|v| acl::parse(&v).ok().flatten())
+    fn default_acl(&self, seed: u32, st: &InodeState) -> Option<acl::Acl> {
+        self.xattr_value(seed, st, acl::DEFAULT).and_then(|v| acl::parse(&v).ok().flatten())
     }
 
     /// Entries that set POSIX ACL attribute `name` to `value` (see `acl`): an access

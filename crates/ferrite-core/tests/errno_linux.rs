@@ -249,12 +249,12 @@ fn xattr_errors() {
     expect("set empty value", fs.setxattr(f, b"user.e", b"", XattrSet::Any), 0);
     assert_eq!(fs.getxattr(f, b"user.e").unwrap(), b"");
     expect("set user.a on a dir", fs.setxattr(t.d, b"user.a", b"v", XattrSet::Any), 0);
-    // FerriteFS keeps a value inside one log entry: XATTR_VALUE_MAX bytes at most
-    // (Linux tmpfs allows 64 KiB); beyond it, E2BIG like Linux past its limit.
-    let big = vec![1u8; XATTR_VALUE_MAX];
-    expect("set XATTR_VALUE_MAX", fs.setxattr(f, b"user.big", &big, XattrSet::Any), 0);
-    let big = vec![1u8; XATTR_VALUE_MAX + 1];
-    expect("set XATTR_VALUE_MAX + 1", fs.setxattr(f, b"user.big2", &big, XattrSet::Any), E2BIG);
+    // Values up to 64 KiB, as Linux (larger than an entry: in data blocks); beyond
+    // it, E2BIG.
+    let big = vec![1u8; XATTR_SIZE_MAX];
+    expect("set XATTR_SIZE_MAX", fs.setxattr(f, b"user.big", &big, XattrSet::Any), 0);
+    let big = vec![1u8; XATTR_SIZE_MAX + 1];
+    expect("set XATTR_SIZE_MAX + 1", fs.setxattr(f, b"user.big2", &big, XattrSet::Any), E2BIG);
     assert_fsck_clean(fs, "xattr_errors");
 }
 

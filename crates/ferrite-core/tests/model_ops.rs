@@ -483,8 +483,8 @@ fn xattr_len(sel: u8) -> usize {
         0 => 0,
         1..=9 => (sel as usize * 7) % 100 + 1,
         10 | 11 => 2000,
-        12 => XATTR_VALUE_MAX,
-        13 => XATTR_VALUE_MAX + 1,
+        12 => XATTR_VALUE_MAX + 1 + sel as usize * 97, // in data blocks
+        13 => XATTR_SIZE_MAX + 1,
         _ => 300,
     }
 }
@@ -1261,7 +1261,7 @@ impl Harness {
                 };
                 let want = (|| {
                     Self::xattr_name_check(&name)?;
-                    if vlen > XATTR_VALUE_MAX {
+                    if vlen > XATTR_SIZE_MAX {
                         return Err(libc::E2BIG);
                     }
                     let n = self.m.node(i)?;
