@@ -7,8 +7,8 @@
 //! - A single-inode operation commits with one 8-byte tail store and one fence when
 //!   every byte it wrote is covered by a checksum: inside checksummed log entries, or
 //!   in data blocks whose WRITE entries carry the data's checksum (recovery checks
-//!   a log's last operation). Data blocks without one (fallocate's zeroed blocks,
-//!   writes of more than `CHECKSUM_MAX_PAGES` pages) take two fences (data and
+//!   a log's last operation): every copy-on-write write, whatever its size. Data
+//!   blocks without one (fallocate's zeroed blocks) take two fences (data and
 //!   entries, fence, tail, fence).
 //! - A multi-inode operation commits through the shard journal (see `journal`).
 //! - After a commit, the same entries are applied to the DRAM state with

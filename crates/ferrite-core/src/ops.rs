@@ -28,11 +28,6 @@ pub const TAIL_PAGE_OPS: usize = 64;
 pub const XATTR_VALUE_MAX: usize = MAX_ENTRY - XATTR_HDR - 255;
 /// Longest symlink target.
 pub const SYMLINK_MAX: usize = 4095;
-/// Copy-on-write pages a write checksums to commit with one fence (16 KiB). The
-/// checksum costs about 90 ns per page here, a second fence about 150-300 ns; above
-/// this a write fences its data before its tail (measured: a 1 MiB write lost 10-24%
-/// of its throughput to checksums).
-pub const CHECKSUM_MAX_PAGES: u64 = 4;
 
 fn check_name(name: &[u8]) -> Result<()> {
     if name.is_empty() {
@@ -316,9 +311,6 @@ impl<M: Medium> Fs<M> {
         let mut blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
         // Page, block and checksum of each copy-on-write page.
         let mut cow: SmallVec<[(u64, u64, u32); 4]> = SmallVec::new();
-        // Up to CHECKSUM_MAX_PAGES pages the checksums cost less than a second fence;
-        // a larger write fences its data before the tail instead (two fences).
-        let checksummed = ncow <= CHECKSUM_MAX_PAGES;
         for p in &pieces {
             let (pg, src) = match p {
                 Piece::Full { pg, src } => (*pg, &data[*src..*src + BLOCK as usize]),
@@ -326,16 +318,12 @@ impl<M: Medium> Fs<M> {
                 Piece::Inline { .. } => continue,
             };
             let b = blocks.next().expect("allocated");
-            // The page's checksum comes from the loads of its copy.
-            let crc = if checksummed {
-                self.m.write_nt_crc(b * BLOCK, src) ^ seed
-            } else {
-                crate::pmem::persist_copy(&self.m, b * BLOCK, src);
-                0
-            };
+            // The page's checksum comes from the loads of its copy: every
+            // copy-on-write page is checksummed, whatever the write's size.
+            let crc = self.m.write_nt_crc(b * BLOCK, src) ^ seed;
             cow.push((pg, b, crc));
         }
-        let checked = checksummed && self.fault != Some(crate::fs::CoreFault::UncheckedData);
+        let checked = self.fault != Some(crate::fs::CoreFault::UncheckedData);
         let mut st = i.st.write();
         let (now, fine) = self.stamp(i);
         let size = st.attr.size.max(end);
@@ -361,7 +349,9 @@ impl<M: Medium> Fs<M> {
             }
         }
         // Data pages covered by checksums need no fence between data and tail.
-        match self.commit_single(i, &mut st, &mut entries, ncow > 0 && !checksummed, false) {
+        // (The UncheckedData fault drops the checksums and keeps one fence: the crash
+        // simulator must catch the torn data it lets through.)
+        match self.commit_single(i, &mut st, &mut entries, false, false) {
             Ok(()) => {
                 if fine && !i.shared {
                     i.times_seen.store(false, Ordering::Relaxed);
