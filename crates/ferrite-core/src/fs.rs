@@ -218,6 +218,8 @@ pub struct MountOptions {
     pub workers: usize,
     /// When reads update access times.
     pub atime: AtimeMode,
+    /// When reads verify data blocks against their checksums.
+    pub verify: crate::verify::VerifyMode,
 }
 
 /// When reads and directory listings update an inode's access time (the mount
@@ -426,6 +428,10 @@ pub struct Fs<M: Medium> {
     pub(crate) poisoned: std::sync::OnceLock<String>,
     /// [`AtimeMode`] code.
     pub(crate) atime: std::sync::atomic::AtomicU8,
+    /// Read verification policy.
+    pub(crate) verify: crate::verify::VerifyMode,
+    /// Blocks verified since mount (see `verify`).
+    pub(crate) verified: crate::verify::Verified,
 }
 
 /// GC counters.
@@ -504,6 +510,16 @@ impl<M: Medium> Fs<M> {
     /// The medium.
     pub fn medium(&self) -> &M {
         &self.m
+    }
+
+    /// Change when reads verify data blocks (a mount option; see `verify`).
+    pub fn set_verify_mode(&mut self, v: crate::VerifyMode) {
+        self.verify = v;
+    }
+
+    /// When reads verify data blocks.
+    pub fn verify_mode(&self) -> crate::VerifyMode {
+        self.verify
     }
 
     /// The superblock.
@@ -887,6 +903,7 @@ impl<M: Medium> Fs<M> {
     }
 
     fn free_run(&self, b: u64, n: u64) {
+        self.verified.clear(b, n);
         if let Some(p) = &self.share {
             // This party owns what it frees (see `share`): a client must have marked
             // blocks freed by a commit before that commit; marking again is harmless.

@@ -799,6 +799,7 @@ mod tests {
                 size: 8192,
                 mtime: Ts::default(),
                 dcrc: None,
+                pcrc: false,
             },
             &mut freed,
         );
@@ -812,6 +813,7 @@ mod tests {
                 size: 8192,
                 mtime: Ts::default(),
                 dcrc: None,
+                pcrc: false,
             },
             &mut freed,
         );

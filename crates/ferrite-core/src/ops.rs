@@ -151,19 +151,22 @@ impl<M: Medium> Fs<M> {
             FileType::Regular => {}
         }
         let (n, persist) = self.read_fresh(&i, true, |st| {
-            let n = self.read_locked(st, off, buf);
+            let n = self.read_locked(&i, st, off, buf);
             (n, self.touch_atime(&i, st))
         })?;
+        let n = n?;
         if persist {
             self.persist_atime_best_effort(&i);
         }
         Ok(n)
     }
 
-    fn read_locked(&self, st: &InodeState, off: u64, buf: &mut [u8]) -> usize {
+    /// Read under the inode's lock, verifying each data block the read touches as
+    /// the mount's [`VerifyMode`](crate::VerifyMode) says (see `verify`).
+    fn read_locked(&self, i: &Inode, st: &InodeState, off: u64, buf: &mut [u8]) -> Result<usize> {
         let size = st.attr.size;
         if off >= size || buf.is_empty() {
-            return 0;
+            return Ok(0);
         }
         let n = (buf.len() as u64).min(size - off) as usize;
         let mut done = 0usize;
@@ -172,10 +175,53 @@ impl<M: Medium> Fs<M> {
             let pg = pos / BLOCK;
             let a = (pos % BLOCK) as usize;
             let b = (a + (n - done)).min(BLOCK as usize);
-            st.read_page(&self.m, pg, a, b, &mut buf[done..done + (b - a)]);
+            let dst = &mut buf[done..done + (b - a)];
+            match self.block_to_verify(st, pg) {
+                None => st.read_page(&self.m, pg, a, b, dst),
+                Some((blk, loc)) if b - a == BLOCK as usize && st.page_ops(pg).0 == 0 => {
+                    // A whole page without overlays: check the bytes read.
+                    self.m.read(blk * BLOCK, dst);
+                    self.verify_page(i, pg, blk, loc, dst)?;
+                }
+                Some((blk, loc)) => {
+                    let mut page = [0u8; BLOCK as usize];
+                    self.m.read(blk * BLOCK, &mut page);
+                    self.verify_page(i, pg, blk, loc, &page)?;
+                    st.read_page(&self.m, pg, a, b, dst);
+                }
+            }
             done += b - a;
         }
-        n
+        Ok(n)
+    }
+
+    /// The block of page `pg` and its WRITE entry, when a read must check it.
+    fn block_to_verify(&self, st: &InodeState, pg: u64) -> Option<(u64, u64)> {
+        if self.verify == crate::VerifyMode::Off {
+            return None;
+        }
+        let (blk, loc) = st.file()?.lookup(pg)?;
+        if self.verify == crate::VerifyMode::FirstTouch && self.verified.get(blk) {
+            return None;
+        }
+        Some((blk, loc))
+    }
+
+    /// Compare `page` (the content of block `blk`, file page `pg`) with the checksum
+    /// its WRITE entry at `loc` carries; mark the block verified when it matches or
+    /// cannot be checked (no checksum stored).
+    fn verify_page(&self, i: &Inode, pg: u64, blk: u64, loc: u64, page: &[u8]) -> Result<()> {
+        let want = log::write_page_crc(&self.m, loc, blk);
+        let ok = match want {
+            Ok(Some(c)) => log::page_crc(i.seed, page) == c,
+            Ok(None) => true,
+            Err(_) => false,
+        };
+        if !ok {
+            return Err(Error::DataCorrupt { ino: i.ino, offset: pg * BLOCK, block: blk });
+        }
+        self.verified.set(blk);
+        Ok(())
     }
 
     /// Target of a symlink.
@@ -190,7 +236,7 @@ impl<M: Medium> Fs<M> {
             return Err(Error::corrupt(format!("symlink {ino} has size {}", st.attr.size)));
         }
         let mut v = vec![0u8; st.attr.size as usize];
-        let n = self.read_locked(&st, 0, &mut v);
+        let n = self.read_locked(&i, &st, 0, &mut v)?;
         v.truncate(n);
         Ok(v)
     }
@@ -293,6 +339,11 @@ impl<M: Medium> Fs<M> {
                         pieces.push(Piece::Inline { off: pos, src, len });
                     } else {
                         let mut page = Box::new([0u8; BLOCK as usize]);
+                        // Damaged old content must not get a fresh checksum.
+                        if let Some((blk, loc)) = self.block_to_verify(&st, pg) {
+                            self.m.read(blk * BLOCK, &mut page[..]);
+                            self.verify_page(i, pg, blk, loc, &page[..])?;
+                        }
                         st.read_page(&self.m, pg, 0, BLOCK as usize, &mut page[..]);
                         page[a as usize..b as usize].copy_from_slice(&data[src..src + len]);
                         pieces.push(Piece::Merged { pg, page });
@@ -329,18 +380,26 @@ impl<M: Medium> Fs<M> {
         let size = st.attr.size.max(end);
         let mut entries: SmallVec<[EntryBuf; 2]> = SmallVec::new();
         let mut k = 0;
+        let mut crcs: SmallVec<[u32; 4]> = SmallVec::new();
         while k < cow.len() {
             let (pg0, b0, c0) = cow[k];
             let mut acc = log::data_crc(seed, c0);
+            crcs.clear();
+            crcs.push(c0);
             let mut n = 1;
             while k + n < cow.len()
+                && n < log::PCRC_MAX_PAGES as usize
                 && (cow[k + n].0, cow[k + n].1) == (pg0 + n as u64, b0 + n as u64)
             {
                 acc = log::data_crc(acc, cow[k + n].2);
+                crcs.push(cow[k + n].2);
                 n += 1;
             }
-            let dcrc = checked.then_some(acc);
-            entries.push(EntryBuf::write(pg0, b0, n as u32, size, now, dcrc));
+            entries.push(if checked {
+                EntryBuf::write_crcs(pg0, b0, size, now, Some(acc), &crcs)
+            } else {
+                EntryBuf::write(pg0, b0, n as u32, size, now, None)
+            });
             k += n;
         }
         for p in &pieces {
@@ -536,10 +595,15 @@ impl<M: Medium> Fs<M> {
         while k < pairs.len() {
             let (pg0, b0) = pairs[k];
             let mut n = 1;
-            while k + n < pairs.len() && pairs[k + n] == (pg0 + n as u64, b0 + n as u64) {
+            while k + n < pairs.len()
+                && n < log::PCRC_MAX_PAGES as usize
+                && pairs[k + n] == (pg0 + n as u64, b0 + n as u64)
+            {
                 n += 1;
             }
-            entries.push(EntryBuf::write(pg0, b0, n as u32, size, now, None));
+            // Zeroed blocks: their checksums are known without reading them.
+            let crcs = vec![log::zero_page_crc(i.seed); n];
+            entries.push(EntryBuf::write_crcs(pg0, b0, size, now, None, &crcs));
             k += n;
         }
         if entries.is_empty() {
@@ -710,9 +774,9 @@ impl<M: Medium> Fs<M> {
                 };
                 let mut page = vec![0u8; BLOCK as usize];
                 page[..t.len()].copy_from_slice(t);
-                self.m.write_nt(b * BLOCK, &page);
+                let crc = self.m.write_nt_crc(b * BLOCK, &page) ^ seed;
                 data.push((b, 1));
-                entries.push(EntryBuf::write(0, b, 1, t.len() as u64, now, None));
+                entries.push(EntryBuf::write_crcs(0, b, t.len() as u64, now, None, &[crc]));
             }
         }
         entries.push(EntryBuf::setattr(&attr, false));

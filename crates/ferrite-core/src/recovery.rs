@@ -92,7 +92,9 @@ pub fn upgrade<M: Medium + ?Sized>(m: &M) -> Result<u32> {
     };
     match from {
         VERSION => return Ok(VERSION),
-        1 => {}
+        // Version 1 and 2 logs read the same under version 3 rules (their WRITE
+        // entries carry no page checksums: reads and scrub cannot check those pages).
+        1 | 2 => {}
         v => return Err(Error::Version { found: v, supported: VERSION }),
     }
     for (copy, r) in &copies {
@@ -219,6 +221,7 @@ impl<M: Medium> Fs<M> {
             persist_u64(&m, MOUNT_STATE_OFF, (generation + 1) << 2);
             m.fence();
         }
+        let verified = crate::verify::Verified::new(geo.nblocks);
         let fs = Fs {
             balloc: BlockAlloc::from_used(&geo, &used_blocks),
             ialloc: InodeAlloc::from_used(&geo, &used_inodes),
@@ -240,6 +243,8 @@ impl<M: Medium> Fs<M> {
             poisoned: Default::default(),
             atime: std::sync::atomic::AtomicU8::new(opts.atime.code()),
             time_floor: Default::default(),
+            verify: opts.verify,
+            verified,
         };
         let root = match fs.inode(ROOT_INO) {
             Ok(r) => r,

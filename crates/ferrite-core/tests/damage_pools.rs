@@ -317,7 +317,7 @@ fn hostile_superblock_fields_with_valid_checksums() {
         ("inode size", Box::new(|s| s.inode_size = 128)),
         ("root inode", Box::new(|s| s.root_ino = 999_999)),
         ("pool size differs", Box::new(|s| s.pool_size += BLOCK)),
-        ("version", Box::new(|s| s.version = 3)),
+        ("version", Box::new(|s| s.version = 4)),
     ];
     for (what, edit) in edits {
         let mut s = sb;

@@ -155,13 +155,13 @@ fn a_version_1_pool_is_refused_with_both_versions_then_upgraded() {
         panic!("a version 1 pool mounted");
     };
     let msg = e.to_string();
-    assert!(matches!(e, Error::Version { found: 1, supported: 2 }), "{e:?}");
-    assert!(msg.contains("version 1") && msg.contains("version 2"), "{msg}");
+    assert!(matches!(e, Error::Version { found: 1, supported: 3 }), "{e:?}");
+    assert!(msg.contains("version 1") && msg.contains("version 3"), "{msg}");
     assert!(msg.contains("ferrite upgrade"), "{msg}");
 
     let m = pool_of_version(1);
     assert_eq!(recovery::upgrade(&m).unwrap(), 1);
-    assert_eq!(recovery::upgrade(&m).unwrap(), 2, "a second upgrade changes nothing");
+    assert_eq!(recovery::upgrade(&m).unwrap(), 3, "a second upgrade changes nothing");
     let fs = Fs::mount(m, &MountOptions::default()).unwrap();
     assert!(fs.mount_report().clean);
     let ino = fs.lookup(fs.root(), b"f").unwrap().ino;
@@ -171,9 +171,14 @@ fn a_version_1_pool_is_refused_with_both_versions_then_upgraded() {
     assert_fsck_clean(&fs, "after the upgrade");
 
     // A pool from a newer build is refused, and upgrade leaves it alone.
-    let m = pool_of_version(3);
+    let m = pool_of_version(4);
     let e = recovery::upgrade(&m).unwrap_err();
     assert!(e.to_string().contains("newer"), "{e}");
     let r = Fs::mount(m, &MountOptions::default());
-    assert!(matches!(r, Err(Error::Version { found: 3, supported: 2 })));
+    assert!(matches!(r, Err(Error::Version { found: 4, supported: 3 })));
+    // A version 2 pool upgrades the same way (its logs read the same).
+    let m = pool_of_version(2);
+    assert_eq!(recovery::upgrade(&m).unwrap(), 2);
+    let fs = Fs::mount(m, &MountOptions::default()).unwrap();
+    assert_fsck_clean(&fs, "after the upgrade from version 2");
 }
