@@ -66,3 +66,86 @@ impl<M: Medium> Fs<M> {
         Ok(out)
     }
 }
+
+/// Who owns a range of pool blocks.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct BlockRange {
+    /// First block.
+    pub start: u64,
+    /// Blocks in the range.
+    pub len: u64,
+    /// `superblock`, `journal`, `inode-table`, `checkpoint`, `log` or `data`.
+    pub owner: &'static str,
+    /// Inode, for log and data blocks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ino: Option<u64>,
+    /// File offset of the first block, for data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file_offset: Option<u64>,
+}
+
+impl<M: Medium> Fs<M> {
+    /// Every used block range and its owner, in block order: the metadata regions,
+    /// then each in-use inode's log pages and data runs, read from the logs on
+    /// media. Inodes whose logs do not replay are left out (fsck names them).
+    pub fn block_owners(&self) -> Vec<BlockRange> {
+        let g = self.geo;
+        let mut out = vec![
+            BlockRange { start: 0, len: 2, owner: "superblock", ino: None, file_offset: None },
+            BlockRange {
+                start: g.journal_start,
+                len: g.journal_blocks,
+                owner: "journal",
+                ino: None,
+                file_offset: None,
+            },
+            BlockRange {
+                start: g.itable_start,
+                len: g.itable_blocks,
+                owner: "inode-table",
+                ino: None,
+                file_offset: None,
+            },
+            BlockRange {
+                start: g.ckpt_start,
+                len: g.ckpt_blocks,
+                owner: "checkpoint",
+                ino: None,
+                file_offset: None,
+            },
+        ];
+        for ino in 1..=g.ninodes {
+            let Ok(Some((_, st, _))) = self.load_state(ino) else { continue };
+            let mut pages: Vec<u64> = st.log.pages.iter().map(|p| p / BLOCK).collect();
+            pages.sort_unstable();
+            let mut k = 0;
+            while k < pages.len() {
+                let mut n = 1;
+                while k + n < pages.len() && pages[k + n] == pages[k] + n as u64 {
+                    n += 1;
+                }
+                out.push(BlockRange {
+                    start: pages[k],
+                    len: n as u64,
+                    owner: "log",
+                    ino: Some(ino),
+                    file_offset: None,
+                });
+                k += n;
+            }
+            if let Some(f) = st.file() {
+                for (pg, e) in f.ext.iter() {
+                    out.push(BlockRange {
+                        start: e.block,
+                        len: e.len as u64,
+                        owner: "data",
+                        ino: Some(ino),
+                        file_offset: Some(pg * BLOCK),
+                    });
+                }
+            }
+        }
+        out.sort_by_key(|r| r.start);
+        out
+    }
+}

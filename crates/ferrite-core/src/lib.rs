@@ -21,6 +21,7 @@ mod futex;
 pub mod gc;
 pub mod index;
 pub mod inspect;
+pub mod integrity;
 pub mod journal;
 pub mod layout;
 pub mod log;

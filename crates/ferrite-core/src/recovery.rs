@@ -345,6 +345,44 @@ fn write_checkpoint<M: Medium + ?Sized>(
     m.fence();
 }
 
+/// Why the checkpoint of generation `gen` would not be used by a clean mount
+/// (`Err`), checked as `load_checkpoint` does, plus the padding bits past the
+/// bitmaps' last bit.
+pub(crate) fn checkpoint_ok<M: Medium + ?Sized>(
+    m: &M,
+    geo: &Geometry,
+    gen: u64,
+) -> std::result::Result<(), String> {
+    let mut hb = [0u8; 56];
+    m.read(geo.ckpt_start * BLOCK, &mut hb);
+    let Some(h) = CkptHeader::decode(&hb) else {
+        return Err("header magic or checksum is wrong".into());
+    };
+    if h.generation != gen || h.nblocks != geo.nblocks || h.ninodes != geo.ninodes {
+        return Err(format!(
+            "header is of generation {} ({} blocks, {} inodes), the pool of {gen}",
+            h.generation, h.nblocks, h.ninodes
+        ));
+    }
+    if load_checkpoint(m, geo, gen).is_none() {
+        return Err("bitmaps do not match their checksum or miss metadata blocks".into());
+    }
+    let (boff, ioff, ilen) = bitmaps_bytes(geo);
+    for (off, bits, len) in
+        [(boff, geo.nblocks, geo.nblocks.div_ceil(8)), (ioff, geo.ninodes, ilen)]
+    {
+        // Bits past the last block or inode, and the rest of their last block.
+        let end = (off + len).div_ceil(BLOCK) * BLOCK;
+        let mut tail = vec![0u8; (end - (off + len) + 1) as usize];
+        m.read(off + len - 1, &mut tail);
+        let spare = if bits % 8 == 0 { 0 } else { 0xffu8 << (bits % 8) };
+        if tail[0] & spare != 0 || tail[1..].iter().any(|&x| x != 0) {
+            return Err("bits past the last block or inode are set".into());
+        }
+    }
+    Ok(())
+}
+
 fn load_checkpoint<M: Medium + ?Sized>(
     m: &M,
     geo: &Geometry,
