@@ -183,6 +183,18 @@ pub fn check_raw<M: Medium + ?Sized>(m: &M) -> (Option<Superblock>, Vec<Finding>
             out.push(f);
         }
     }
+    // The journal blocks past the last shard's journal.
+    let jend = (geo.journal_start + geo.journal_blocks) * BLOCK;
+    let mut at = geo.journal_off(geo.nshards - 1) + crate::layout::JOURNAL_SIZE;
+    while at < jend {
+        let n = (jend - at).min(BLOCK);
+        m.read(at, &mut blk[..n as usize]);
+        if !zero(&blk[..n as usize]) {
+            out.push(Finding::new(Region::Journal, "bytes past the last journal", true));
+            break;
+        }
+        at += n;
+    }
     // Checkpoint: valid, and of this generation, on a clean pool.
     let mut hb = [0u8; 56];
     m.read(geo.ckpt_start * BLOCK, &mut hb);
@@ -246,6 +258,13 @@ fn check_slots<M: Medium + ?Sized>(m: &M, geo: &Geometry, out: &mut Vec<Finding>
             if s.in_use() {
                 if !(1..=3).contains(&s.ftype) {
                     out.push(bad(&format!("file type code {}", s.ftype)));
+                }
+                // Head and tail carry the epoch of the log's last thorough GC,
+                // which sets both (commits and fast GC keep it).
+                let (eh, et) =
+                    (crate::layout::logptr::epoch(s.head), crate::layout::logptr::epoch(s.tail));
+                if eh != et {
+                    out.push(bad(&format!("head epoch {eh} differs from tail epoch {et}")));
                 }
             } else if s.state == 0 && (s.head != 0 || s.tail != 0 || s.ftype != 0) {
                 out.push(bad("never used, but its pointers are not zero"));
@@ -486,6 +505,16 @@ impl<M: Medium> Fs<M> {
             }
         }
         let zeros = vec![0u8; BLOCK as usize];
+        let jend = (geo.journal_start + geo.journal_blocks) * BLOCK;
+        let jlast = geo.journal_off(geo.nshards - 1) + crate::layout::JOURNAL_SIZE;
+        if jlast < jend {
+            let mut b = vec![0u8; (jend - jlast) as usize];
+            self.m.read(jlast, &mut b);
+            if !zero(&b) {
+                crate::pmem::persist_copy(&self.m, jlast, &vec![0u8; b.len()]);
+                done.push("bytes past the last journal zeroed".into());
+            }
+        }
         let ms = MOUNT_STATE_OFF as usize;
         let mut blk = vec![0u8; BLOCK as usize];
         self.m.read(0, &mut blk);
