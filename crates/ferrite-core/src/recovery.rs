@@ -209,9 +209,9 @@ impl<M: Medium> Fs<M> {
             None => {
                 if opts.read_only {
                     // Read-only mounts never write; recover in DRAM view only.
-                    scan_all(&m, &sb, &geo, opts, &mut report, false)?
+                    scan_all(&m, &sb, &geo, opts, &mut report, false, state & STATE_CLEAN != 0)?
                 } else {
-                    scan_all(&m, &sb, &geo, opts, &mut report, true)?
+                    scan_all(&m, &sb, &geo, opts, &mut report, true, state & STATE_CLEAN != 0)?
                 }
             }
         };
@@ -420,6 +420,7 @@ fn scan_all<M: Medium>(
     opts: &MountOptions,
     report: &mut MountReport,
     repair: bool,
+    clean_word: bool,
 ) -> Result<(Bitmap, Bitmap)> {
     if repair {
         for s in 0..geo.nshards {
@@ -458,7 +459,7 @@ fn scan_all<M: Medium>(
                     return;
                 }
                 for ino in start..(start + CHUNK).min(geo.ninodes + 1) {
-                    match scan_one(m, sb, geo, ino, repair, &blocks) {
+                    match scan_one(m, sb, geo, ino, repair, clean_word, &blocks) {
                         Ok(Scan::Free) => {}
                         Ok(Scan::Live { torn: t }) => {
                             inodes.claim(ino - 1);
@@ -505,6 +506,7 @@ fn scan_one<M: Medium>(
     geo: &Geometry,
     ino: u64,
     repair: bool,
+    clean_word: bool,
     blocks: &AtomicBitmap,
 ) -> Result<Scan> {
     let mut b = [0u8; 64];
@@ -526,6 +528,16 @@ fn scan_one<M: Medium>(
     .map_err(|e| Error::corrupt(format!("inode {ino}: {e}")))?;
     if st.setattr_loc.is_none() {
         return Err(Error::corrupt(format!("inode {ino} has no attributes in its log")));
+    }
+    // A cleanly unmounted pool has no torn operation: an entry that does not
+    // validate before the tail (or a last operation whose data does not match) is
+    // damage, and cutting the log would drop committed operations silently. (Its
+    // checkpoint was not usable, or the pool would not be scanned.)
+    if w.torn && clean_word {
+        return Err(Error::corrupt(format!(
+            "inode {ino}: its log does not validate up to its tail on a cleanly unmounted pool \
+             (damage, not a torn write; nothing was cut)"
+        )));
     }
     if w.torn && repair {
         persist_u64(m, so + SLOT_TAIL, logptr::make(logptr::epoch(slot.tail), w.end));
