@@ -71,11 +71,11 @@ pub fn read_superblock<M: Medium + ?Sized>(m: &M) -> Result<(Superblock, u32)> {
     }
 }
 
-/// Convert a pool of format version 1 to version 2 in place; returns the version
-/// it had. Version 2 only adds a WRITE flag (data checksums) that version 1 logs
-/// never set, so a version 1 log reads the same under version 2 rules, torn tails
-/// included: the superblock copies get the new version number and nothing else
-/// changes. The caller holds the pool exclusively (not mounted).
+/// Convert a pool of format version 1 or 2 to version 3 in place; returns the version
+/// it had. Versions 2 and 3 only add WRITE flags (data checksums, page checksums)
+/// that older logs never set, so an older log reads the same under version 3 rules,
+/// torn tails included: the superblock copies get the new version number and nothing
+/// else changes. The caller holds the pool exclusively (not mounted).
 pub fn upgrade<M: Medium + ?Sized>(m: &M) -> Result<u32> {
     if m.len() < 2 * BLOCK {
         return Err(Error::Foreign(format!("pool is only {} bytes", m.len())));
