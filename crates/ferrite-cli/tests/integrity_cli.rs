@@ -127,7 +127,7 @@ fn a_damaged_superblock_copy_is_reported_then_rewritten_from_its_twin() {
 }
 
 #[test]
-fn repair_links_orphans_into_lost_and_found_and_fixes_link_counts() {
+fn repair_links_orphans_into_lost_and_found() {
     let p = Pool::new("orphan");
     assert_eq!(run(ferrite().args(["mkfs", p.s(), "--size", "16M"])).0, 0);
     assert_eq!(run(ferrite().args(["mkdir", "--pool", p.s(), "/a"])).0, 0);
@@ -146,12 +146,17 @@ fn repair_links_orphans_into_lost_and_found_and_fixes_link_counts() {
     let (c, out, _) = run(ferrite().args(["fsck", p.s()]));
     assert_eq!(c, 4, "{out}");
     assert!(out.contains("unreachable") || out.contains("link count"), "{out}");
-    // An orphan directory is not relinked (not implemented): it stays reported.
-    for _ in 0..2 {
-        let (c, out, _) = run(ferrite().args(["fsck", "--repair", p.s()]));
-        assert_eq!(c, 4, "{out}");
-        assert!(out.contains("unreachable"), "{out}");
-    }
+    // The orphan directory is adopted by /lost+found; a second repair finds nothing.
+    let (c, out, _) = run(ferrite().args(["fsck", "--repair", p.s()]));
+    assert_eq!(c, 1, "{out}");
+    assert!(out.contains("linked as /lost+found/#"), "{out}");
+    let (c, out, _) = run(ferrite().args(["fsck", "--repair", p.s()]));
+    assert_eq!(c, 0, "second repair: {out}");
+    assert_eq!(run(ferrite().args(["mkdir", "--pool", p.s(), "/lost+found/x"])).0, 0);
+    let (c, out, _) = run(ferrite().args(["ls", "--pool", p.s(), "/lost+found"]));
+    assert_eq!(c, 0);
+    assert!(out.contains('#') && out.contains('x'), "{out}");
+    assert_eq!(run(ferrite().args(["fsck", p.s()])).0, 0);
 
     // A file: linked into /lost+found, and a second repair finds nothing.
     let p = Pool::new("orphan-file");

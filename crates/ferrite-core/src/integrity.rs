@@ -483,8 +483,37 @@ pub fn check_pool<M: Medium>(m: M, progress: &mut dyn FnMut(u64, u64)) -> (PoolR
 }
 
 impl<M: Medium> Fs<M> {
+    /// Give orphan directory `ino` the name `name` in directory `lf`, one journaled
+    /// commit as `link` (which refuses directories): a DENTRY and the link count in
+    /// `lf`, the parent pointer in `ino`.
+    fn adopt_dir(&self, ino: u64, lf: u64, name: &[u8]) -> Result<()> {
+        use crate::fs::{Locked, Part};
+        use crate::log::EntryBuf;
+        let c = self.inode(ino)?;
+        let p = self.inode(lf)?;
+        let mut locked = Locked::new(self, vec![&p, &c])?;
+        if locked.st(lf).dir().is_none_or(|d| d.names.contains_key(name)) {
+            return Err(crate::Error::Exists);
+        }
+        let now = self.m.now();
+        let cookie = locked.st(lf).dir().map_or(3, |d| d.next_cookie);
+        let de = EntryBuf::dentry(ino, cookie, now, FileType::Directory.code(), name);
+        let (pe, _) = Self::setattr_entry(locked.st(lf), |a| {
+            a.nlink += 1;
+            a.mtime = now;
+            a.ctime = now;
+        });
+        let (ce, _) = Self::setattr_entry(locked.st(ino), |a| {
+            a.parent = lf;
+            a.ctime = now;
+        });
+        let parts = vec![Part { ino: lf, entries: vec![de, pe] }, Part { ino, entries: vec![ce] }];
+        self.commit_multi(&mut locked, parts, None, &[], false)?;
+        Ok(())
+    }
+
     /// Repair what can be rebuilt on a writable mount (`ferrite fsck --repair`):
-    /// idle journals reset, padding zeroed, orphan files and symlinks linked into
+    /// idle journals reset, padding zeroed, orphan inodes (directories too) linked into
     /// /lost+found as `#INODE`, link counts set to the links found. The mount
     /// itself has already rewritten a damaged or stale superblock copy from its
     /// twin, and its unmount writes a checkpoint rebuilt from the logs when the
@@ -539,18 +568,36 @@ impl<M: Medium> Fs<M> {
             }
         }
         self.m.fence();
-        let r = self.fsck()?;
-        if !r.orphans.is_empty() {
+        // Adopt the roots of orphan subtrees only (an orphan directory's children
+        // come along); a cycle of orphans naming each other stays reported.
+        for _ in 0..geo.ninodes {
+            let r = self.fsck()?;
+            if r.orphans.is_empty() {
+                break;
+            }
+            let mut named = std::collections::HashSet::new();
+            for &o in &r.orphans {
+                if let Some(d) = self.inode(o)?.st.read().dir() {
+                    named.extend(d.names.values().map(|e| e.ino));
+                }
+            }
+            let roots: Vec<u64> =
+                r.orphans.iter().copied().filter(|o| !named.contains(o)).collect();
+            if roots.is_empty() {
+                break;
+            }
             let lf = match self.lookup_ino(ROOT_INO, b"lost+found") {
                 Ok(i) => i,
                 Err(_) => self.mkdir(ROOT_INO, b"lost+found", 0o700, 0, 0)?.ino,
             };
-            for &ino in &r.orphans {
+            for ino in roots {
                 let ft = self.inode(ino)?.st.read().ftype;
+                let name = format!("#{ino}");
                 if ft == FileType::Directory {
-                    continue; // a directory cannot take a second name: left reported
+                    self.adopt_dir(ino, lf, name.as_bytes())?;
+                } else {
+                    self.link(ino, lf, name.as_bytes())?;
                 }
-                self.link(ino, lf, format!("#{ino}").as_bytes())?;
                 done.push(format!("inode {ino} linked as /lost+found/#{ino}"));
             }
         }
