@@ -69,6 +69,16 @@ pub enum Error {
     },
     /// The pool's contents are damaged (checksum mismatch, bad pointer, log cycle...).
     Corrupt(String),
+    /// EIO: a read touched a data block whose checksum does not match (the block
+    /// was damaged on media after it was written).
+    DataCorrupt {
+        /// Inode read.
+        ino: u64,
+        /// File offset of the damaged page.
+        offset: u64,
+        /// Pool block holding it.
+        block: u64,
+    },
     /// ENOTCONN: the mount daemon this direct-access client used is gone, or it
     /// took direct access back.
     Disconnected(String),
@@ -126,6 +136,7 @@ impl Error {
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::Foreign(_) | Error::Corrupt(_) | Error::Version { .. } => libc::EUCLEAN,
             Error::Disconnected(_) => libc::ENOTCONN,
+            Error::DataCorrupt { .. } => libc::EIO,
             Error::Io { err, .. } => err.raw_os_error().unwrap_or(libc::EIO),
         }
     }
@@ -174,6 +185,11 @@ impl std::fmt::Display for Error {
                  this build reads version {supported}"
             ),
             Error::Disconnected(m) => write!(f, "direct access ended: {m}"),
+            Error::DataCorrupt { ino, offset, block } => write!(
+                f,
+                "input/output error: data of inode {ino} at byte {offset} (pool block {block}) \
+                 does not match its checksum"
+            ),
             Error::Io { path, err } => write!(f, "{}: {err}", path.display()),
         }
     }

@@ -7,8 +7,8 @@
 //! - A single-inode operation commits with one 8-byte tail store and one fence when
 //!   every byte it wrote is covered by a checksum: inside checksummed log entries, or
 //!   in data blocks whose WRITE entries carry the data's checksum (recovery checks
-//!   a log's last operation). Data blocks without one (fallocate's zeroed blocks,
-//!   writes of more than `CHECKSUM_MAX_PAGES` pages) take two fences (data and
+//!   a log's last operation): every copy-on-write write, whatever its size. Data
+//!   blocks without one (fallocate's zeroed blocks) take two fences (data and
 //!   entries, fence, tail, fence).
 //! - A multi-inode operation commits through the shard journal (see `journal`).
 //! - After a commit, the same entries are applied to the DRAM state with
@@ -257,6 +257,8 @@ pub struct MountOptions {
     pub workers: usize,
     /// When reads update access times.
     pub atime: AtimeMode,
+    /// When reads verify data blocks against their checksums.
+    pub verify: crate::verify::VerifyMode,
 }
 
 /// When reads and directory listings update an inode's access time (the mount
@@ -465,6 +467,10 @@ pub struct Fs<M: Medium> {
     pub(crate) poisoned: std::sync::OnceLock<String>,
     /// [`AtimeMode`] code.
     pub(crate) atime: std::sync::atomic::AtomicU8,
+    /// Read verification policy.
+    pub(crate) verify: crate::verify::VerifyMode,
+    /// Blocks verified since mount (see `verify`).
+    pub(crate) verified: crate::verify::Verified,
 }
 
 /// GC counters.
@@ -549,6 +555,16 @@ impl<M: Medium> Fs<M> {
     /// The medium.
     pub fn medium(&self) -> &M {
         &self.m
+    }
+
+    /// Change when reads verify data blocks (a mount option; see `verify`).
+    pub fn set_verify_mode(&mut self, v: crate::VerifyMode) {
+        self.verify = v;
+    }
+
+    /// When reads verify data blocks.
+    pub fn verify_mode(&self) -> crate::VerifyMode {
+        self.verify
     }
 
     /// The superblock.
@@ -933,6 +949,7 @@ impl<M: Medium> Fs<M> {
     }
 
     fn free_run(&self, b: u64, n: u64) {
+        self.verified.clear(b, n);
         if let Some(p) = &self.share {
             // This party owns what it frees (see `share`): a client must have marked
             // blocks freed by a commit before that commit; marking again is harmless.

@@ -32,6 +32,12 @@ pub struct FsckReport {
     pub data_bytes: u64,
     /// Log entries checked.
     pub entries: u64,
+    /// Reachable inodes whose link count is wrong: (inode, links found).
+    #[serde(skip)]
+    pub link_fixes: Vec<(u64, u32)>,
+    /// In-use inodes no name reaches (and no handle holds open).
+    #[serde(skip)]
+    pub orphans: Vec<u64>,
 }
 
 impl FsckReport {
@@ -249,6 +255,7 @@ impl<M: Medium> Fs<M> {
                     continue; // unlinked but open
                 }
                 r.errors.push(format!("inode {ino} is in use but unreachable from the root"));
+                r.orphans.push(ino);
                 continue;
             }
             if st.attr.nlink != want {
@@ -256,6 +263,7 @@ impl<M: Medium> Fs<M> {
                     "inode {ino}: link count {} but {want} links found",
                     st.attr.nlink
                 ));
+                r.link_fixes.push((ino, want));
             }
         }
         Ok(r)

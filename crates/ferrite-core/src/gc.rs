@@ -193,7 +193,15 @@ fn snapshot_entries_sizes<M: Medium>(_m: &M, st: &InodeState) -> usize {
     let mut n = log::SETATTR_LEN;
     match &st.body {
         Body::File(f) => {
-            n += f.ext.len() * log::WRITE_LEN;
+            // Runs keep their page checksums: 4 bytes a page, split as writers do.
+            n += f
+                .ext
+                .iter()
+                .map(|(_, e)| {
+                    let chunks = (e.len as usize).div_ceil(log::PCRC_MAX_PAGES as usize);
+                    chunks * (log::WRITE_LEN + 4) + 4 * e.len as usize
+                })
+                .sum::<usize>();
             for ops in f.ops.values() {
                 for op in ops {
                     n += match op {
@@ -230,7 +238,25 @@ pub(crate) fn snapshot_entries<M: Medium>(m: &M, st: &InodeState) -> Vec<EntryBu
     match &st.body {
         Body::File(f) => {
             for (pg, e) in f.ext.iter() {
-                out.push(EntryBuf::write(pg, e.block, e.len, a.size, a.mtime, None));
+                // The pages' checksums move with them (the seed does not change);
+                // entries without any, or damaged since replay, stay unchecked.
+                let crcs = log::write_page_crcs(m, e.loc, e.block, e.len as u64);
+                match crcs {
+                    Ok(Some(c)) => {
+                        for (k, part) in c.chunks(log::PCRC_MAX_PAGES as usize).enumerate() {
+                            let off = (k * log::PCRC_MAX_PAGES as usize) as u64;
+                            out.push(EntryBuf::write_crcs(
+                                pg + off,
+                                e.block + off,
+                                a.size,
+                                a.mtime,
+                                None,
+                                part,
+                            ));
+                        }
+                    }
+                    _ => out.push(EntryBuf::write(pg, e.block, e.len, a.size, a.mtime, None)),
+                }
             }
             let mut pages: Vec<&u64> = f.ops.keys().collect();
             pages.sort();

@@ -897,6 +897,7 @@ mod tests {
                 size: 8192,
                 mtime: Ts::default(),
                 dcrc: None,
+                pcrc: false,
             },
             &mut freed,
         );
@@ -910,6 +911,7 @@ mod tests {
                 size: 8192,
                 mtime: Ts::default(),
                 dcrc: None,
+                pcrc: false,
             },
             &mut freed,
         );

@@ -99,6 +99,65 @@ pub fn finish<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32, txid: u64) 
     persist_u64(m, geo.journal_off(shard), txid << 1);
 }
 
+/// Rewrite shard `shard`'s journal as idle with no records (txid kept): the words
+/// after the state first, then the state (flushed; the caller fences). Only for a
+/// journal with no transaction to undo.
+pub fn reset<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32, txid: u64) {
+    let base = geo.journal_off(shard);
+    let zero = [0u8; JOURNAL_SIZE as usize - 8];
+    m.write(base + 8, &zero);
+    m.flush(base + 8, zero.len() as u64);
+    finish(m, geo, shard, txid);
+}
+
+/// Is shard `shard`'s journal well formed? `None` if so, else what is wrong. An
+/// idle journal is all zero after its state word (never used, or reset) or holds
+/// the checksum-valid records of its last transaction; bytes 20..64 are zero; an
+/// active one (`allow_active`: a crashed pool) may be a begin torn before its fence.
+pub fn check<M: Medium + ?Sized>(
+    m: &M,
+    geo: &Geometry,
+    shard: u32,
+    allow_active: bool,
+) -> Option<String> {
+    let base = geo.journal_off(shard);
+    let mut b = [0u8; JOURNAL_SIZE as usize];
+    m.read(base, &mut b);
+    let mut r = Reader::new(&b);
+    let state = r.u64();
+    let count = r.u64();
+    let sum = r.u32();
+    let (txid, active) = (state >> 1, state & 1 == 1);
+    if active && !allow_active {
+        return Some("a transaction is active on a cleanly unmounted pool".into());
+    }
+    if b[20..HDR_LEN as usize].iter().any(|&x| x != 0) {
+        return Some("header padding (bytes 20..64) is not zero".into());
+    }
+    if count == 0 {
+        if b[8..].iter().any(|&x| x != 0) {
+            return Some("no records, but bytes after the state word are not zero".into());
+        }
+        return None;
+    }
+    if count > MAX_RECORDS as u64 {
+        return Some(format!("record count {count} (at most {MAX_RECORDS})"));
+    }
+    let mut rr = Reader::new(&b[HDR_LEN as usize..]);
+    let recs: Vec<Record> =
+        (0..count).map(|_| Record { addr: rr.u64(), old: rr.u64(), new: rr.u64() }).collect();
+    if csum(txid, &recs) != sum {
+        if active {
+            return None; // a begin torn before its fence: recovery clears it
+        }
+        return Some(format!("checksum mismatch over {count} record(s) of txid {txid}"));
+    }
+    if let Some(x) = recs.iter().find(|x| !geo.is_slot_word(x.addr)) {
+        return Some(format!("record names {:#x}, outside the inode table", x.addr));
+    }
+    None
+}
+
 /// What recovery did with one shard's journal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum JournalOutcome {
@@ -146,10 +205,15 @@ pub fn read<M: Medium + ?Sized>(
 pub fn recover<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32) -> Result<JournalOutcome> {
     let (txid, active, recs) = read(m, geo, shard);
     if !active {
+        // A begin torn before its state store leaves idle words that do not
+        // checksum: cleared, so that a checker can tell damage from history.
+        if check(m, geo, shard, false).is_some() {
+            reset(m, geo, shard, txid);
+        }
         return Ok(JournalOutcome::Idle);
     }
     let Some(recs) = recs else {
-        finish(m, geo, shard, txid);
+        reset(m, geo, shard, txid);
         return Ok(JournalOutcome::TornBegin);
     };
     for r in &recs {

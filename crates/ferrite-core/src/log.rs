@@ -15,6 +15,8 @@
 //!   and tail: its data may be torn even when the tail and entries are not. Only a
 //!   log's last operation can be in that state (the next commit waits for its
 //!   fence), so recovery checks that one's data ([`walk_apply_checking`]).
+//! - A WRITE with [`FLAG_PCRC`] carries each page's [`page_crc`] after its body, so
+//!   a page stays checkable when later writes replace others of its extent.
 //! - Walks are bounded by the pool's block count and detect cycles; corrupt media is
 //!   an `Error::Corrupt`, never a panic.
 
@@ -39,6 +41,12 @@ pub const FLAG_SHRINK: u8 = 2;
 /// fence for data, entries and tail together, so recovery checks the data of a
 /// log's last operation before it keeps it.
 pub const FLAG_DCRC: u8 = 4;
+/// Flag: this WRITE is followed by the checksum of each of its pages (format v3),
+/// which reads and scrub verify page by page ([`write_page_crc`]).
+pub const FLAG_PCRC: u8 = 8;
+/// Pages a WRITE with [`FLAG_PCRC`] covers at most (its entry is then 1,088 bytes);
+/// writers split longer extents.
+pub const PCRC_MAX_PAGES: u32 = 256;
 
 /// Entry type codes.
 pub mod etype {
@@ -126,6 +134,9 @@ pub enum Entry {
         /// Checksum of the extent's data ([`data_crc`]), if it was committed
         /// without a fence between data and tail.
         dcrc: Option<u32>,
+        /// The entry carries its pages' checksums ([`FLAG_PCRC`]), at
+        /// [`WRITE_LEN`] + 4 k for page k.
+        pcrc: bool,
     },
     /// `dlen` bytes at file offset `off`, stored at `data_off` inside the entry.
     Inline {
@@ -322,6 +333,27 @@ impl EntryBuf {
             .done()
     }
 
+    /// WRITE of `crcs.len()` pages (at most [`PCRC_MAX_PAGES`]) carrying each
+    /// page's [`page_crc`]; `dcrc` as for [`EntryBuf::write`].
+    pub fn write_crcs(
+        pgoff: u64,
+        block: u64,
+        size: u64,
+        mtime: Ts,
+        dcrc: Option<u32>,
+        crcs: &[u32],
+    ) -> EntryBuf {
+        let n = crcs.len();
+        assert!(n >= 1 && n <= PCRC_MAX_PAGES as usize, "WRITE of {n} checksummed pages");
+        let f = FLAG_PCRC | if dcrc.is_some() { FLAG_DCRC } else { 0 };
+        let mut e = Enc::new(etype::WRITE, f, WRITE_LEN + 4 * n);
+        e.u64(pgoff).u64(block).u32(n as u32).u32(dcrc.unwrap_or(0)).u64(size).ts(mtime);
+        for &c in crcs {
+            e.u32(c);
+        }
+        e.done()
+    }
+
     /// INLINE.
     pub fn inline(off: u64, size: u64, mtime: Ts, data: &[u8]) -> EntryBuf {
         Enc::new(etype::INLINE, 0, INLINE_HDR + data.len())
@@ -466,6 +498,64 @@ pub fn data_matches<M: Medium + ?Sized>(m: &M, seed: u32, e: &Entry) -> bool {
     acc == want
 }
 
+/// The stored [`page_crc`] of data block `block`, mapped by the WRITE entry at
+/// `loc`: `None` when the entry carries no page checksums (format v2, or a
+/// fallocate of a version 2 build). The entry was validated when its log was
+/// replayed; damage to it since makes this a corruption error or a mismatch,
+/// never a panic.
+pub fn write_page_crc<M: Medium + ?Sized>(m: &M, loc: u64, block: u64) -> Result<Option<u32>> {
+    let bad = || Error::corrupt(format!("WRITE entry at {loc:#x} does not map block {block}"));
+    let in_page = loc % BLOCK;
+    if in_page + WRITE_LEN as u64 > LOG_DATA_END || (loc - in_page).saturating_add(BLOCK) > m.len()
+    {
+        return Err(bad());
+    }
+    let mut h = [0u8; WRITE_LEN];
+    m.read(loc, &mut h);
+    if h[4] != etype::WRITE {
+        return Err(bad());
+    }
+    if h[5] & FLAG_PCRC == 0 {
+        return Ok(None);
+    }
+    let first = u64::from_le_bytes(h[HDR + 8..HDR + 16].try_into().expect("8"));
+    let n = u32::from_le_bytes(h[HDR + 16..HDR + 20].try_into().expect("4"));
+    let k = block.wrapping_sub(first);
+    if n > PCRC_MAX_PAGES
+        || k >= n as u64
+        || in_page + (WRITE_LEN + 4 * n as usize) as u64 > LOG_DATA_END
+    {
+        return Err(bad());
+    }
+    let mut c = [0u8; 4];
+    m.read(loc + WRITE_LEN as u64 + 4 * k, &mut c);
+    Ok(Some(u32::from_le_bytes(c)))
+}
+
+/// The stored checksums of blocks `[block, block + n)` mapped by the WRITE at
+/// `loc` (see [`write_page_crc`]); `None` when it carries none.
+pub fn write_page_crcs<M: Medium + ?Sized>(
+    m: &M,
+    loc: u64,
+    block: u64,
+    n: u64,
+) -> Result<Option<Vec<u32>>> {
+    let mut out = Vec::with_capacity(n.min(PCRC_MAX_PAGES as u64) as usize);
+    for b in block..block.saturating_add(n) {
+        match write_page_crc(m, loc, b)? {
+            Some(c) => out.push(c),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(out))
+}
+
+/// The [`page_crc`] of an all-zero page (fallocate's blocks) under `seed`.
+pub fn zero_page_crc(seed: u32) -> u32 {
+    static Z: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *Z.get_or_init(|| crate::pmem::crc32c_page(&[0u8; BLOCK as usize])) ^ seed
+}
+
 /// Decode a sealed entry buffer (as produced by [`append`]).
 pub fn decode_entry(bytes: &[u8]) -> Result<Entry> {
     decode_body(bytes[4], bytes)
@@ -505,18 +595,20 @@ fn decode_body(t: u8, b: &[u8]) -> Result<Entry> {
                 b[5] & FLAG_SHRINK != 0,
             )
         }
-        etype::WRITE if len == WRITE_LEN => {
+        etype::WRITE if len >= WRITE_LEN => {
             let pgoff = r.u64();
             let block = r.u64();
             let npages = r.u32();
             let crc = r.u32();
             let size = r.u64();
             let mtime = ts(&mut r);
-            if npages == 0 {
+            let pcrc = b[5] & FLAG_PCRC != 0;
+            let want = if pcrc { pad8(WRITE_LEN + 4 * npages as usize) } else { WRITE_LEN };
+            if npages == 0 || (pcrc && npages > PCRC_MAX_PAGES) || len != want {
                 return Err(bad());
             }
             let dcrc = (b[5] & FLAG_DCRC != 0).then_some(crc);
-            Entry::Write { pgoff, block, npages, size, mtime, dcrc }
+            Entry::Write { pgoff, block, npages, size, mtime, dcrc, pcrc }
         }
         etype::INLINE if len >= INLINE_HDR => {
             let off = r.u64();

@@ -430,6 +430,7 @@ impl<M: Medium> Fs<M> {
         for i in 0..geo.ninodes {
             all.set(i);
         }
+        let verified = crate::verify::Verified::new(geo.nblocks);
         Ok(Fs {
             balloc: BlockAlloc::empty(&geo),
             ialloc: InodeAlloc::from_used(&geo, &all),
@@ -451,6 +452,8 @@ impl<M: Medium> Fs<M> {
             poisoned: Default::default(),
             atime: Default::default(),
             time_floor: Default::default(),
+            verify: Default::default(),
+            verified,
         })
     }
 

@@ -53,7 +53,12 @@ fn a_durable_write_takes_one_fence_and_fsync_none() {
     let n = fences(&fs, || {
         fs.write(ino, 64 << 10, &big).unwrap();
     });
-    assert_eq!(n, 2, "64 KiB: more pages than checksums pay for, data fenced first");
+    assert_eq!(n, 1, "64 KiB: every copy-on-write page is checksummed, one fence");
+    let huge = vec![9u8; 4 << 20];
+    let n = fences(&fs, || {
+        fs.write(ino, 4 << 20, &huge).unwrap();
+    });
+    assert_eq!(n, 1, "4 MiB: one fence too");
     assert_eq!(fences(&fs, || fs.fsync(ino, false).unwrap()), 0, "fsync");
     assert_eq!(fences(&fs, || fs.fsync(ino, true).unwrap()), 0, "fdatasync");
     // Over many writes GC's own fences stay a small fraction.
