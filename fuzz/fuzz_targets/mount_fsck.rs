@@ -1,5 +1,5 @@
-//! Fuzz target: mount arbitrary bytes as a pool image, fsck it, read everything,
-//! and (when fsck calls it clean) use it. See `ferrite_fuzz::run` for the input
+//! Fuzz target: mount arbitrary bytes as a pool image, scrub and fsck it, repair it
+//! when damaged, read everything, and (when fsck calls it clean) use it. See `ferrite_fuzz::run` for the input
 //! format and fuzz/README.md for how to run it.
 #![no_main]
 

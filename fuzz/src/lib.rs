@@ -10,8 +10,9 @@
 //!   records (little-endian u32 offset modulo the image length, XOR byte). This mode
 //!   lets the fuzzer reach deep states of valid pools without a corpus.
 //!
-//! Invariant checked: mounting, fsck and reading never panic or hang; a pool that
-//! fsck calls clean stays clean through further operations and a remount.
+//! Invariant checked: mounting, fsck, scrub's checks (`check_pool`), repair and
+//! reading never panic or hang; a pool that fsck calls clean stays clean through
+//! further operations and a remount.
 
 use ferrite_core::{
     Error, FallocMode, FileType, Fs, Medium, MkfsOptions, MountOptions, RenameFlags, SetAttr,
@@ -157,6 +158,8 @@ fn apply_op(fs: &Fs<SimMedium>, op: &[u8], dirs: &mut Vec<u64>, files: &mut Vec<
 }
 
 fn probe(img: Vec<u8>) {
+    // What `ferrite scrub` and `fsck -n` run: never a panic.
+    let _ = ferrite_core::integrity::check_pool(SimMedium::from_image(img.clone()), &mut |_, _| {});
     let m = SimMedium::from_image(img);
     let Ok(fs) = Fs::mount(m, &MountOptions { workers: 1, ..Default::default() }) else {
         return;
@@ -164,6 +167,12 @@ fn probe(img: Vec<u8>) {
     let Ok(report) = fs.fsck() else { return };
     walk(&fs);
     if !report.is_clean() {
+        // What `fsck --repair` runs, then the check of its result: never a panic.
+        let _ = fs.repair();
+        if let Ok(m) = fs.unmount() {
+            let img = m.current_image();
+            let _ = ferrite_core::integrity::check_pool(SimMedium::from_image(img), &mut |_, _| {});
+        }
         return;
     }
     mutate(&fs);

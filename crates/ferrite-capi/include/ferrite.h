@@ -39,8 +39,10 @@ struct ferrite_stat {
   uint32_t mtime_nsec;
   // Change time, nanoseconds.
   uint32_t ctime_nsec;
-  // Zero.
-  uint32_t pad;
+  // Device number of a character or block device (0 otherwise), in the
+  // kernel's 32-bit encoding: major `(rdev >> 8) & 0xfff`, minor
+  // `(rdev & 0xff) | ((rdev >> 12) & 0xfff00)`.
+  uint32_t rdev;
 };
 
 // Called by `ferrite_readdir` for each entry; return non-zero to stop.
@@ -98,6 +100,11 @@ int ferrite_fstat(struct ferrite *f, int fd, struct ferrite_stat *st);
 
 // stat(2) of a path inside the pool into `st`.
 int ferrite_stat(struct ferrite *f, const char *path, struct ferrite_stat *st);
+
+// mknod(2): a FIFO, socket, character or block device (`dev` as makedev
+// gives it) or a regular file. Only a process that opens the node through a
+// mount gets the pipe, socket or device; ferrite_open of one fails with ENXIO.
+int ferrite_mknod(struct ferrite *f, const char *path, unsigned int mode, uint64_t dev);
 
 // mkdir(2).
 int ferrite_mkdir(struct ferrite *f, const char *path, unsigned int mode);

@@ -13,7 +13,9 @@
 //! - Every table of the handle is behind its own lock: a handle may be used from
 //!   several threads.
 
-use ferrite_core::{FileType, Fs, MapOptions, MkfsOptions, MmapMedium, OpenFlags, SetAttr};
+use ferrite_core::{
+    encode_rdev, FileType, Fs, MapOptions, MkfsOptions, MmapMedium, NewNode, OpenFlags, SetAttr,
+};
 use ferrite_direct::Client;
 use parking_lot::Mutex;
 use std::os::unix::ffi::OsStrExt;
@@ -81,8 +83,10 @@ pub struct ferrite_stat {
     pub mtime_nsec: u32,
     /// Change time, nanoseconds.
     pub ctime_nsec: u32,
-    /// Zero.
-    pub pad: u32,
+    /// Device number of a character or block device (0 otherwise), in the
+    /// kernel's 32-bit encoding: major `(rdev >> 8) & 0xfff`, minor
+    /// `(rdev & 0xff) | ((rdev >> 12) & 0xfff00)`.
+    pub rdev: u32,
 }
 
 impl From<&ferrite_core::Attr> for ferrite_stat {
@@ -101,7 +105,7 @@ impl From<&ferrite_core::Attr> for ferrite_stat {
             atime_nsec: a.atime.nsec,
             mtime_nsec: a.mtime.nsec,
             ctime_nsec: a.ctime.nsec,
-            pad: 0,
+            rdev: a.rdev,
         }
     }
 }
@@ -431,7 +435,7 @@ impl Handle {
                 atime_nsec: m.atime_nsec() as u32,
                 mtime_nsec: m.mtime_nsec() as u32,
                 ctime_nsec: m.ctime_nsec() as u32,
-                pad: 0,
+                rdev: encode_rdev(rustix::fs::major(m.rdev()), rustix::fs::minor(m.rdev())),
             });
         }
         self.fs().stat_path(&core_path(path)?).map(|a| (&a).into()).map_err(e)
@@ -448,6 +452,35 @@ impl Handle {
         let (p, name) = fs.resolve_parent(&cp).map_err(e)?;
         let (uid, gid) = (rustix::process::geteuid(), rustix::process::getegid());
         fs.mkdir(p, name, mode & 0o7777, uid.as_raw(), gid.as_raw()).map(|_| ()).map_err(e)
+    }
+
+    /// mknod(2): a FIFO, socket, device node (`dev` as makedev gives it) or
+    /// regular file; the caller's umask is not applied (as for mkdir here).
+    pub fn mknod(&self, path: &[u8], mode: u32, dev: u64) -> R<()> {
+        let t =
+            FileType::from_mode(if mode & libc::S_IFMT == 0 { mode | libc::S_IFREG } else { mode });
+        let t = t.ok_or(libc::EINVAL)?;
+        if let Some(mp) = self.mount_path(path)? {
+            use rustix::fs::FileType as H;
+            let ht = match t {
+                FileType::Regular => H::RegularFile,
+                FileType::Fifo => H::Fifo,
+                FileType::CharDevice => H::CharacterDevice,
+                FileType::BlockDevice => H::BlockDevice,
+                FileType::Socket => H::Socket,
+                _ => return Err(libc::EINVAL),
+            };
+            let perm = rustix::fs::Mode::from_raw_mode(mode & 0o7777);
+            return rustix::fs::mknodat(rustix::fs::CWD, &mp, ht, perm, dev)
+                .map_err(|x| x.raw_os_error());
+        }
+        let fs = self.fs();
+        let cp = core_path(path)?;
+        let (parent, name) = fs.resolve_parent(&cp).map_err(e)?;
+        let (uid, gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
+        let node = NewNode { parent, name, dir: false, uid, gid };
+        let rdev = encode_rdev(rustix::fs::major(dev), rustix::fs::minor(dev));
+        fs.mknod(node, t, mode & 0o7777, rdev, 0).map(|_| ()).map_err(e)
     }
 
     /// unlink(2).
@@ -513,6 +546,10 @@ impl Handle {
                     FileType::Directory => libc::DT_DIR,
                     FileType::Symlink => libc::DT_LNK,
                     FileType::Regular => libc::DT_REG,
+                    FileType::Fifo => libc::DT_FIFO,
+                    FileType::CharDevice => libc::DT_CHR,
+                    FileType::BlockDevice => libc::DT_BLK,
+                    FileType::Socket => libc::DT_SOCK,
                 };
                 (d.name, d.ino, dt)
             })

@@ -237,6 +237,20 @@ pub unsafe extern "C" fn ferrite_stat(
     })
 }
 
+/// mknod(2): a FIFO, socket, character or block device (`dev` as makedev
+/// gives it) or a regular file. Only a process that opens the node through a
+/// mount gets the pipe, socket or device; ferrite_open of one fails with ENXIO.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_mknod(
+    f: *mut ferrite,
+    path: *const c_char,
+    mode: c_uint,
+    dev: u64,
+) -> c_int {
+    // SAFETY: the caller's handle and C string.
+    guard(-1, || unsafe { handle(f)?.mknod(cstr(path)?, mode, dev).map(|()| 0) })
+}
+
 /// mkdir(2).
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_mkdir(

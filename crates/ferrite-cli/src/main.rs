@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+mod integrity;
 mod run;
 mod tools;
 
@@ -37,9 +38,18 @@ enum Cmd {
     Mkfs(admin::MkfsArgs),
     /// Show a pool's geometry, durability mode, usage and state.
     Info(admin::InfoArgs),
-    /// Check every invariant of a pool (exit 0 clean, 4 errors left, 8 operational error).
-    Fsck(admin::FsckArgs),
-    /// Convert a pool of an older format version (1) to this build's (2), in place.
+    /// Check every invariant and checksum of a pool; repair with --repair (exit 0 clean,
+    /// 1 errors corrected, 4 errors left, 8 operational error).
+    Fsck(integrity::FsckArgs),
+    /// Verify every checksum of an unmounted pool (superblocks, journals, checkpoint,
+    /// inode slots, log entries, data); names damaged files (exit 0 clean, 4 damage
+    /// found, 8 operational error).
+    Scrub(integrity::ScrubArgs),
+    /// Print a file's extents: data blocks and bytes embedded in log entries.
+    Bmap(integrity::BmapArgs),
+    /// List every used block range of a pool with its owner.
+    Blocks(integrity::BlocksArgs),
+    /// Convert a pool of an older format version (1 or 2) to this build's (3), in place.
     Upgrade(admin::UpgradeArgs),
     /// List a directory.
     Ls(tools::LsArgs),
@@ -77,7 +87,10 @@ fn main() -> ExitCode {
     let code = match cli.cmd {
         Cmd::Mkfs(a) => admin::mkfs(&a),
         Cmd::Info(a) => admin::info(&a),
-        Cmd::Fsck(a) => admin::fsck(&a),
+        Cmd::Fsck(a) => integrity::fsck(&a),
+        Cmd::Scrub(a) => integrity::scrub(&a),
+        Cmd::Bmap(a) => integrity::bmap(&a),
+        Cmd::Blocks(a) => integrity::blocks(&a),
         Cmd::Upgrade(a) => admin::upgrade(&a),
         Cmd::Ls(a) => tools::ls(&a),
         Cmd::Stat(a) => tools::stat(&a),

@@ -3,7 +3,8 @@
 
 use crate::PoolArg;
 use ferrite_core::{
-    Error, FileType, Fs, MapOptions, MmapMedium, MountOptions, SetAttr, SetTime, Ts,
+    encode_rdev, Error, FileType, Fs, MapOptions, MmapMedium, MountOptions, NewNode, SetAttr,
+    SetTime, Ts,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{IsTerminal, Read, Write};
@@ -77,6 +78,10 @@ fn type_char(t: FileType) -> char {
         FileType::Regular => '-',
         FileType::Directory => 'd',
         FileType::Symlink => 'l',
+        FileType::Fifo => 'p',
+        FileType::CharDevice => 'c',
+        FileType::BlockDevice => 'b',
+        FileType::Socket => 's',
     }
 }
 
@@ -304,8 +309,16 @@ fn import_tree(fs: &PoolFs, host: &Path, dir: u64, pb: &ProgressBar) -> Result<u
             }
             a.ino
         } else {
-            eprintln!("ferrite import: skipping {} (special file)", hp.display());
-            continue;
+            // A FIFO, socket or device node.
+            let Some(t) = FileType::from_mode(md.mode()) else {
+                eprintln!("ferrite import: skipping {} (unknown type)", hp.display());
+                continue;
+            };
+            let dev = md.rdev();
+            let rdev = encode_rdev(rustix::fs::major(dev), rustix::fs::minor(dev));
+            let (uid, gid) = (md.uid(), md.gid());
+            let node = NewNode { parent: dir, name, dir: false, uid, gid };
+            fs.mknod(node, t, md.mode() & 0o7777, rdev, 0).map_err(herr)?.ino
         };
         if !ft.is_symlink() {
             let ch = SetAttr {
@@ -368,6 +381,29 @@ fn export_tree(fs: &PoolFs, dir: u64, host: &Path, pb: &ProgressBar) -> Result<u
                     pb.inc(k as u64);
                 }
                 drop(f);
+                std::fs::set_permissions(&hp, std::fs::Permissions::from_mode(at.perm))
+                    .map_err(herr)?;
+            }
+            t => {
+                // A FIFO, socket or device node is made on the host as it is
+                // (a device node needs CAP_MKNOD there, as cp -a would).
+                use rustix::fs::FileType as H;
+                let ht = match t {
+                    FileType::Fifo => H::Fifo,
+                    FileType::CharDevice => H::CharacterDevice,
+                    FileType::BlockDevice => H::BlockDevice,
+                    _ => H::Socket,
+                };
+                let (major, minor) = at.rdev_parts();
+                let mode = rustix::fs::Mode::from_raw_mode(at.perm);
+                rustix::fs::mknodat(
+                    rustix::fs::CWD,
+                    &hp,
+                    ht,
+                    mode,
+                    rustix::fs::makedev(major, minor),
+                )
+                .map_err(|x| herr(x.into()))?;
                 std::fs::set_permissions(&hp, std::fs::Permissions::from_mode(at.perm))
                     .map_err(herr)?;
             }

@@ -16,6 +16,9 @@ use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+/// Extents `(start, len)` handed out by one allocation.
+pub type Runs = smallvec::SmallVec<[(u64, u64); 2]>;
+
 /// A plain bitmap.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Bitmap {
@@ -276,13 +279,14 @@ impl BlockAlloc {
         }
     }
 
-    /// Allocate `n` blocks as one or more extents `(start, len)`, preferring `shard`.
-    pub fn alloc(&self, shard: u32, n: u64, use_reserve: bool) -> Result<Vec<(u64, u64)>> {
+    /// Allocate `n` blocks as one or more extents `(start, len)`, preferring `shard`
+    /// (inline for up to two extents: allocates nothing in the common case).
+    pub fn alloc(&self, shard: u32, n: u64, use_reserve: bool) -> Result<Runs> {
         if n == 0 {
-            return Ok(vec![]);
+            return Ok(Runs::new());
         }
         self.debit(n, use_reserve)?;
-        let mut out = Vec::new();
+        let mut out = Runs::new();
         let mut need = n;
         let ns = self.geo.nshards;
         // The free counter never exceeds what the lists hold (free() inserts before it

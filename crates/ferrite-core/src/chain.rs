@@ -13,6 +13,7 @@
 //!   (hysteresis: no flapping at the boundary).
 
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 use std::collections::BTreeMap;
 
 /// Longest chain kept as a plain vector.
@@ -22,7 +23,7 @@ pub const SMALL: usize = 32;
 #[derive(Clone, Debug)]
 pub enum LogPages {
     /// Up to [`SMALL`] pages, in order.
-    Small(Vec<u64>),
+    Small(SmallVec<[u64; 4]>),
     /// Pages by order key, and each page's key.
     Large {
         /// order key -> page.
@@ -36,7 +37,7 @@ pub enum LogPages {
 
 impl Default for LogPages {
     fn default() -> Self {
-        LogPages::Small(Vec::new())
+        LogPages::Small(SmallVec::new())
     }
 }
 
@@ -49,9 +50,9 @@ impl PartialEq for LogPages {
 impl From<Vec<u64>> for LogPages {
     fn from(v: Vec<u64>) -> Self {
         if v.len() <= SMALL {
-            return LogPages::Small(v);
+            return LogPages::Small(SmallVec::from_vec(v));
         }
-        let mut p = LogPages::Small(Vec::new());
+        let mut p = LogPages::Small(SmallVec::new());
         p.extend(&v);
         p
     }

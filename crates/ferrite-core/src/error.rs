@@ -46,6 +46,9 @@ pub enum Error {
     BadHandle,
     /// ENXIO: no data (SEEK_DATA) or hole (SEEK_HOLE) at or after the offset.
     NoOffset,
+    /// ENXIO: a FIFO, socket or device node opened without the kernel (the C API
+    /// or a path open in the library): only the kernel can run one.
+    SpecialFile,
     /// EOPNOTSUPP
     NotSupported(&'static str),
     /// The pool is mounted by another process (or this one).
@@ -66,6 +69,16 @@ pub enum Error {
     },
     /// The pool's contents are damaged (checksum mismatch, bad pointer, log cycle...).
     Corrupt(String),
+    /// EIO: a read touched a data block whose checksum does not match (the block
+    /// was damaged on media after it was written).
+    DataCorrupt {
+        /// Inode read.
+        ino: u64,
+        /// File offset of the damaged page.
+        offset: u64,
+        /// Pool block holding it.
+        block: u64,
+    },
     /// ENOTCONN: the mount daemon this direct-access client used is gone, or it
     /// took direct access back.
     Disconnected(String),
@@ -119,10 +132,11 @@ impl Error {
             Error::Busy | Error::PoolInUse { .. } => libc::EBUSY,
             Error::CrossDevice => libc::EXDEV,
             Error::BadHandle => libc::EBADF,
-            Error::NoOffset => libc::ENXIO,
+            Error::NoOffset | Error::SpecialFile => libc::ENXIO,
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::Foreign(_) | Error::Corrupt(_) | Error::Version { .. } => libc::EUCLEAN,
             Error::Disconnected(_) => libc::ENOTCONN,
+            Error::DataCorrupt { .. } => libc::EIO,
             Error::Io { err, .. } => err.raw_os_error().unwrap_or(libc::EIO),
         }
     }
@@ -151,6 +165,9 @@ impl std::fmt::Display for Error {
             Error::CrossDevice => write!(f, "cross-device link"),
             Error::BadHandle => write!(f, "bad file handle"),
             Error::NoOffset => write!(f, "no data or hole at or after that offset"),
+            Error::SpecialFile => {
+                write!(f, "a FIFO, socket or device node opens only through the mount")
+            }
             Error::NotSupported(m) => write!(f, "not supported: {m}"),
             Error::PoolInUse { path, holder } => {
                 write!(f, "pool {} is in use by {holder}", path.display())
@@ -168,6 +185,11 @@ impl std::fmt::Display for Error {
                  this build reads version {supported}"
             ),
             Error::Disconnected(m) => write!(f, "direct access ended: {m}"),
+            Error::DataCorrupt { ino, offset, block } => write!(
+                f,
+                "input/output error: data of inode {ino} at byte {offset} (pool block {block}) \
+                 does not match its checksum"
+            ),
             Error::Io { path, err } => write!(f, "{}: {err}", path.display()),
         }
     }

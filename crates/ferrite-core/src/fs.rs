@@ -7,8 +7,8 @@
 //! - A single-inode operation commits with one 8-byte tail store and one fence when
 //!   every byte it wrote is covered by a checksum: inside checksummed log entries, or
 //!   in data blocks whose WRITE entries carry the data's checksum (recovery checks
-//!   a log's last operation). Data blocks without one (fallocate's zeroed blocks,
-//!   writes of more than `CHECKSUM_MAX_PAGES` pages) take two fences (data and
+//!   a log's last operation): every copy-on-write write, whatever its size. Data
+//!   blocks without one (fallocate's zeroed blocks) take two fences (data and
 //!   entries, fence, tail, fence).
 //! - A multi-inode operation commits through the shard journal (see `journal`).
 //! - After a commit, the same entries are applied to the DRAM state with
@@ -25,6 +25,7 @@ use crate::share::Party;
 use crate::sharing::Hold;
 use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
 use rustc_hash::FxHashMap as HashMap;
+use smallvec::SmallVec;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -83,6 +84,8 @@ pub struct Attr {
     pub mtime: Ts,
     /// Change time.
     pub ctime: Ts,
+    /// Device number of a character or block device (0 otherwise).
+    pub rdev: u32,
 }
 
 impl Attr {
@@ -90,6 +93,18 @@ impl Attr {
     pub fn mode(&self) -> u32 {
         self.ftype.mode_bits() | self.perm
     }
+    /// The device number's major and minor parts (`rdev` is in the kernel's 32-bit
+    /// `new_encode_dev` form, which FUSE's mknod carries).
+    pub fn rdev_parts(&self) -> (u32, u32) {
+        let d = self.rdev;
+        ((d >> 8) & 0xfff, (d & 0xff) | ((d >> 12) & 0xfff00))
+    }
+}
+
+/// A device number in the kernel's 32-bit `new_encode_dev` form (majors below
+/// 4096, minors below 2^20: what Linux itself allocates).
+pub fn encode_rdev(major: u32, minor: u32) -> u32 {
+    (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
 }
 
 /// A time to set.
@@ -182,6 +197,30 @@ pub struct FallocMode {
     pub keep_size: bool,
     /// FALLOC_FL_PUNCH_HOLE (requires keep_size).
     pub punch_hole: bool,
+    /// FALLOC_FL_ZERO_RANGE: the range reads as zeros and is allocated.
+    pub zero_range: bool,
+}
+
+impl FallocMode {
+    /// fallocate(2)'s mode bits, as Linux checks them: EOPNOTSUPP for a mode that is
+    /// not done (collapse, insert, unshare) or not valid (punch without keep-size,
+    /// punch with zero-range).
+    pub fn from_flags(mode: i32) -> Result<FallocMode> {
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        match mode & !libc::FALLOC_FL_KEEP_SIZE {
+            0 => Ok(FallocMode { keep_size, ..Default::default() }),
+            libc::FALLOC_FL_PUNCH_HOLE if keep_size => {
+                Ok(FallocMode { keep_size, punch_hole: true, ..Default::default() })
+            }
+            libc::FALLOC_FL_ZERO_RANGE => {
+                Ok(FallocMode { keep_size, zero_range: true, ..Default::default() })
+            }
+            libc::FALLOC_FL_PUNCH_HOLE => Err(Error::NotSupported("PUNCH_HOLE requires KEEP_SIZE")),
+            _ => Err(Error::NotSupported(
+                "fallocate mode (collapse, insert and unshare are not done)",
+            )),
+        }
+    }
 }
 
 /// setxattr flags.
@@ -228,6 +267,8 @@ pub struct MountOptions {
     pub workers: usize,
     /// When reads update access times.
     pub atime: AtimeMode,
+    /// When reads verify data blocks against their checksums.
+    pub verify: crate::verify::VerifyMode,
 }
 
 /// When reads and directory listings update an inode's access time (the mount
@@ -436,6 +477,10 @@ pub struct Fs<M: Medium> {
     pub(crate) poisoned: std::sync::OnceLock<String>,
     /// [`AtimeMode`] code.
     pub(crate) atime: std::sync::atomic::AtomicU8,
+    /// Read verification policy.
+    pub(crate) verify: crate::verify::VerifyMode,
+    /// Blocks verified since mount (see `verify`).
+    pub(crate) verified: crate::verify::Verified,
 }
 
 /// GC counters.
@@ -461,10 +506,14 @@ pub(crate) fn shard_hint(n: u32) -> u32 {
     SHARD_HINT.with(|s| *s % n)
 }
 
+/// The entries of one inode in one operation: inline for up to three (a create's
+/// SETATTR and ACLs, a directory's DENTRY and SETATTR), so a commit allocates nothing.
+pub(crate) type Entries = SmallVec<[EntryBuf; 3]>;
+
 /// One inode's part of a commit.
 pub(crate) struct Part {
     pub ino: u64,
-    pub entries: Vec<EntryBuf>,
+    pub entries: Entries,
 }
 
 /// A new inode created by a multi-inode commit.
@@ -474,23 +523,25 @@ pub(crate) struct NewInode {
     pub state_word: u64,
     pub seed: u32,
     pub head_page: u64,
-    pub entries: Vec<EntryBuf>,
+    pub entries: Entries,
     /// Data blocks written for it (a long symlink target).
     pub data: Vec<(u64, u64)>,
 }
 
 /// Inodes locked for writing by one operation, in ascending order.
 pub(crate) struct Locked<'a, M: Medium> {
-    pub guards: Vec<(u64, &'a Inode, RwLockWriteGuard<'a, InodeState>)>,
+    pub guards: SmallVec<[(u64, &'a Inode, RwLockWriteGuard<'a, InodeState>); 4]>,
     /// Cross-process holds of the shared ones, taken first (released last).
-    _holds: Vec<Hold<'a, M>>,
+    _holds: SmallVec<[Hold<'a, M>; 1]>,
 }
 
 impl<'a, M: Medium> Locked<'a, M> {
-    pub(crate) fn new(fs: &'a Fs<M>, mut inodes: Vec<&'a Arc<Inode>>) -> Result<Locked<'a, M>> {
-        inodes.sort_by_key(|i| i.ino);
+    /// Lock `inodes` (up to four: a rename's) in ascending order; no allocation.
+    pub(crate) fn new(fs: &'a Fs<M>, inodes: &[&'a Arc<Inode>]) -> Result<Locked<'a, M>> {
+        let mut inodes: SmallVec<[&'a Arc<Inode>; 4]> = inodes.iter().copied().collect();
+        inodes.sort_unstable_by_key(|i| i.ino);
         inodes.dedup_by_key(|i| i.ino);
-        let mut holds = Vec::new();
+        let mut holds = SmallVec::new();
         for i in &inodes {
             if let Some(h) = fs.hold(i)? {
                 holds.push(h);
@@ -514,6 +565,16 @@ impl<M: Medium> Fs<M> {
     /// The medium.
     pub fn medium(&self) -> &M {
         &self.m
+    }
+
+    /// Change when reads verify data blocks (a mount option; see `verify`).
+    pub fn set_verify_mode(&mut self, v: crate::VerifyMode) {
+        self.verify = v;
+    }
+
+    /// When reads verify data blocks.
+    pub fn verify_mode(&self) -> crate::VerifyMode {
+        self.verify
     }
 
     /// The superblock.
@@ -765,6 +826,7 @@ impl<M: Medium> Fs<M> {
             atime: later_atime(a.atime, inode),
             mtime: a.mtime,
             ctime: a.ctime,
+            rdev: a.rdev,
         }
     }
 
@@ -872,7 +934,7 @@ impl<M: Medium> Fs<M> {
         shard: u32,
         n: u64,
         reserve: bool,
-    ) -> Result<Vec<(u64, u64)>> {
+    ) -> Result<crate::alloc::Runs> {
         match self.balloc.alloc(shard, n, reserve) {
             Err(Error::NoSpace) if self.is_client() => {
                 self.refill(n)?;
@@ -897,6 +959,7 @@ impl<M: Medium> Fs<M> {
     }
 
     fn free_run(&self, b: u64, n: u64) {
+        self.verified.clear(b, n);
         if let Some(p) = &self.share {
             // This party owns what it frees (see `share`): a client must have marked
             // blocks freed by a commit before that commit; marking again is harmless.
@@ -1008,9 +1071,10 @@ impl<M: Medium> Fs<M> {
         {
             return Err(Error::NotFound); // freed by a concurrent operation
         }
-        let mut appended: Vec<log::Appended> = Vec::with_capacity(parts.len());
+        // Inline vectors: a create, unlink or rename allocates nothing here.
+        let mut appended: SmallVec<[log::Appended; 2]> = SmallVec::new();
         let mut new_app: Option<log::Appended> = None;
-        let mut cleanup_pages: Vec<u64> = Vec::new();
+        let mut cleanup_pages: SmallVec<[u64; 4]> = SmallVec::new();
         let res = (|| -> Result<()> {
             for p in parts.iter_mut() {
                 let inode = locked.inode(p.ino);
@@ -1025,8 +1089,8 @@ impl<M: Medium> Fs<M> {
             self.free_pages(&cleanup_pages);
             return Err(e);
         }
-        let mut recs: Vec<Record> = Vec::new();
-        let mut new_inode_entries = Vec::new();
+        let mut recs: SmallVec<[Record; 6]> = SmallVec::new();
+        let mut new_inode_entries = None;
         if let Some(mut n) = new {
             let shard = self.shard();
             let mut taken = Vec::new();
@@ -1062,7 +1126,7 @@ impl<M: Medium> Fs<M> {
             self.m.flush(off, 64);
             recs.push(Record { addr: off + SLOT_STATE, old: n.state_word, new: n.state_word + 1 });
             new_app = Some(a);
-            new_inode_entries.push(n);
+            new_inode_entries = Some(n);
         }
         for (p, a) in parts.iter().zip(&appended) {
             let old = locked.st(p.ino).log.tail;
@@ -1111,7 +1175,7 @@ impl<M: Medium> Fs<M> {
                 self.after_commit(inode, st, true);
             }
         }
-        let created = match (new_inode_entries.pop(), new_app) {
+        let created = match (new_inode_entries, new_app) {
             (Some(n), Some(a)) => {
                 let mut st = InodeState::new(n.ftype);
                 st.log.head = logptr::make(0, n.head_page);

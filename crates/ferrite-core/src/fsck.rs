@@ -22,6 +22,8 @@ pub struct FsckReport {
     pub files: u64,
     /// Symlinks.
     pub symlinks: u64,
+    /// FIFOs, device nodes and sockets.
+    pub special: u64,
     /// Log pages.
     pub log_pages: u64,
     /// Data blocks referenced.
@@ -30,6 +32,12 @@ pub struct FsckReport {
     pub data_bytes: u64,
     /// Log entries checked.
     pub entries: u64,
+    /// Reachable inodes whose link count is wrong: (inode, links found).
+    #[serde(skip)]
+    pub link_fixes: Vec<(u64, u32)>,
+    /// In-use inodes no name reaches (and no handle holds open).
+    #[serde(skip)]
+    pub orphans: Vec<u64>,
 }
 
 impl FsckReport {
@@ -109,6 +117,10 @@ impl<M: Medium> Fs<M> {
             }
             for (name, x) in st.xattrs.iter() {
                 let n = String::from_utf8_lossy(name);
+                if crate::acl::is_acl_name(name) && x.spill.is_some() {
+                    r.errors.push(format!("inode {ino}: {n} is an ACL stored in data blocks"));
+                    continue;
+                }
                 if crate::acl::is_acl_name(name) {
                     let mut v = vec![0u8; x.value_len as usize];
                     crate::log::read_payload(&self.m, x.loc, x.value_off, &mut v);
@@ -141,6 +153,19 @@ impl<M: Medium> Fs<M> {
                         r.errors.push(format!("symlink {ino} has size {}", st.attr.size));
                     }
                 }
+                t => {
+                    r.special += 1;
+                    if st.attr.size != 0 {
+                        r.errors.push(format!("{t:?} {ino} has size {}", st.attr.size));
+                    }
+                    if st.file().is_some_and(|f| f.content_pages() != 0) {
+                        r.errors.push(format!("{t:?} {ino} holds data"));
+                    }
+                }
+            }
+            let devnode = matches!(st.ftype, FileType::CharDevice | FileType::BlockDevice);
+            if !devnode && st.attr.rdev != 0 {
+                r.errors.push(format!("inode {ino}: device number on a {:?}", st.ftype));
             }
             if (st.attr.mode & libc::S_IFMT) != st.ftype.mode_bits() {
                 r.errors
@@ -152,8 +177,8 @@ impl<M: Medium> Fs<M> {
                 if c.attr != st.attr || c.size() != st.size() || c.blocks() != st.blocks() {
                     r.errors.push(format!("inode {ino}: DRAM attributes differ from the log"));
                 }
-                if c.refs.iter().filter(|(_, &v)| v > 0).count()
-                    != st.refs.iter().filter(|(_, &v)| v > 0).count()
+                if c.refs.iter().filter(|&(_, v)| v > 0).count()
+                    != st.refs.iter().filter(|&(_, v)| v > 0).count()
                 {
                     r.errors
                         .push(format!("inode {ino}: DRAM live-entry counts differ from the log"));
@@ -230,6 +255,7 @@ impl<M: Medium> Fs<M> {
                     continue; // unlinked but open
                 }
                 r.errors.push(format!("inode {ino} is in use but unreachable from the root"));
+                r.orphans.push(ino);
                 continue;
             }
             if st.attr.nlink != want {
@@ -237,6 +263,7 @@ impl<M: Medium> Fs<M> {
                     "inode {ino}: link count {} but {want} links found",
                     st.attr.nlink
                 ));
+                r.link_fixes.push((ino, want));
             }
         }
         Ok(r)

@@ -74,16 +74,18 @@ impl<M: Medium> Fs<M> {
         // Test-only fault: a page with live entries goes too.
         let mut live_victim = None;
         if self.fault == Some(CoreFault::GcReferenced) && !dead.is_empty() {
-            live_victim = st.log.pages.iter().find(|p| {
-                *p != tail_page && !dead.contains(p) && st.refs.get(p).is_some_and(|&c| c > 0)
-            });
+            live_victim = st
+                .log
+                .pages
+                .iter()
+                .find(|p| *p != tail_page && !dead.contains(p) && st.refs.get(*p) > 0);
             if let Some(v) = live_victim {
                 dead.push(v);
                 st.log.pages.sort_in_chain_order(&mut dead);
             }
         }
         // Keep only candidates that may still die later: the current tail page.
-        st.dead.retain(|&p| p == tail_page && st.refs.get(&p).copied().unwrap_or(0) == 0);
+        st.dead.retain(|&p| p == tail_page && st.refs.get(p) == 0);
         if dead.is_empty() {
             return;
         }
@@ -114,7 +116,7 @@ impl<M: Medium> Fs<M> {
             self.m.fence();
         }
         for d in dead.iter().filter(|&&d| Some(d) != live_victim) {
-            st.refs.remove(d);
+            st.refs.remove(*d);
         }
         st.chain_gen = self.note_chain_change(inode.ino);
         self.note_free(inode.ino);
@@ -204,7 +206,15 @@ fn snapshot_entries_sizes<M: Medium>(_m: &M, st: &InodeState) -> usize {
     let mut n = log::SETATTR_LEN;
     match &st.body {
         Body::File(f) => {
-            n += f.ext.len() * log::WRITE_LEN;
+            // Runs keep their page checksums: 4 bytes a page, split as writers do.
+            n += f
+                .ext
+                .iter()
+                .map(|(_, e)| {
+                    let chunks = (e.len as usize).div_ceil(log::PCRC_MAX_PAGES as usize);
+                    chunks * (log::WRITE_LEN + 4) + 4 * e.len as usize
+                })
+                .sum::<usize>();
             for ops in f.ops.values() {
                 for op in ops {
                     n += match op {
@@ -223,7 +233,13 @@ fn snapshot_entries_sizes<M: Medium>(_m: &M, st: &InodeState) -> usize {
     n += st
         .xattrs
         .iter()
-        .map(|(k, v)| (log::XATTR_HDR + k.len() + v.value_len as usize).div_ceil(8) * 8)
+        .map(|(k, v)| {
+            let body = match &v.spill {
+                Some(sp) => 8 + 8 * sp.blocks.len(),
+                None => v.value_len as usize,
+            };
+            (log::XATTR_HDR + k.len() + body).div_ceil(8) * 8
+        })
         .sum::<usize>();
     n
 }
@@ -235,7 +251,25 @@ pub(crate) fn snapshot_entries<M: Medium>(m: &M, st: &InodeState) -> Vec<EntryBu
     match &st.body {
         Body::File(f) => {
             for (pg, e) in f.ext.iter() {
-                out.push(EntryBuf::write(pg, e.block, e.len, a.size, a.mtime, None));
+                // The pages' checksums move with them (the seed does not change);
+                // entries without any, or damaged since replay, stay unchecked.
+                let crcs = log::write_page_crcs(m, e.loc, e.block, e.len as u64);
+                match crcs {
+                    Ok(Some(c)) => {
+                        for (k, part) in c.chunks(log::PCRC_MAX_PAGES as usize).enumerate() {
+                            let off = (k * log::PCRC_MAX_PAGES as usize) as u64;
+                            out.push(EntryBuf::write_crcs(
+                                pg + off,
+                                e.block + off,
+                                a.size,
+                                a.mtime,
+                                None,
+                                part,
+                            ));
+                        }
+                    }
+                    _ => out.push(EntryBuf::write(pg, e.block, e.len, a.size, a.mtime, None)),
+                }
             }
             let mut pages: Vec<&u64> = f.ops.keys().collect();
             pages.sort();
@@ -267,6 +301,11 @@ pub(crate) fn snapshot_entries<M: Medium>(m: &M, st: &InodeState) -> Vec<EntryBu
         }
     }
     for (name, r) in &st.xattrs {
+        if let Some(sp) = &r.spill {
+            // The value stays in its blocks; the new entry names them again.
+            out.push(EntryBuf::xattr_spilled(name, r.value_len, sp, a.ctime));
+            continue;
+        }
         let mut v = vec![0u8; r.value_len as usize];
         log::read_payload(m, r.loc, r.value_off, &mut v);
         out.push(EntryBuf::xattr(false, name, &v, a.ctime));

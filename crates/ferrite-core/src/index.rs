@@ -17,6 +17,7 @@ use crate::layout::BLOCK;
 use crate::log::{AttrRec, Entry, LogState, Ts};
 use crate::pmem::Medium;
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -29,6 +30,14 @@ pub enum FileType {
     Directory,
     /// Symbolic link.
     Symlink,
+    /// Named pipe (format version 3).
+    Fifo,
+    /// Character device (format version 3).
+    CharDevice,
+    /// Block device (format version 3).
+    BlockDevice,
+    /// Unix domain socket (format version 3).
+    Socket,
 }
 
 impl FileType {
@@ -38,6 +47,10 @@ impl FileType {
             FileType::Regular => 1,
             FileType::Directory => 2,
             FileType::Symlink => 3,
+            FileType::Fifo => 4,
+            FileType::CharDevice => 5,
+            FileType::BlockDevice => 6,
+            FileType::Socket => 7,
         }
     }
     /// From the on-media code.
@@ -46,6 +59,10 @@ impl FileType {
             1 => Some(FileType::Regular),
             2 => Some(FileType::Directory),
             3 => Some(FileType::Symlink),
+            4 => Some(FileType::Fifo),
+            5 => Some(FileType::CharDevice),
+            6 => Some(FileType::BlockDevice),
+            7 => Some(FileType::Socket),
             _ => None,
         }
     }
@@ -55,7 +72,33 @@ impl FileType {
             FileType::Regular => libc::S_IFREG,
             FileType::Directory => libc::S_IFDIR,
             FileType::Symlink => libc::S_IFLNK,
+            FileType::Fifo => libc::S_IFIFO,
+            FileType::CharDevice => libc::S_IFCHR,
+            FileType::BlockDevice => libc::S_IFBLK,
+            FileType::Socket => libc::S_IFSOCK,
         }
+    }
+    /// The type of the S_IFMT bits of `mode`, if any.
+    pub fn from_mode(mode: u32) -> Option<FileType> {
+        [
+            FileType::Regular,
+            FileType::Directory,
+            FileType::Symlink,
+            FileType::Fifo,
+            FileType::CharDevice,
+            FileType::BlockDevice,
+            FileType::Socket,
+        ]
+        .into_iter()
+        .find(|t| t.mode_bits() == mode & libc::S_IFMT)
+    }
+    /// A node that holds no data and only a name, owner and mode (and a device
+    /// number): the kernel runs the pipe, device or socket.
+    pub fn is_special(self) -> bool {
+        matches!(
+            self,
+            FileType::Fifo | FileType::CharDevice | FileType::BlockDevice | FileType::Socket
+        )
     }
 }
 
@@ -301,8 +344,10 @@ pub struct DirEnt {
 /// Name index of a directory.
 #[derive(Clone, Debug, Default)]
 pub struct DirIndex {
-    /// Name to entry.
-    pub names: HashMap<Arc<[u8]>, DirEnt>,
+    /// Name to entry. Names come from users, so the hash is keyed per process
+    /// (foldhash: minimally DoS-resistant, a tenth of SipHash's instructions on a
+    /// short name).
+    pub names: HashMap<Arc<[u8]>, DirEnt, foldhash::fast::RandomState>,
     /// Cookie order for readdir.
     pub order: BTreeMap<u64, Arc<[u8]>>,
     /// Next cookie to hand out (cookies 1 and 2 are "." and "..").
@@ -310,7 +355,7 @@ pub struct DirIndex {
 }
 
 /// Where an extended attribute's value lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct XattrRef {
     /// Entry address.
     pub loc: u64,
@@ -318,6 +363,8 @@ pub struct XattrRef {
     pub value_off: u32,
     /// Value length.
     pub value_len: u32,
+    /// The data blocks of a value too large for an entry.
+    pub spill: Option<crate::log::Spill>,
 }
 
 /// Type-specific body.
@@ -343,7 +390,7 @@ pub struct InodeState {
     /// Latest SETATTR.
     pub setattr_loc: Option<u64>,
     /// Live references per log page.
-    pub refs: FxHashMap<u64, u32>,
+    pub refs: PageRefs,
     /// Log pointers and pages.
     pub log: LogState,
     /// Log page count at which thorough GC is next considered.
@@ -353,6 +400,47 @@ pub struct InodeState {
     pub chain_gen: u32,
     /// Log pages whose count dropped to zero since fast GC last ran (candidates).
     pub dead: Vec<u64>,
+}
+
+/// Live entries per log page: a map kept as a sorted vector, inline for the one or two
+/// pages most logs have (a new inode's costs no allocation), binary-searched
+/// otherwise; a page is added once per 4 KiB of log, so inserts stay cheap.
+#[derive(Clone, Debug, Default)]
+pub struct PageRefs(SmallVec<[(u64, u32); 2]>);
+
+impl PageRefs {
+    fn find(&self, page: u64) -> std::result::Result<usize, usize> {
+        self.0.binary_search_by_key(&page, |e| e.0)
+    }
+    /// The count of `page`, inserted as 0 if absent.
+    pub fn entry(&mut self, page: u64) -> &mut u32 {
+        let i = match self.find(page) {
+            Ok(i) => i,
+            Err(i) => {
+                self.0.insert(i, (page, 0));
+                i
+            }
+        };
+        &mut self.0[i].1
+    }
+    /// The count of `page`, if it is known.
+    pub fn get_mut(&mut self, page: u64) -> Option<&mut u32> {
+        self.find(page).ok().map(|i| &mut self.0[i].1)
+    }
+    /// The count of `page` (0 if unknown).
+    pub fn get(&self, page: u64) -> u32 {
+        self.find(page).map_or(0, |i| self.0[i].1)
+    }
+    /// Forget `page`.
+    pub fn remove(&mut self, page: u64) {
+        if let Ok(i) = self.find(page) {
+            self.0.remove(i);
+        }
+    }
+    /// (page, count) in page order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.0.iter().copied()
+    }
 }
 
 /// Data blocks released by applying entries: (first block, count).
@@ -375,7 +463,7 @@ impl InodeState {
             body,
             xattrs: BTreeMap::new(),
             setattr_loc: None,
-            refs: FxHashMap::default(),
+            refs: PageRefs::default(),
             log: LogState::default(),
             gc_check_at: 4,
             chain_gen: 0,
@@ -384,11 +472,11 @@ impl InodeState {
     }
 
     fn inc(&mut self, loc: u64, n: u64) {
-        *self.refs.entry(page_of(loc)).or_insert(0) += n as u32;
+        *self.refs.entry(page_of(loc)) += n as u32;
     }
 
     fn dec(&mut self, loc: u64, n: u64) {
-        let c = self.refs.get_mut(&page_of(loc)).expect("reference into an unknown log page");
+        let c = self.refs.get_mut(page_of(loc)).expect("reference into an unknown log page");
         assert!(*c as u64 >= n, "log page reference count underflow");
         *c -= n as u32;
         if *c == 0 {
@@ -580,17 +668,22 @@ impl InodeState {
                 self.attr.mtime = *time;
                 self.attr.ctime = *time;
             }
-            Entry::Xattr { remove, name, value_len, value_off, time } => {
+            Entry::Xattr { remove, name, value_len, value_off, spill, time } => {
                 let old = if *remove {
                     self.xattrs.remove(name)
                 } else {
-                    self.xattrs.insert(
-                        name.clone(),
-                        XattrRef { loc, value_off: *value_off, value_len: *value_len },
-                    )
+                    let r = XattrRef {
+                        loc,
+                        value_off: *value_off,
+                        value_len: *value_len,
+                        spill: spill.clone(),
+                    };
+                    self.xattrs.insert(name.clone(), r)
                 };
                 if let Some(o) = old {
                     self.dec(o.loc, 1);
+                    // A replaced or removed spilled value's blocks are free again.
+                    freed.extend(o.spill.iter().flat_map(|sp| sp.blocks.iter().map(|&b| (b, 1))));
                 }
                 self.inc(loc, 1);
                 self.attr.ctime = *time;
@@ -666,10 +759,15 @@ impl InodeState {
 
     /// All data blocks this inode references: (first block, count).
     pub fn data_runs(&self) -> Vec<(u64, u64)> {
-        match &self.body {
+        let mut runs: Vec<(u64, u64)> = match &self.body {
             Body::File(f) => f.ext.iter().map(|(_, e)| (e.block, e.len as u64)).collect(),
             Body::Dir(_) => vec![],
+        };
+        // Spilled extended attribute values (files and directories alike).
+        for x in self.xattrs.values() {
+            runs.extend(x.spill.iter().flat_map(|sp| sp.blocks.iter().map(|&b| (b, 1))));
         }
+        runs
     }
 
     /// Log pages whose entries are all dead (excluding the tail page), in chain order.
@@ -684,7 +782,7 @@ impl InodeState {
             .dead
             .iter()
             .copied()
-            .filter(|&p| p != tail_page && self.refs.get(&p).copied().unwrap_or(0) == 0)
+            .filter(|&p| p != tail_page && self.refs.get(p) == 0)
             .filter(|&p| self.log.pages.contains(p))
             .collect();
         out.sort_unstable();
@@ -799,10 +897,11 @@ mod tests {
                 size: 8192,
                 mtime: Ts::default(),
                 dcrc: None,
+                pcrc: false,
             },
             &mut freed,
         );
-        assert_eq!(s.refs[&p1], 2);
+        assert_eq!(s.refs.get(p1), 2);
         s.apply(
             p1 + 64,
             &Entry::Write {
@@ -812,17 +911,18 @@ mod tests {
                 size: 8192,
                 mtime: Ts::default(),
                 dcrc: None,
+                pcrc: false,
             },
             &mut freed,
         );
         assert_eq!(freed, vec![(8, 1)]);
-        assert_eq!(s.refs[&p1], 2);
+        assert_eq!(s.refs.get(p1), 2);
         let a = AttrRec { size: 100, ..Default::default() };
         s.attr.size = 8192;
         s.apply(p1 + 128, &Entry::SetAttr(a, true), &mut freed);
         assert_eq!(freed, vec![(8, 1), (9, 1)]);
         // page 0 run (1 ref) + setattr (1) + pinned shrink (1)
-        assert_eq!(s.refs[&p1], 3);
+        assert_eq!(s.refs.get(p1), 3);
         assert_eq!(s.page_ops(0), (1, 0));
     }
 }

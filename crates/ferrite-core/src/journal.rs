@@ -42,15 +42,25 @@ pub struct Record {
 }
 
 fn csum(txid: u64, recs: &[Record]) -> u32 {
-    let mut b = Vec::with_capacity(16 + recs.len() * 24);
-    b.extend_from_slice(&txid.to_le_bytes());
-    b.extend_from_slice(&(recs.len() as u64).to_le_bytes());
+    assert!(recs.len() <= MAX_RECORDS, "journal record count");
+    // On the stack: a commit allocates nothing here.
+    let mut b = [0u8; 16 + MAX_RECORDS * REC_LEN as usize];
+    b[..8].copy_from_slice(&txid.to_le_bytes());
+    b[8..16].copy_from_slice(&(recs.len() as u64).to_le_bytes());
+    let n = 16 + encode_records(recs, &mut b[16..]);
+    crc32c::crc32c(&b[..n])
+}
+
+/// The records' little-endian words into `out`; returns the bytes written.
+fn encode_records(recs: &[Record], out: &mut [u8]) -> usize {
+    let mut k = 0;
     for r in recs {
         for v in [r.addr, r.old, r.new] {
-            b.extend_from_slice(&v.to_le_bytes());
+            out[k..k + 8].copy_from_slice(&v.to_le_bytes());
+            k += 8;
         }
     }
-    crc32c::crc32c(&b)
+    k
 }
 
 /// Header words: state (txid << 1 | active), count, checksum.
@@ -66,14 +76,11 @@ fn encode_header(txid: u64, active: bool, recs: &[Record]) -> [u8; 24] {
 pub fn begin<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32, txid: u64, recs: &[Record]) {
     assert!(!recs.is_empty() && recs.len() <= MAX_RECORDS, "journal record count");
     let base = geo.journal_off(shard);
-    let mut body = Vec::with_capacity(recs.len() * REC_LEN as usize);
-    for r in recs {
-        debug_assert!(geo.is_slot_word(r.addr), "journal record outside the inode table");
-        for v in [r.addr, r.old, r.new] {
-            body.extend_from_slice(&v.to_le_bytes());
-        }
-    }
-    m.write(base + HDR_LEN, &body);
+    debug_assert!(recs.iter().all(|r| geo.is_slot_word(r.addr)), "record outside the inode table");
+    let mut buf = [0u8; MAX_RECORDS * REC_LEN as usize];
+    let n = encode_records(recs, &mut buf);
+    let body = &buf[..n];
+    m.write(base + HDR_LEN, body);
     m.flush(base + HDR_LEN, body.len() as u64);
     let h = encode_header(txid, true, recs);
     m.write(base, &h);
@@ -90,6 +97,65 @@ pub fn apply<M: Medium + ?Sized>(m: &M, recs: &[Record]) {
 /// Step 3: mark the journal inactive (flushed, not fenced).
 pub fn finish<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32, txid: u64) {
     persist_u64(m, geo.journal_off(shard), txid << 1);
+}
+
+/// Rewrite shard `shard`'s journal as idle with no records (txid kept): the words
+/// after the state first, then the state (flushed; the caller fences). Only for a
+/// journal with no transaction to undo.
+pub fn reset<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32, txid: u64) {
+    let base = geo.journal_off(shard);
+    let zero = [0u8; JOURNAL_SIZE as usize - 8];
+    m.write(base + 8, &zero);
+    m.flush(base + 8, zero.len() as u64);
+    finish(m, geo, shard, txid);
+}
+
+/// Is shard `shard`'s journal well formed? `None` if so, else what is wrong. An
+/// idle journal is all zero after its state word (never used, or reset) or holds
+/// the checksum-valid records of its last transaction; bytes 20..64 are zero; an
+/// active one (`allow_active`: a crashed pool) may be a begin torn before its fence.
+pub fn check<M: Medium + ?Sized>(
+    m: &M,
+    geo: &Geometry,
+    shard: u32,
+    allow_active: bool,
+) -> Option<String> {
+    let base = geo.journal_off(shard);
+    let mut b = [0u8; JOURNAL_SIZE as usize];
+    m.read(base, &mut b);
+    let mut r = Reader::new(&b);
+    let state = r.u64();
+    let count = r.u64();
+    let sum = r.u32();
+    let (txid, active) = (state >> 1, state & 1 == 1);
+    if active && !allow_active {
+        return Some("a transaction is active on a cleanly unmounted pool".into());
+    }
+    if b[20..HDR_LEN as usize].iter().any(|&x| x != 0) {
+        return Some("header padding (bytes 20..64) is not zero".into());
+    }
+    if count == 0 {
+        if b[8..].iter().any(|&x| x != 0) {
+            return Some("no records, but bytes after the state word are not zero".into());
+        }
+        return None;
+    }
+    if count > MAX_RECORDS as u64 {
+        return Some(format!("record count {count} (at most {MAX_RECORDS})"));
+    }
+    let mut rr = Reader::new(&b[HDR_LEN as usize..]);
+    let recs: Vec<Record> =
+        (0..count).map(|_| Record { addr: rr.u64(), old: rr.u64(), new: rr.u64() }).collect();
+    if csum(txid, &recs) != sum {
+        if active {
+            return None; // a begin torn before its fence: recovery clears it
+        }
+        return Some(format!("checksum mismatch over {count} record(s) of txid {txid}"));
+    }
+    if let Some(x) = recs.iter().find(|x| !geo.is_slot_word(x.addr)) {
+        return Some(format!("record names {:#x}, outside the inode table", x.addr));
+    }
+    None
 }
 
 /// What recovery did with one shard's journal.
@@ -139,10 +205,15 @@ pub fn read<M: Medium + ?Sized>(
 pub fn recover<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32) -> Result<JournalOutcome> {
     let (txid, active, recs) = read(m, geo, shard);
     if !active {
+        // A begin torn before its state store leaves idle words that do not
+        // checksum: cleared, so that a checker can tell damage from history.
+        if check(m, geo, shard, false).is_some() {
+            reset(m, geo, shard, txid);
+        }
         return Ok(JournalOutcome::Idle);
     }
     let Some(recs) = recs else {
-        finish(m, geo, shard, txid);
+        reset(m, geo, shard, txid);
         return Ok(JournalOutcome::TornBegin);
     };
     for r in &recs {

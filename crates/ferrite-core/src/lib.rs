@@ -20,6 +20,8 @@ pub mod fsck;
 mod futex;
 pub mod gc;
 pub mod index;
+pub mod inspect;
+pub mod integrity;
 pub mod journal;
 pub mod layout;
 pub mod log;
@@ -31,19 +33,21 @@ mod region;
 pub mod share;
 mod sharing;
 pub mod sim;
+pub mod verify;
 
 pub use dax::{MapOptions, MmapMedium};
 pub use error::{Error, Result};
 pub use fs::{
-    AtimeMode, Attr, CoreFault, DirEntry, FallocMode, Fs, MkfsOptions, MountOptions, MountReport,
-    NewNode, RenameFlags, SetAttr, SetTime, StatFs, XattrSet,
+    encode_rdev, AtimeMode, Attr, CoreFault, DirEntry, FallocMode, Fs, MkfsOptions, MountOptions,
+    MountReport, NewNode, RenameFlags, SetAttr, SetTime, StatFs, XattrSet,
 };
 pub use fsck::FsckReport;
 pub use index::FileType;
-pub use log::Ts;
+pub use log::{Ts, XATTR_SIZE_MAX};
 pub use ops::{INLINE_MAX, MAX_PAGE_OPS, SYMLINK_MAX, XATTR_VALUE_MAX};
 pub use path::OpenFlags;
 pub use pmem::{Durability, Medium};
 pub use share::{BlockSource, Party, Table};
 pub use sharing::{Resolved, LEASE_TICK};
 pub use sim::SimMedium;
+pub use verify::VerifyMode;

@@ -15,6 +15,8 @@
 //!   and tail: its data may be torn even when the tail and entries are not. Only a
 //!   log's last operation can be in that state (the next commit waits for its
 //!   fence), so recovery checks that one's data ([`walk_apply_checking`]).
+//! - A WRITE with [`FLAG_PCRC`] carries each page's [`page_crc`] after its body, so
+//!   a page stays checkable when later writes replace others of its extent.
 //! - Walks are bounded by the pool's block count and detect cycles; corrupt media is
 //!   an `Error::Corrupt`, never a panic.
 
@@ -39,6 +41,12 @@ pub const FLAG_SHRINK: u8 = 2;
 /// fence for data, entries and tail together, so recovery checks the data of a
 /// log's last operation before it keeps it.
 pub const FLAG_DCRC: u8 = 4;
+/// Flag: this WRITE is followed by the checksum of each of its pages (format v3),
+/// which reads and scrub verify page by page ([`write_page_crc`]).
+pub const FLAG_PCRC: u8 = 8;
+/// Pages a WRITE with [`FLAG_PCRC`] covers at most (its entry is then 1,088 bytes);
+/// writers split longer extents.
+pub const PCRC_MAX_PAGES: u32 = 256;
 
 /// Entry type codes.
 pub mod etype {
@@ -100,6 +108,9 @@ pub struct AttrRec {
     pub mtime: Ts,
     /// Change time.
     pub ctime: Ts,
+    /// Device number of a character or block device (Linux's encoding, as
+    /// `new_encode_dev`); 0 for every other type.
+    pub rdev: u32,
 }
 
 /// A decoded log entry. Variable parts are referenced by offset into the entry.
@@ -123,6 +134,9 @@ pub enum Entry {
         /// Checksum of the extent's data ([`data_crc`]), if it was committed
         /// without a fence between data and tail.
         dcrc: Option<u32>,
+        /// The entry carries its pages' checksums ([`FLAG_PCRC`]), at
+        /// [`WRITE_LEN`] + 4 k for page k.
+        pcrc: bool,
     },
     /// `dlen` bytes at file offset `off`, stored at `data_off` inside the entry.
     Inline {
@@ -159,7 +173,7 @@ pub enum Entry {
         /// Name.
         name: Vec<u8>,
     },
-    /// Extended attribute set (value at `value_off`) or removal.
+    /// Extended attribute set (value at `value_off`, or in data blocks) or removal.
     Xattr {
         /// Removal?
         remove: bool,
@@ -167,8 +181,11 @@ pub enum Entry {
         name: Vec<u8>,
         /// Value length.
         value_len: u32,
-        /// Offset of the value inside the entry.
+        /// Offset of the value inside the entry (of the block list when spilled).
         value_off: u32,
+        /// A value larger than an entry holds: its CRC32C (seeded with the log's
+        /// seed) and the data blocks it fills, in order.
+        spill: Option<Spill>,
         /// ctime after the change.
         time: Ts,
     },
@@ -188,13 +205,38 @@ pub const PUNCH_LEN: usize = HDR + 32;
 pub const DENTRY_HDR: usize = HDR + 40;
 /// XATTR header size (name and value follow).
 pub const XATTR_HDR: usize = HDR + 24;
+/// Largest extended attribute value (Linux's XATTR_SIZE_MAX). Values that do not fit
+/// in an entry live in data blocks named by the entry (kind 2, "spilled").
+pub const XATTR_SIZE_MAX: usize = 65536;
+/// Data blocks of the largest spilled value.
+pub const XATTR_SPILL_BLOCKS: usize = XATTR_SIZE_MAX / BLOCK as usize;
+const XATTR_SET: u8 = 0;
+const XATTR_REMOVE: u8 = 1;
+const XATTR_SPILLED: u8 = 2;
+
+/// Where a spilled extended attribute value lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Spill {
+    /// CRC32C of the value, seeded with the log's seed.
+    pub crc: u32,
+    /// Its data blocks, in order (the last one zero-padded).
+    pub blocks: smallvec::SmallVec<[u64; 2]>,
+}
+
+impl Spill {
+    /// The body an XATTR entry carries for it: crc u32, block count u32, blocks.
+    fn encoded_len(nblocks: usize) -> usize {
+        8 + 8 * nblocks
+    }
+}
 
 fn pad8(n: usize) -> usize {
     n.div_ceil(8) * 8
 }
 
-/// Bytes of an encoded entry.
-pub type EntryBytes = Vec<u8>;
+/// Bytes of an encoded entry: inline up to 128 bytes (SETATTR, WRITE, PUNCH, a DENTRY
+/// of a name up to 72 bytes), so building one allocates nothing.
+pub type EntryBytes = smallvec::SmallVec<[u8; 128]>;
 
 /// An encoded entry waiting to be appended (seq and crc are filled in then).
 #[derive(Clone, Debug)]
@@ -203,33 +245,37 @@ pub struct EntryBuf {
     pub bytes: EntryBytes,
 }
 
-struct Enc(EntryBytes);
+/// Encoder of one entry: the bytes are sized (and zeroed) once, then each field is
+/// stored at its offset (no growth checks per field).
+struct Enc(EntryBytes, usize);
 impl Enc {
     fn new(t: u8, flags: u8, len: usize) -> Enc {
         let len = pad8(len);
         assert!(len <= MAX_ENTRY, "entry of {len} bytes too large");
-        let mut v = EntryBytes::with_capacity(len);
-        v.resize(HDR, 0);
+        let mut v = EntryBytes::from_elem(0, len);
         v[4] = t;
         v[5] = flags;
         v[6..8].copy_from_slice(&(len as u16).to_le_bytes());
-        Enc(v)
+        Enc(v, HDR)
+    }
+    fn put(&mut self, b: &[u8]) -> &mut Self {
+        let end = self.1 + b.len();
+        assert!(end <= self.0.len(), "entry body overran its declared length");
+        self.0[self.1..end].copy_from_slice(b);
+        self.1 = end;
+        self
     }
     fn u8(&mut self, x: u8) -> &mut Self {
-        self.0.push(x);
-        self
+        self.put(&[x])
     }
     fn u16(&mut self, x: u16) -> &mut Self {
-        self.0.extend_from_slice(&x.to_le_bytes());
-        self
+        self.put(&x.to_le_bytes())
     }
     fn u32(&mut self, x: u32) -> &mut Self {
-        self.0.extend_from_slice(&x.to_le_bytes());
-        self
+        self.put(&x.to_le_bytes())
     }
     fn u64(&mut self, x: u64) -> &mut Self {
-        self.0.extend_from_slice(&x.to_le_bytes());
-        self
+        self.put(&x.to_le_bytes())
     }
     fn i64(&mut self, x: i64) -> &mut Self {
         self.u64(x as u64)
@@ -238,13 +284,9 @@ impl Enc {
         self.i64(t.sec).u32(t.nsec).u32(0)
     }
     fn bytes(&mut self, b: &[u8]) -> &mut Self {
-        self.0.extend_from_slice(b);
-        self
+        self.put(b)
     }
     fn done(&mut self) -> EntryBuf {
-        let len = u16::from_le_bytes([self.0[6], self.0[7]]) as usize;
-        assert!(self.0.len() <= len, "entry body overran its declared length");
-        self.0.resize(len, 0);
         EntryBuf { bytes: std::mem::take(&mut self.0) }
     }
 }
@@ -266,7 +308,7 @@ impl EntryBuf {
             .u32(a.atime.nsec)
             .u32(a.mtime.nsec)
             .u32(a.ctime.nsec)
-            .u32(0)
+            .u32(a.rdev)
             .done()
     }
 
@@ -289,6 +331,27 @@ impl EntryBuf {
             .u64(size)
             .ts(mtime)
             .done()
+    }
+
+    /// WRITE of `crcs.len()` pages (at most [`PCRC_MAX_PAGES`]) carrying each
+    /// page's [`page_crc`]; `dcrc` as for [`EntryBuf::write`].
+    pub fn write_crcs(
+        pgoff: u64,
+        block: u64,
+        size: u64,
+        mtime: Ts,
+        dcrc: Option<u32>,
+        crcs: &[u32],
+    ) -> EntryBuf {
+        let n = crcs.len();
+        assert!(n >= 1 && n <= PCRC_MAX_PAGES as usize, "WRITE of {n} checksummed pages");
+        let f = FLAG_PCRC | if dcrc.is_some() { FLAG_DCRC } else { 0 };
+        let mut e = Enc::new(etype::WRITE, f, WRITE_LEN + 4 * n);
+        e.u64(pgoff).u64(block).u32(n as u32).u32(dcrc.unwrap_or(0)).u64(size).ts(mtime);
+        for &c in crcs {
+            e.u32(c);
+        }
+        e.done()
     }
 
     /// INLINE.
@@ -323,12 +386,34 @@ impl EntryBuf {
             .done()
     }
 
+    /// XATTR whose value lives in data blocks (see [`Spill`]).
+    pub fn xattr_spilled(name: &[u8], value_len: u32, spill: &Spill, time: Ts) -> EntryBuf {
+        assert!(name.len() <= 255 && spill.blocks.len() <= XATTR_SPILL_BLOCKS);
+        let mut e = Enc::new(
+            etype::XATTR,
+            0,
+            XATTR_HDR + name.len() + Spill::encoded_len(spill.blocks.len()),
+        );
+        e.u8(name.len() as u8)
+            .u8(XATTR_SPILLED)
+            .u16(0)
+            .u32(value_len)
+            .ts(time)
+            .bytes(name)
+            .u32(spill.crc)
+            .u32(spill.blocks.len() as u32);
+        for &b in &spill.blocks {
+            e.u64(b);
+        }
+        e.done()
+    }
+
     /// XATTR.
     pub fn xattr(remove: bool, name: &[u8], value: &[u8], time: Ts) -> EntryBuf {
         assert!(name.len() <= 255);
         Enc::new(etype::XATTR, 0, XATTR_HDR + name.len() + value.len())
             .u8(name.len() as u8)
-            .u8(remove as u8)
+            .u8(if remove { XATTR_REMOVE } else { XATTR_SET })
             .u16(0)
             .u32(value.len() as u32)
             .ts(time)
@@ -413,6 +498,64 @@ pub fn data_matches<M: Medium + ?Sized>(m: &M, seed: u32, e: &Entry) -> bool {
     acc == want
 }
 
+/// The stored [`page_crc`] of data block `block`, mapped by the WRITE entry at
+/// `loc`: `None` when the entry carries no page checksums (format v2, or a
+/// fallocate of a version 2 build). The entry was validated when its log was
+/// replayed; damage to it since makes this a corruption error or a mismatch,
+/// never a panic.
+pub fn write_page_crc<M: Medium + ?Sized>(m: &M, loc: u64, block: u64) -> Result<Option<u32>> {
+    let bad = || Error::corrupt(format!("WRITE entry at {loc:#x} does not map block {block}"));
+    let in_page = loc % BLOCK;
+    if in_page + WRITE_LEN as u64 > LOG_DATA_END || (loc - in_page).saturating_add(BLOCK) > m.len()
+    {
+        return Err(bad());
+    }
+    let mut h = [0u8; WRITE_LEN];
+    m.read(loc, &mut h);
+    if h[4] != etype::WRITE {
+        return Err(bad());
+    }
+    if h[5] & FLAG_PCRC == 0 {
+        return Ok(None);
+    }
+    let first = u64::from_le_bytes(h[HDR + 8..HDR + 16].try_into().expect("8"));
+    let n = u32::from_le_bytes(h[HDR + 16..HDR + 20].try_into().expect("4"));
+    let k = block.wrapping_sub(first);
+    if n > PCRC_MAX_PAGES
+        || k >= n as u64
+        || in_page + (WRITE_LEN + 4 * n as usize) as u64 > LOG_DATA_END
+    {
+        return Err(bad());
+    }
+    let mut c = [0u8; 4];
+    m.read(loc + WRITE_LEN as u64 + 4 * k, &mut c);
+    Ok(Some(u32::from_le_bytes(c)))
+}
+
+/// The stored checksums of blocks `[block, block + n)` mapped by the WRITE at
+/// `loc` (see [`write_page_crc`]); `None` when it carries none.
+pub fn write_page_crcs<M: Medium + ?Sized>(
+    m: &M,
+    loc: u64,
+    block: u64,
+    n: u64,
+) -> Result<Option<Vec<u32>>> {
+    let mut out = Vec::with_capacity(n.min(PCRC_MAX_PAGES as u64) as usize);
+    for b in block..block.saturating_add(n) {
+        match write_page_crc(m, loc, b)? {
+            Some(c) => out.push(c),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(out))
+}
+
+/// The [`page_crc`] of an all-zero page (fallocate's blocks) under `seed`.
+pub fn zero_page_crc(seed: u32) -> u32 {
+    static Z: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *Z.get_or_init(|| crate::pmem::crc32c_page(&[0u8; BLOCK as usize])) ^ seed
+}
+
 /// Decode a sealed entry buffer (as produced by [`append`]).
 pub fn decode_entry(bytes: &[u8]) -> Result<Entry> {
     decode_body(bytes[4], bytes)
@@ -435,6 +578,7 @@ fn decode_body(t: u8, b: &[u8]) -> Result<Entry> {
             let (size, parent) = (r.u64(), r.u64());
             let (a, m, c) = (r.i64(), r.i64(), r.i64());
             let (an, mn, cn) = (r.u32(), r.u32(), r.u32());
+            let rdev = r.u32();
             Entry::SetAttr(
                 AttrRec {
                     mode,
@@ -446,22 +590,25 @@ fn decode_body(t: u8, b: &[u8]) -> Result<Entry> {
                     atime: Ts { sec: a, nsec: an },
                     mtime: Ts { sec: m, nsec: mn },
                     ctime: Ts { sec: c, nsec: cn },
+                    rdev,
                 },
                 b[5] & FLAG_SHRINK != 0,
             )
         }
-        etype::WRITE if len == WRITE_LEN => {
+        etype::WRITE if len >= WRITE_LEN => {
             let pgoff = r.u64();
             let block = r.u64();
             let npages = r.u32();
             let crc = r.u32();
             let size = r.u64();
             let mtime = ts(&mut r);
-            if npages == 0 {
+            let pcrc = b[5] & FLAG_PCRC != 0;
+            let want = if pcrc { pad8(WRITE_LEN + 4 * npages as usize) } else { WRITE_LEN };
+            if npages == 0 || (pcrc && npages > PCRC_MAX_PAGES) || len != want {
                 return Err(bad());
             }
             let dcrc = (b[5] & FLAG_DCRC != 0).then_some(crc);
-            Entry::Write { pgoff, block, npages, size, mtime, dcrc }
+            Entry::Write { pgoff, block, npages, size, mtime, dcrc, pcrc }
         }
         etype::INLINE if len >= INLINE_HDR => {
             let off = r.u64();
@@ -496,15 +643,41 @@ fn decode_body(t: u8, b: &[u8]) -> Result<Entry> {
         }
         etype::XATTR if len >= XATTR_HDR => {
             let nl = r.u8() as usize;
-            let remove = r.u8() != 0;
+            let kind = r.u8();
             r.u16();
             let vl = r.u32();
             let time = ts(&mut r);
-            if XATTR_HDR + nl + vl as usize > len || nl == 0 {
+            let at = XATTR_HDR + nl;
+            let spill = if kind == XATTR_SPILLED {
+                // A spilled value is larger than an entry holds and fills its blocks.
+                let word = |o: usize| {
+                    b.get(o..o + 4).map(|w| u32::from_le_bytes(w.try_into().expect("4")))
+                };
+                let (Some(crc), Some(n)) = (word(at), word(at + 4)) else { return Err(bad()) };
+                let n = n as usize;
+                let fits =
+                    (vl as usize).div_ceil(BLOCK as usize) == n && vl as usize <= XATTR_SIZE_MAX;
+                if !fits || at + Spill::encoded_len(n) > len || vl == 0 {
+                    return Err(bad());
+                }
+                let blocks = (0..n)
+                    .map(|k| {
+                        let o = at + 8 + 8 * k;
+                        u64::from_le_bytes(b[o..o + 8].try_into().expect("8"))
+                    })
+                    .collect();
+                Some(Spill { crc, blocks })
+            } else if kind > XATTR_SPILLED || at + vl as usize > len {
+                return Err(bad());
+            } else {
+                None
+            };
+            if nl == 0 {
                 return Err(bad());
             }
-            let name = b[XATTR_HDR..XATTR_HDR + nl].to_vec();
-            Entry::Xattr { remove, name, value_len: vl, value_off: (XATTR_HDR + nl) as u32, time }
+            let name = b[XATTR_HDR..at].to_vec();
+            let remove = kind == XATTR_REMOVE;
+            Entry::Xattr { remove, name, value_len: vl, value_off: at as u32, spill, time }
         }
         etype::END if len == HDR => Entry::End,
         _ => return Err(bad()),
@@ -561,6 +734,30 @@ fn parse_at<M: Medium + ?Sized>(m: &M, pos: u64, seed: u32, rule: SeqRule) -> Re
 /// Read the `[data_off, data_off + len)` payload of the entry at `loc`.
 pub fn read_payload<M: Medium + ?Sized>(m: &M, loc: u64, data_off: u32, dst: &mut [u8]) {
     m.read(loc + data_off as u64, dst);
+}
+
+/// The value of an extended attribute, from its entry or its data blocks (whose
+/// checksum is verified: a damaged value is an error, never returned).
+pub fn read_xattr<M: Medium + ?Sized>(
+    m: &M,
+    seed: u32,
+    r: &crate::index::XattrRef,
+) -> Result<Vec<u8>> {
+    let mut v = vec![0u8; r.value_len as usize];
+    let Some(sp) = &r.spill else {
+        read_payload(m, r.loc, r.value_off, &mut v);
+        return Ok(v);
+    };
+    for (chunk, &b) in v.chunks_mut(BLOCK as usize).zip(&sp.blocks) {
+        m.read(b * BLOCK, chunk);
+    }
+    if crate::pmem::crc32c_append(seed, &v) != sp.crc {
+        return Err(Error::corrupt(format!(
+            "extended attribute value in blocks {:?} does not match its checksum",
+            sp.blocks
+        )));
+    }
+    Ok(v)
 }
 
 /// Flags of the entry at `loc` (for GC: is it a pinned SETATTR?).
@@ -721,6 +918,13 @@ fn walk_span<M: Medium + ?Sized>(
                     gap_in_pending = true;
                 }
                 rule = SeqRule::Exact(s + 1);
+                if let Entry::Xattr { spill: Some(sp), .. } = &entry {
+                    if let Some(&b) = sp.blocks.iter().find(|&&b| !geo.is_data_block(b)) {
+                        return Err(Error::corrupt(format!(
+                            "log entry at {pos:#x} names xattr block {b} outside the data area"
+                        )));
+                    }
+                }
                 if let Entry::Write { block, npages, pgoff, .. } = entry {
                     let last = block.checked_add(npages as u64);
                     let max_pg = crate::layout::MAX_FILE_SIZE / BLOCK + 1;

@@ -3,8 +3,8 @@
 use crate::acl;
 use crate::error::{Error, Result};
 use crate::fs::{
-    Attr, DirEntry, FallocMode, Fs, Inode, Locked, NewInode, NewNode, Part, RenameFlags, SetAttr,
-    SetTime, StatFs, XattrSet,
+    Attr, DirEntry, Entries, FallocMode, Fs, Inode, Locked, NewInode, NewNode, Part, RenameFlags,
+    SetAttr, SetTime, StatFs, XattrSet,
 };
 use crate::index::{Body, FileType, InodeState};
 use crate::layout::{BLOCK, MAX_FILE_SIZE, NAME_MAX};
@@ -24,15 +24,21 @@ pub const PAGE_INLINE_BYTES: usize = 2048;
 /// Overlays the file's last page may carry (appends land there; the append that
 /// completes the page merges them, so appended pages are written once).
 pub const TAIL_PAGE_OPS: usize = 64;
-/// Largest extended attribute value.
+/// Largest extended attribute value kept inside its log entry; larger ones, up to
+/// [`log::XATTR_SIZE_MAX`], live in data blocks the entry names.
 pub const XATTR_VALUE_MAX: usize = MAX_ENTRY - XATTR_HDR - 255;
 /// Longest symlink target.
 pub const SYMLINK_MAX: usize = 4095;
-/// Copy-on-write pages a write checksums to commit with one fence (16 KiB). The
-/// checksum costs about 90 ns per page here, a second fence about 150-300 ns; above
-/// this a write fences its data before its tail (measured: a 1 MiB write lost 10-24%
-/// of its throughput to checksums).
-pub const CHECKSUM_MAX_PAGES: u64 = 4;
+
+/// What a new node carries besides its attributes.
+#[derive(Clone, Copy)]
+enum NodeData<'a> {
+    None,
+    /// A symlink's target.
+    Target(&'a [u8]),
+    /// A device node's number.
+    Rdev(u32),
+}
 
 fn check_name(name: &[u8]) -> Result<()> {
     if name.is_empty() {
@@ -153,22 +159,26 @@ impl<M: Medium> Fs<M> {
         match i.st.read().ftype {
             FileType::Directory => return Err(Error::IsDir),
             FileType::Symlink => return Err(Error::invalid("read of a symlink")),
-            FileType::Regular => {}
+            t if t.is_special() => return Err(Error::invalid("read of a special file")),
+            _ => {}
         }
         let (n, persist) = self.read_fresh(&i, true, |st| {
-            let n = self.read_locked(st, off, buf);
+            let n = self.read_locked(&i, st, off, buf);
             (n, self.touch_atime(&i, st))
         })?;
+        let n = n?;
         if persist {
             self.persist_atime_best_effort(&i);
         }
         Ok(n)
     }
 
-    fn read_locked(&self, st: &InodeState, off: u64, buf: &mut [u8]) -> usize {
+    /// Read under the inode's lock, verifying each data block the read touches as
+    /// the mount's [`VerifyMode`](crate::VerifyMode) says (see `verify`).
+    fn read_locked(&self, i: &Inode, st: &InodeState, off: u64, buf: &mut [u8]) -> Result<usize> {
         let size = st.attr.size;
         if off >= size || buf.is_empty() {
-            return 0;
+            return Ok(0);
         }
         let n = (buf.len() as u64).min(size - off) as usize;
         let mut done = 0usize;
@@ -177,10 +187,53 @@ impl<M: Medium> Fs<M> {
             let pg = pos / BLOCK;
             let a = (pos % BLOCK) as usize;
             let b = (a + (n - done)).min(BLOCK as usize);
-            st.read_page(&self.m, pg, a, b, &mut buf[done..done + (b - a)]);
+            let dst = &mut buf[done..done + (b - a)];
+            match self.block_to_verify(st, pg) {
+                None => st.read_page(&self.m, pg, a, b, dst),
+                Some((blk, loc)) if b - a == BLOCK as usize && st.page_ops(pg).0 == 0 => {
+                    // A whole page without overlays: check the bytes read.
+                    self.m.read(blk * BLOCK, dst);
+                    self.verify_page(i, pg, blk, loc, dst)?;
+                }
+                Some((blk, loc)) => {
+                    let mut page = [0u8; BLOCK as usize];
+                    self.m.read(blk * BLOCK, &mut page);
+                    self.verify_page(i, pg, blk, loc, &page)?;
+                    st.read_page(&self.m, pg, a, b, dst);
+                }
+            }
             done += b - a;
         }
-        n
+        Ok(n)
+    }
+
+    /// The block of page `pg` and its WRITE entry, when a read must check it.
+    fn block_to_verify(&self, st: &InodeState, pg: u64) -> Option<(u64, u64)> {
+        if self.verify == crate::VerifyMode::Off {
+            return None;
+        }
+        let (blk, loc) = st.file()?.lookup(pg)?;
+        if self.verify == crate::VerifyMode::FirstTouch && self.verified.get(blk) {
+            return None;
+        }
+        Some((blk, loc))
+    }
+
+    /// Compare `page` (the content of block `blk`, file page `pg`) with the checksum
+    /// its WRITE entry at `loc` carries; mark the block verified when it matches or
+    /// cannot be checked (no checksum stored).
+    fn verify_page(&self, i: &Inode, pg: u64, blk: u64, loc: u64, page: &[u8]) -> Result<()> {
+        let want = log::write_page_crc(&self.m, loc, blk);
+        let ok = match want {
+            Ok(Some(c)) => log::page_crc(i.seed, page) == c,
+            Ok(None) => true,
+            Err(_) => false,
+        };
+        if !ok {
+            return Err(Error::DataCorrupt { ino: i.ino, offset: pg * BLOCK, block: blk });
+        }
+        self.verified.set(blk);
+        Ok(())
     }
 
     /// Target of a symlink.
@@ -195,7 +248,7 @@ impl<M: Medium> Fs<M> {
             return Err(Error::corrupt(format!("symlink {ino} has size {}", st.attr.size)));
         }
         let mut v = vec![0u8; st.attr.size as usize];
-        let n = self.read_locked(&st, 0, &mut v);
+        let n = self.read_locked(&i, &st, 0, &mut v)?;
         v.truncate(n);
         Ok(v)
     }
@@ -250,6 +303,7 @@ impl<M: Medium> Fs<M> {
             FileType::Regular => Ok(()),
             FileType::Directory => Err(Error::IsDir),
             FileType::Symlink => Err(Error::invalid("write to a symlink")),
+            _ => Err(Error::invalid("write to a special file")),
         }
     }
 
@@ -298,6 +352,11 @@ impl<M: Medium> Fs<M> {
                         pieces.push(Piece::Inline { off: pos, src, len });
                     } else {
                         let mut page = Box::new([0u8; BLOCK as usize]);
+                        // Damaged old content must not get a fresh checksum.
+                        if let Some((blk, loc)) = self.block_to_verify(&st, pg) {
+                            self.m.read(blk * BLOCK, &mut page[..]);
+                            self.verify_page(i, pg, blk, loc, &page[..])?;
+                        }
                         st.read_page(&self.m, pg, 0, BLOCK as usize, &mut page[..]);
                         page[a as usize..b as usize].copy_from_slice(&data[src..src + len]);
                         pieces.push(Piece::Merged { pg, page });
@@ -316,9 +375,6 @@ impl<M: Medium> Fs<M> {
         let mut blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
         // Page, block and checksum of each copy-on-write page.
         let mut cow: SmallVec<[(u64, u64, u32); 4]> = SmallVec::new();
-        // Up to CHECKSUM_MAX_PAGES pages the checksums cost less than a second fence;
-        // a larger write fences its data before the tail instead (two fences).
-        let checksummed = ncow <= CHECKSUM_MAX_PAGES;
         for p in &pieces {
             let (pg, src) = match p {
                 Piece::Full { pg, src } => (*pg, &data[*src..*src + BLOCK as usize]),
@@ -326,33 +382,37 @@ impl<M: Medium> Fs<M> {
                 Piece::Inline { .. } => continue,
             };
             let b = blocks.next().expect("allocated");
-            // The page's checksum comes from the loads of its copy.
-            let crc = if checksummed {
-                self.m.write_nt_crc(b * BLOCK, src) ^ seed
-            } else {
-                crate::pmem::persist_copy(&self.m, b * BLOCK, src);
-                0
-            };
+            // The page's checksum comes from the loads of its copy: every
+            // copy-on-write page is checksummed, whatever the write's size.
+            let crc = self.m.write_nt_crc(b * BLOCK, src) ^ seed;
             cow.push((pg, b, crc));
         }
-        let checked = checksummed && self.fault != Some(crate::fs::CoreFault::UncheckedData);
+        let checked = self.fault != Some(crate::fs::CoreFault::UncheckedData);
         let mut st = i.st.write();
         let (now, fine) = self.stamp(i);
         let size = st.attr.size.max(end);
         let mut entries: SmallVec<[EntryBuf; 2]> = SmallVec::new();
         let mut k = 0;
+        let mut crcs: SmallVec<[u32; 4]> = SmallVec::new();
         while k < cow.len() {
             let (pg0, b0, c0) = cow[k];
             let mut acc = log::data_crc(seed, c0);
+            crcs.clear();
+            crcs.push(c0);
             let mut n = 1;
             while k + n < cow.len()
+                && n < log::PCRC_MAX_PAGES as usize
                 && (cow[k + n].0, cow[k + n].1) == (pg0 + n as u64, b0 + n as u64)
             {
                 acc = log::data_crc(acc, cow[k + n].2);
+                crcs.push(cow[k + n].2);
                 n += 1;
             }
-            let dcrc = checked.then_some(acc);
-            entries.push(EntryBuf::write(pg0, b0, n as u32, size, now, dcrc));
+            entries.push(if checked {
+                EntryBuf::write_crcs(pg0, b0, size, now, Some(acc), &crcs)
+            } else {
+                EntryBuf::write(pg0, b0, n as u32, size, now, None)
+            });
             k += n;
         }
         for p in &pieces {
@@ -361,7 +421,9 @@ impl<M: Medium> Fs<M> {
             }
         }
         // Data pages covered by checksums need no fence between data and tail.
-        match self.commit_single(i, &mut st, &mut entries, ncow > 0 && !checksummed, false) {
+        // (The UncheckedData fault drops the checksums and keeps one fence: the crash
+        // simulator must catch the torn data it lets through.)
+        match self.commit_single(i, &mut st, &mut entries, false, false) {
             Ok(()) => {
                 if fine && !i.shared {
                     i.times_seen.store(false, Ordering::Relaxed);
@@ -409,7 +471,10 @@ impl<M: Medium> Fs<M> {
             match st.ftype {
                 FileType::Directory => return Err(Error::IsDir),
                 FileType::Symlink => return Err(Error::invalid("truncate of a symlink")),
-                FileType::Regular => {}
+                t if t.is_special() => {
+                    return Err(Error::invalid("truncate of a special file"));
+                }
+                _ => {}
             }
         }
         let now = self.m.now();
@@ -449,7 +514,7 @@ impl<M: Medium> Fs<M> {
         let mut entries = vec![e];
         if let Some(p) = ch.perm {
             // chmod rewrites the access ACL's owner, mask (or group) and other.
-            let access = self.xattr_value(&st, acl::ACCESS);
+            let access = self.xattr_value(i.seed, &st, acl::ACCESS);
             if let Some(a) = access.and_then(|v| acl::parse(&v).ok().flatten()) {
                 entries.push(EntryBuf::xattr(false, acl::ACCESS, &a.chmod(p).encode(), now));
             }
@@ -497,6 +562,9 @@ impl<M: Medium> Fs<M> {
         if mode.punch_hole && !mode.keep_size {
             return Err(Error::NotSupported("PUNCH_HOLE requires KEEP_SIZE"));
         }
+        if mode.punch_hole && mode.zero_range {
+            return Err(Error::NotSupported("PUNCH_HOLE with ZERO_RANGE"));
+        }
         let i = self.inode(ino)?;
         self.check_regular(&i)?;
         let end = off + len;
@@ -531,10 +599,20 @@ impl<M: Medium> Fs<M> {
         // Count the holes from the extent map before touching a page: a range far
         // larger than the pool fails at once (not after a walk of 2^50 pages).
         let room = if self.is_client() { self.geo.nblocks } else { self.balloc.free_blocks() };
-        let holes = f.holes(off / BLOCK, end.div_ceil(BLOCK), room).ok_or(Error::NoSpace)?;
+        let holes = if mode.zero_range {
+            Self::zero_range_pages(f, off, end, room).ok_or(Error::NoSpace)?
+        } else {
+            f.holes(off / BLOCK, end.div_ceil(BLOCK), room).ok_or(Error::NoSpace)?
+        };
         let runs = self.alloc_blocks(self.shard(), holes.len() as u64, false)?;
         let size = if mode.keep_size { st.attr.size } else { st.attr.size.max(end) };
         let mut entries = Vec::new();
+        if mode.zero_range && off < st.attr.size {
+            // Zero what the file holds in the range first: whole pages are unmapped
+            // (the fresh zeroed blocks below replace them), the partial pages at the
+            // edges get zero overlays.
+            entries.push(EntryBuf::punch(off, len.min(st.attr.size - off), now));
+        }
         let mut blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
         let mut k = 0;
         let mut pairs = Vec::new();
@@ -546,13 +624,18 @@ impl<M: Medium> Fs<M> {
         while k < pairs.len() {
             let (pg0, b0) = pairs[k];
             let mut n = 1;
-            while k + n < pairs.len() && pairs[k + n] == (pg0 + n as u64, b0 + n as u64) {
+            while k + n < pairs.len()
+                && n < log::PCRC_MAX_PAGES as usize
+                && pairs[k + n] == (pg0 + n as u64, b0 + n as u64)
+            {
                 n += 1;
             }
-            entries.push(EntryBuf::write(pg0, b0, n as u32, size, now, None));
+            // Zeroed blocks: their checksums are known without reading them.
+            let crcs = vec![log::zero_page_crc(i.seed); n];
+            entries.push(EntryBuf::write_crcs(pg0, b0, size, now, None, &crcs));
             k += n;
         }
-        if entries.is_empty() {
+        if pairs.is_empty() {
             // Nothing allocated: still a modification (mtime, ctime), as on tmpfs.
             let (e, _) = Self::setattr_entry(&st, |a| {
                 a.size = size;
@@ -567,6 +650,35 @@ impl<M: Medium> Fs<M> {
             return Err(e);
         }
         Ok(())
+    }
+
+    /// Pages of [off, end) that FALLOC_FL_ZERO_RANGE gives fresh zeroed blocks:
+    /// every whole page, and a partial edge page that is a hole (a partial page with
+    /// content is zeroed by the PUNCH entry instead). `None` past `limit` pages,
+    /// decided before any page is listed.
+    fn zero_range_pages(
+        f: &crate::index::FileIndex,
+        off: u64,
+        end: u64,
+        limit: u64,
+    ) -> Option<Vec<u64>> {
+        let (first_full, end_full) = (off.div_ceil(BLOCK), end / BLOCK);
+        let full = end_full.saturating_sub(first_full);
+        let mut edges: SmallVec<[u64; 2]> = SmallVec::new();
+        for pg in [off / BLOCK, (end - 1) / BLOCK] {
+            let partial = pg < first_full || pg >= end_full;
+            if partial && !edges.contains(&pg) && f.lookup(pg).is_none() && !f.ops.contains_key(&pg)
+            {
+                edges.push(pg);
+            }
+        }
+        if full + edges.len() as u64 > limit {
+            return None;
+        }
+        let mut pages: Vec<u64> = (first_full..end_full.max(first_full)).collect();
+        pages.extend(edges);
+        pages.sort_unstable();
+        Some(pages)
     }
 
     // -------------------------------------------------------------- create
@@ -590,18 +702,19 @@ impl<M: Medium> Fs<M> {
             atime: now,
             mtime: now,
             ctime: now,
+            rdev: 0,
         }
     }
 
     /// Create a regular file. EEXIST if the name exists. `perm` is taken as it is
     /// (the caller applied its umask), unless the directory has a default ACL.
     pub fn create(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
-        self.make_node(parent, name, FileType::Regular, perm, 0, uid, gid, None)
+        self.make_node(parent, name, FileType::Regular, perm, 0, uid, gid, NodeData::None)
     }
 
     /// Create a directory (`perm` as for [`Fs::create`]).
     pub fn mkdir(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> Result<Attr> {
-        self.make_node(parent, name, FileType::Directory, perm, 0, uid, gid, None)
+        self.make_node(parent, name, FileType::Directory, perm, 0, uid, gid, NodeData::None)
     }
 
     /// [`Fs::create`] or [`Fs::mkdir`] with the caller's `umask` still to apply: as
@@ -609,7 +722,40 @@ impl<M: Medium> Fs<M> {
     /// directory replaces the umask.
     pub fn make_masked(&self, node: NewNode<'_>, perm: u32, umask: u32) -> Result<Attr> {
         let ftype = if node.dir { FileType::Directory } else { FileType::Regular };
-        self.make_node(node.parent, node.name, ftype, perm, umask, node.uid, node.gid, None)
+        self.make_node(
+            node.parent,
+            node.name,
+            ftype,
+            perm,
+            umask,
+            node.uid,
+            node.gid,
+            NodeData::None,
+        )
+    }
+
+    /// mknod(2): a FIFO, socket, character or block device (`rdev` its device
+    /// number in Linux's 32-bit encoding), or a regular file, with the caller's
+    /// `umask` still to apply (see [`Fs::make_masked`]). The node holds no data:
+    /// whoever opens it through the mount gets the kernel's pipe, socket or device.
+    /// EINVAL for a directory or symlink type (mkdir and symlink make those), as
+    /// mknod(2) answers. Who may make a device node is the kernel's check
+    /// (CAP_MKNOD), made before a request reaches the daemon.
+    pub fn mknod(
+        &self,
+        node: NewNode<'_>,
+        ftype: FileType,
+        perm: u32,
+        rdev: u32,
+        umask: u32,
+    ) -> Result<Attr> {
+        let extra = match ftype {
+            FileType::Regular => NodeData::None,
+            FileType::CharDevice | FileType::BlockDevice => NodeData::Rdev(rdev),
+            t if t.is_special() => NodeData::None,
+            _ => return Err(Error::invalid("mknod of a directory or symlink")),
+        };
+        self.make_node(node.parent, node.name, ftype, perm, umask, node.uid, node.gid, extra)
     }
 
     /// Create a symbolic link.
@@ -627,7 +773,16 @@ impl<M: Medium> Fs<M> {
         if target.len() > SYMLINK_MAX {
             return Err(Error::NameTooLong);
         }
-        self.make_node(parent, name, FileType::Symlink, 0o777, 0, uid, gid, Some(target))
+        self.make_node(
+            parent,
+            name,
+            FileType::Symlink,
+            0o777,
+            0,
+            uid,
+            gid,
+            NodeData::Target(target),
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -640,12 +795,12 @@ impl<M: Medium> Fs<M> {
         umask: u32,
         uid: u32,
         gid: u32,
-        target: Option<&[u8]>,
+        extra: NodeData<'_>,
     ) -> Result<Attr> {
         self.check_writable()?;
         self.check_namespace()?;
         let p = self.inode(parent)?;
-        let mut locked = Locked::new(self, vec![&p])?;
+        let mut locked = Locked::new(self, &[&p])?;
         let (mut perm, mut gid) = (perm, gid);
         {
             let st = locked.st(parent);
@@ -662,7 +817,8 @@ impl<M: Medium> Fs<M> {
         }
         // A default ACL of the directory is inherited (and replaces the umask).
         let mut acl_entries: SmallVec<[(&[u8], Vec<u8>); 2]> = SmallVec::new();
-        match self.default_acl(locked.st(parent)).filter(|_| ftype != FileType::Symlink) {
+        let pseed = locked.inode(parent).seed;
+        match self.default_acl(pseed, locked.st(parent)).filter(|_| ftype != FileType::Symlink) {
             Some(d) => {
                 let (access, mode) = d.create_masq(perm);
                 perm = mode;
@@ -703,9 +859,12 @@ impl<M: Medium> Fs<M> {
         let seed = log::seed(&self.sb.uuid, ino, old_state + 1);
         let now = self.m.now();
         let mut attr = self.new_attr(ftype, perm, uid, gid, parent, now);
-        let mut entries = Vec::new();
+        let mut entries = Entries::new();
         let mut data = Vec::new();
-        if let Some(t) = target {
+        if let NodeData::Rdev(rdev) = extra {
+            attr.rdev = rdev;
+        }
+        if let NodeData::Target(t) = extra {
             attr.size = t.len() as u64;
             if t.len() <= INLINE_MAX {
                 entries.push(EntryBuf::inline(0, t.len() as u64, now, t));
@@ -720,16 +879,16 @@ impl<M: Medium> Fs<M> {
                 };
                 let mut page = vec![0u8; BLOCK as usize];
                 page[..t.len()].copy_from_slice(t);
-                self.m.write_nt(b * BLOCK, &page);
+                let crc = self.m.write_nt_crc(b * BLOCK, &page) ^ seed;
                 data.push((b, 1));
-                entries.push(EntryBuf::write(0, b, 1, t.len() as u64, now, None));
+                entries.push(EntryBuf::write_crcs(0, b, t.len() as u64, now, None, &[crc]));
             }
         }
         entries.push(EntryBuf::setattr(&attr, false));
         for (name, v) in &acl_entries {
             entries.push(EntryBuf::xattr(false, name, v, now));
         }
-        let mut pentries = vec![EntryBuf::dentry(
+        let mut pentries = smallvec::smallvec![EntryBuf::dentry(
             ino,
             locked.st(parent).dir().expect("dir").next_cookie,
             now,
@@ -782,7 +941,7 @@ impl<M: Medium> Fs<M> {
         self.check_namespace()?;
         let c = self.inode(ino)?;
         let p = self.inode(parent)?;
-        let mut locked = Locked::new(self, vec![&p, &c])?;
+        let mut locked = Locked::new(self, &[&p, &c])?;
         {
             let st = locked.st(parent);
             let d = st.dir().ok_or(Error::NotDir)?;
@@ -814,7 +973,10 @@ impl<M: Medium> Fs<M> {
             a.nlink += 1;
             a.ctime = now;
         });
-        let parts = vec![Part { ino: parent, entries: vec![pe] }, Part { ino, entries: vec![ce] }];
+        let parts = vec![
+            Part { ino: parent, entries: smallvec::smallvec![pe] },
+            Part { ino, entries: smallvec::smallvec![ce] },
+        ];
         self.commit_multi(&mut locked, parts, None, &[], false)?;
         Ok(self.attr_of(locked.inode(ino), locked.st(ino)))
     }
@@ -853,7 +1015,7 @@ impl<M: Medium> Fs<M> {
         for _ in 0..64 {
             let cino = self.lookup_ino(parent, name)?;
             let c = self.inode(cino)?;
-            let mut locked = Locked::new(self, vec![&p, &c])?;
+            let mut locked = Locked::new(self, &[&p, &c])?;
             match locked.st(parent).dir().and_then(|d| d.names.get(name)) {
                 Some(e) if e.ino == cino => {}
                 _ => continue, // changed under us: retry
@@ -868,7 +1030,7 @@ impl<M: Medium> Fs<M> {
                 _ => {}
             }
             let now = self.m.now();
-            let mut pentries = vec![EntryBuf::dentry(0, 0, now, 0, name)];
+            let mut pentries = smallvec::smallvec![EntryBuf::dentry(0, 0, now, 0, name)];
             if dir {
                 let (e, _) = Self::setattr_entry(locked.st(parent), |a| {
                     a.nlink -= 1;
@@ -890,7 +1052,7 @@ impl<M: Medium> Fs<M> {
                     a.nlink = if dir { 0 } else { a.nlink - 1 };
                     a.ctime = now;
                 });
-                parts.push(Part { ino: cino, entries: vec![e] });
+                parts.push(Part { ino: cino, entries: smallvec::smallvec![e] });
             }
             self.commit_multi(&mut locked, parts, None, &free, true)?;
             return Ok(());
@@ -998,11 +1160,11 @@ impl<M: Medium> Fs<M> {
                     _ => {}
                 }
             }
-            let mut all = vec![&spi, &dpi, &si];
+            let mut all: SmallVec<[&Arc<Inode>; 4]> = smallvec::smallvec![&spi, &dpi, &si];
             if let Some(di) = &di {
                 all.push(di);
             }
-            let mut locked = Locked::new(self, all)?;
+            let mut locked = Locked::new(self, &all)?;
             // Names were looked up before the parents were locked: a create, unlink or
             // link (they do not take the rename lock) may have changed them meanwhile.
             let now_at = |l: &Locked<'_, M>, p: u64, n: &[u8]| {
@@ -1022,13 +1184,13 @@ impl<M: Medium> Fs<M> {
             }
             let now = self.m.now();
             let s_ft = locked.st(s).ftype.code();
-            let mut sp_entries: Vec<EntryBuf> = Vec::new();
-            let mut dp_entries: Vec<EntryBuf> = Vec::new();
+            let mut sp_entries: Entries = Entries::new();
+            let mut dp_entries: Entries = Entries::new();
             let mut sp_nlink: i64 = 0;
             let mut dp_nlink: i64 = 0;
             let mut free = Vec::new();
-            let mut s_entries = Vec::new();
-            let mut d_entries = Vec::new();
+            let mut s_entries = Entries::new();
+            let mut d_entries = Entries::new();
             if flags.exchange {
                 let d = d.expect("exchange target");
                 let d_ft = locked.st(d).ftype.code();
@@ -1256,9 +1418,7 @@ impl<M: Medium> Fs<M> {
         self.read_fresh(&i, true, |st| {
             Self::check_xattr_target(name, st, false)?;
             let r = st.xattrs.get(name).ok_or(Error::NoAttr)?;
-            let mut v = vec![0u8; r.value_len as usize];
-            log::read_payload(&self.m, r.loc, r.value_off, &mut v);
-            Ok(v)
+            log::read_xattr(&self.m, i.seed, r)
         })?
     }
 
@@ -1266,7 +1426,7 @@ impl<M: Medium> Fs<M> {
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
         self.check_writable()?;
         Self::check_xattr_name(name)?;
-        if value.len() > XATTR_VALUE_MAX {
+        if value.len() > log::XATTR_SIZE_MAX {
             return Err(Error::TooBig);
         }
         self.check_namespace()?;
@@ -1274,6 +1434,9 @@ impl<M: Medium> Fs<M> {
         let _h = self.hold(&i)?;
         let mut st = i.st.write();
         Self::check_xattr_target(name, &st, true)?;
+        if value.len() > XATTR_VALUE_MAX && acl::is_acl_name(name) {
+            return Err(Error::invalid("ACL too large"));
+        }
         let exists = st.xattrs.contains_key(name);
         match how {
             XattrSet::Create if exists => return Err(Error::Exists),
@@ -1288,21 +1451,38 @@ impl<M: Medium> Fs<M> {
             }
             return self.commit_single(&i, &mut st, &mut entries, false, false);
         }
-        let e = EntryBuf::xattr(false, name, value, now);
-        self.commit_single(&i, &mut st, &mut [e], false, false)
+        if value.len() <= XATTR_VALUE_MAX {
+            let e = EntryBuf::xattr(false, name, value, now);
+            return self.commit_single(&i, &mut st, &mut [e], false, false);
+        }
+        // Too large for an entry: the value goes to fresh data blocks, which are
+        // fenced before the entry that names them is committed.
+        let n = value.len().div_ceil(BLOCK as usize) as u64;
+        let runs = self.alloc_blocks(self.shard(), n, false)?;
+        let blocks: SmallVec<[u64; 2]> = runs.iter().flat_map(|&(s, l)| s..s + l).collect();
+        let mut page = [0u8; BLOCK as usize];
+        for (chunk, &b) in value.chunks(BLOCK as usize).zip(&blocks) {
+            page[..chunk.len()].copy_from_slice(chunk);
+            page[chunk.len()..].fill(0);
+            self.m.write_nt(b * BLOCK, &page);
+        }
+        let spill = log::Spill { crc: crate::pmem::crc32c_append(i.seed, value), blocks };
+        let e = EntryBuf::xattr_spilled(name, value.len() as u32, &spill, now);
+        let r = self.commit_single(&i, &mut st, &mut [e], true, false);
+        if r.is_err() {
+            self.free_runs(&runs);
+        }
+        r
     }
 
     /// The value of extended attribute `name` of a locked inode.
-    fn xattr_value(&self, st: &InodeState, name: &[u8]) -> Option<Vec<u8>> {
-        let r = st.xattrs.get(name)?;
-        let mut v = vec![0u8; r.value_len as usize];
-        log::read_payload(&self.m, r.loc, r.value_off, &mut v);
-        Some(v)
+    fn xattr_value(&self, seed: u32, st: &InodeState, name: &[u8]) -> Option<Vec<u8>> {
+        log::read_xattr(&self.m, seed, st.xattrs.get(name)?).ok()
     }
 
     /// The inode's default ACL, if it has a valid one.
-    fn default_acl(&self, st: &InodeState) -> Option<acl::Acl> {
-        self.xattr_value(st, acl::DEFAULT).and_then(|v| acl::parse(&v).ok().flatten())
+    fn default_acl(&self, seed: u32, st: &InodeState) -> Option<acl::Acl> {
+        self.xattr_value(seed, st, acl::DEFAULT).and_then(|v| acl::parse(&v).ok().flatten())
     }
 
     /// Entries that set POSIX ACL attribute `name` to `value` (see `acl`): an access

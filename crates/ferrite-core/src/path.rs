@@ -205,6 +205,9 @@ impl<M: Medium> Fs<M> {
             FileType::Directory if flags.write || flags.truncate => return Err(Error::IsDir),
             FileType::Directory => {}
             _ if flags.directory => return Err(Error::NotDir),
+            // The kernel runs FIFOs, sockets and devices: a process that opens one
+            // through the mount gets them; the library has none to give.
+            t if t.is_special() => return Err(Error::SpecialFile),
             _ => {}
         }
         if flags.truncate && flags.write && a.ftype == FileType::Regular && a.size > 0 {

@@ -71,9 +71,11 @@ pub fn read_superblock<M: Medium + ?Sized>(m: &M) -> Result<(Superblock, u32)> {
     }
 }
 
-/// Convert a pool of format version 1 to version 2 in place; returns the version
-/// it had. Version 2 only adds a WRITE flag (data checksums) that version 1 logs
-/// never set, so a version 1 log reads the same under version 2 rules, torn tails
+/// Convert a pool of format version 1 or 2 to version 3 in place; returns the
+/// version it had. Version 2 added a WRITE flag (data checksums); version 3 added
+/// page checksums (a WRITE flag), file type codes 4-7 (FIFOs, devices, sockets), a
+/// device number in SETATTR's last word and spilled XATTR values, none of which an
+/// older log holds. So an older log reads the same under version 3 rules, torn tails
 /// included: the superblock copies get the new version number and nothing else
 /// changes. The caller holds the pool exclusively (not mounted).
 pub fn upgrade<M: Medium + ?Sized>(m: &M) -> Result<u32> {
@@ -92,7 +94,9 @@ pub fn upgrade<M: Medium + ?Sized>(m: &M) -> Result<u32> {
     };
     match from {
         VERSION => return Ok(VERSION),
-        1 => {}
+        // Version 1 and 2 logs read the same under version 3 rules (their WRITE
+        // entries carry no page checksums: reads and scrub cannot check those pages).
+        1 | 2 => {}
         v => return Err(Error::Version { found: v, supported: VERSION }),
     }
     for (copy, r) in &copies {
@@ -163,6 +167,7 @@ impl<M: Medium> Fs<M> {
             atime: now,
             mtime: now,
             ctime: now,
+            rdev: 0,
         };
         let mut entries = vec![EntryBuf::setattr(&attr, false)];
         let mut none = || Err(Error::NoSpace);
@@ -207,9 +212,9 @@ impl<M: Medium> Fs<M> {
             None => {
                 if opts.read_only {
                     // Read-only mounts never write; recover in DRAM view only.
-                    scan_all(&m, &sb, &geo, opts, &mut report, false)?
+                    scan_all(&m, &sb, &geo, opts, &mut report, false, state & STATE_CLEAN != 0)?
                 } else {
-                    scan_all(&m, &sb, &geo, opts, &mut report, true)?
+                    scan_all(&m, &sb, &geo, opts, &mut report, true, state & STATE_CLEAN != 0)?
                 }
             }
         };
@@ -219,6 +224,7 @@ impl<M: Medium> Fs<M> {
             persist_u64(&m, MOUNT_STATE_OFF, (generation + 1) << 2);
             m.fence();
         }
+        let verified = crate::verify::Verified::new(geo.nblocks);
         let fs = Fs {
             balloc: BlockAlloc::from_used(&geo, &used_blocks),
             ialloc: InodeAlloc::from_used(&geo, &used_inodes),
@@ -240,6 +246,8 @@ impl<M: Medium> Fs<M> {
             poisoned: Default::default(),
             atime: std::sync::atomic::AtomicU8::new(opts.atime.code()),
             time_floor: Default::default(),
+            verify: opts.verify,
+            verified,
         };
         let root = match fs.inode(ROOT_INO) {
             Ok(r) => r,
@@ -340,6 +348,44 @@ fn write_checkpoint<M: Medium + ?Sized>(
     m.fence();
 }
 
+/// Why the checkpoint of generation `gen` would not be used by a clean mount
+/// (`Err`), checked as `load_checkpoint` does, plus the padding bits past the
+/// bitmaps' last bit.
+pub(crate) fn checkpoint_ok<M: Medium + ?Sized>(
+    m: &M,
+    geo: &Geometry,
+    gen: u64,
+) -> std::result::Result<(), String> {
+    let mut hb = [0u8; 56];
+    m.read(geo.ckpt_start * BLOCK, &mut hb);
+    let Some(h) = CkptHeader::decode(&hb) else {
+        return Err("header magic or checksum is wrong".into());
+    };
+    if h.generation != gen || h.nblocks != geo.nblocks || h.ninodes != geo.ninodes {
+        return Err(format!(
+            "header is of generation {} ({} blocks, {} inodes), the pool of {gen}",
+            h.generation, h.nblocks, h.ninodes
+        ));
+    }
+    if load_checkpoint(m, geo, gen).is_none() {
+        return Err("bitmaps do not match their checksum or miss metadata blocks".into());
+    }
+    let (boff, ioff, ilen) = bitmaps_bytes(geo);
+    for (off, bits, len) in
+        [(boff, geo.nblocks, geo.nblocks.div_ceil(8)), (ioff, geo.ninodes, ilen)]
+    {
+        // Bits past the last block or inode, and the rest of their last block.
+        let end = (off + len).div_ceil(BLOCK) * BLOCK;
+        let mut tail = vec![0u8; (end - (off + len) + 1) as usize];
+        m.read(off + len - 1, &mut tail);
+        let spare = if bits % 8 == 0 { 0 } else { 0xffu8 << (bits % 8) };
+        if tail[0] & spare != 0 || tail[1..].iter().any(|&x| x != 0) {
+            return Err("bits past the last block or inode are set".into());
+        }
+    }
+    Ok(())
+}
+
 fn load_checkpoint<M: Medium + ?Sized>(
     m: &M,
     geo: &Geometry,
@@ -377,6 +423,7 @@ fn scan_all<M: Medium>(
     opts: &MountOptions,
     report: &mut MountReport,
     repair: bool,
+    clean_word: bool,
 ) -> Result<(Bitmap, Bitmap)> {
     if repair {
         for s in 0..geo.nshards {
@@ -415,7 +462,7 @@ fn scan_all<M: Medium>(
                     return;
                 }
                 for ino in start..(start + CHUNK).min(geo.ninodes + 1) {
-                    match scan_one(m, sb, geo, ino, repair, &blocks) {
+                    match scan_one(m, sb, geo, ino, repair, clean_word, &blocks) {
                         Ok(Scan::Free) => {}
                         Ok(Scan::Live { torn: t }) => {
                             inodes.claim(ino - 1);
@@ -462,6 +509,7 @@ fn scan_one<M: Medium>(
     geo: &Geometry,
     ino: u64,
     repair: bool,
+    clean_word: bool,
     blocks: &AtomicBitmap,
 ) -> Result<Scan> {
     let mut b = [0u8; 64];
@@ -483,6 +531,16 @@ fn scan_one<M: Medium>(
     .map_err(|e| Error::corrupt(format!("inode {ino}: {e}")))?;
     if st.setattr_loc.is_none() {
         return Err(Error::corrupt(format!("inode {ino} has no attributes in its log")));
+    }
+    // A cleanly unmounted pool has no torn operation: an entry that does not
+    // validate before the tail (or a last operation whose data does not match) is
+    // damage, and cutting the log would drop committed operations silently. (Its
+    // checkpoint was not usable, or the pool would not be scanned.)
+    if w.torn && clean_word {
+        return Err(Error::corrupt(format!(
+            "inode {ino}: its log does not validate up to its tail on a cleanly unmounted pool \
+             (damage, not a torn write; nothing was cut)"
+        )));
     }
     if w.torn && repair {
         persist_u64(m, so + SLOT_TAIL, logptr::make(logptr::epoch(slot.tail), w.end));

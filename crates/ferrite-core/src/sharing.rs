@@ -437,6 +437,7 @@ impl<M: Medium> Fs<M> {
         for i in 0..geo.ninodes {
             all.set(i);
         }
+        let verified = crate::verify::Verified::new(geo.nblocks);
         Ok(Fs {
             balloc: BlockAlloc::empty(&geo),
             ialloc: InodeAlloc::from_used(&geo, &all),
@@ -458,6 +459,8 @@ impl<M: Medium> Fs<M> {
             poisoned: Default::default(),
             atime: Default::default(),
             time_floor: Default::default(),
+            verify: Default::default(),
+            verified,
         })
     }
 
@@ -519,7 +522,7 @@ impl<M: Medium> Fs<M> {
             p.table().set_owner(b, len, party);
         }
         self.publish_free();
-        Ok(runs)
+        Ok(runs.to_vec())
     }
 
     /// Blocks client `party` gives back. Runs it does not own are refused whole

@@ -182,6 +182,9 @@ fn walk_everything<M: Medium>(fs: &Fs<M>) {
                         }
                     }
                 }
+                _ => {
+                    let _ = fs.read(e.ino, 0, &mut [0u8; 16]);
+                }
             }
         }
     }
@@ -317,7 +320,7 @@ fn hostile_superblock_fields_with_valid_checksums() {
         ("inode size", Box::new(|s| s.inode_size = 128)),
         ("root inode", Box::new(|s| s.root_ino = 999_999)),
         ("pool size differs", Box::new(|s| s.pool_size += BLOCK)),
-        ("version", Box::new(|s| s.version = 3)),
+        ("version", Box::new(|s| s.version = ferrite_core::layout::VERSION + 1)),
     ];
     for (what, edit) in edits {
         let mut s = sb;
@@ -732,6 +735,7 @@ fn checksum_valid_hostile_entries() {
         atime: ts,
         mtime: ts,
         ctime: ts,
+        rdev: 0,
     };
     let reg = libc::S_IFREG | 0o644;
     let cases: Vec<(&str, u64, EntryBuf)> = vec![

@@ -249,12 +249,12 @@ fn xattr_errors() {
     expect("set empty value", fs.setxattr(f, b"user.e", b"", XattrSet::Any), 0);
     assert_eq!(fs.getxattr(f, b"user.e").unwrap(), b"");
     expect("set user.a on a dir", fs.setxattr(t.d, b"user.a", b"v", XattrSet::Any), 0);
-    // FerriteFS keeps a value inside one log entry: XATTR_VALUE_MAX bytes at most
-    // (Linux tmpfs allows 64 KiB); beyond it, E2BIG like Linux past its limit.
-    let big = vec![1u8; XATTR_VALUE_MAX];
-    expect("set XATTR_VALUE_MAX", fs.setxattr(f, b"user.big", &big, XattrSet::Any), 0);
-    let big = vec![1u8; XATTR_VALUE_MAX + 1];
-    expect("set XATTR_VALUE_MAX + 1", fs.setxattr(f, b"user.big2", &big, XattrSet::Any), E2BIG);
+    // Values up to 64 KiB, as Linux (larger than an entry: in data blocks); beyond
+    // it, E2BIG.
+    let big = vec![1u8; XATTR_SIZE_MAX];
+    expect("set XATTR_SIZE_MAX", fs.setxattr(f, b"user.big", &big, XattrSet::Any), 0);
+    let big = vec![1u8; XATTR_SIZE_MAX + 1];
+    expect("set XATTR_SIZE_MAX + 1", fs.setxattr(f, b"user.big2", &big, XattrSet::Any), E2BIG);
     assert_fsck_clean(fs, "xattr_errors");
 }
 
@@ -285,9 +285,9 @@ fn write_truncate_fallocate_limits() {
     expect("truncate d", dtrunc(0), EISDIR);
     expect("truncate d to -1", dtrunc(u64::MAX), EINVAL);
     expect("truncate to 0 again", trunc(0), 0);
-    let keep = FallocMode { keep_size: true, punch_hole: false };
-    let punch = FallocMode { keep_size: true, punch_hole: true };
-    let punch_nokeep = FallocMode { keep_size: false, punch_hole: true };
+    let keep = FallocMode { keep_size: true, punch_hole: false, zero_range: false };
+    let punch = FallocMode { keep_size: true, punch_hole: true, zero_range: false };
+    let punch_nokeep = FallocMode { keep_size: false, punch_hole: true, zero_range: false };
     let plain = FallocMode::default();
     expect("fallocate len 0", fs.fallocate(f, plain, 0, 0), EINVAL);
     expect("fallocate PUNCH without KEEP", fs.fallocate(f, punch_nokeep, 0, 10), EOPNOTSUPP);

@@ -1,6 +1,6 @@
 //! Format version 2: a copy-on-write write commits with one fence (its WRITE entries
 //! carry the data's checksum), fsync adds none, a torn last write is cut by recovery,
-//! and a version 1 pool is refused with both versions named, then upgraded in place.
+//! and an older pool is refused with both versions named, then upgraded in place.
 
 mod common;
 
@@ -53,7 +53,12 @@ fn a_durable_write_takes_one_fence_and_fsync_none() {
     let n = fences(&fs, || {
         fs.write(ino, 64 << 10, &big).unwrap();
     });
-    assert_eq!(n, 2, "64 KiB: more pages than checksums pay for, data fenced first");
+    assert_eq!(n, 1, "64 KiB: every copy-on-write page is checksummed, one fence");
+    let huge = vec![9u8; 4 << 20];
+    let n = fences(&fs, || {
+        fs.write(ino, 4 << 20, &huge).unwrap();
+    });
+    assert_eq!(n, 1, "4 MiB: one fence too");
     assert_eq!(fences(&fs, || fs.fsync(ino, false).unwrap()), 0, "fsync");
     assert_eq!(fences(&fs, || fs.fsync(ino, true).unwrap()), 0, "fdatasync");
     // Over many writes GC's own fences stay a small fraction.
@@ -145,30 +150,34 @@ fn pool_of_version(v: u32) -> SimMedium {
 }
 
 #[test]
-fn a_version_1_pool_is_refused_with_both_versions_then_upgraded() {
-    let Err(e) = Fs::mount(pool_of_version(1), &MountOptions::default()) else {
-        panic!("a version 1 pool mounted");
-    };
-    let msg = e.to_string();
-    assert!(matches!(e, Error::Version { found: 1, supported: 2 }), "{e:?}");
-    assert!(msg.contains("version 1") && msg.contains("version 2"), "{msg}");
-    assert!(msg.contains("ferrite upgrade"), "{msg}");
+fn older_pools_are_refused_with_both_versions_then_upgraded() {
+    // Version 1 (no data checksums) and version 2 (no special files) both read the
+    // same under version 3 rules: upgrade rewrites the version and nothing else.
+    for old in [1u32, 2] {
+        let Err(e) = Fs::mount(pool_of_version(old), &MountOptions::default()) else {
+            panic!("a version {old} pool mounted");
+        };
+        let msg = e.to_string();
+        assert!(matches!(e, Error::Version { found, supported: 3 } if found == old), "{e:?}");
+        assert!(msg.contains(&format!("version {old}")) && msg.contains("version 3"), "{msg}");
+        assert!(msg.contains("ferrite upgrade"), "{msg}");
 
-    let m = pool_of_version(1);
-    assert_eq!(recovery::upgrade(&m).unwrap(), 1);
-    assert_eq!(recovery::upgrade(&m).unwrap(), 2, "a second upgrade changes nothing");
-    let fs = Fs::mount(m, &MountOptions::default()).unwrap();
-    assert!(fs.mount_report().clean);
-    let ino = fs.lookup(fs.root(), b"f").unwrap().ino;
-    let mut buf = [0u8; 23];
-    fs.read(ino, 0, &mut buf).unwrap();
-    assert_eq!(&buf, b"kept across the upgrade");
-    assert_fsck_clean(&fs, "after the upgrade");
+        let m = pool_of_version(old);
+        assert_eq!(recovery::upgrade(&m).unwrap(), old);
+        assert_eq!(recovery::upgrade(&m).unwrap(), 3, "a second upgrade changes nothing");
+        let fs = Fs::mount(m, &MountOptions::default()).unwrap();
+        assert!(fs.mount_report().clean);
+        let ino = fs.lookup(fs.root(), b"f").unwrap().ino;
+        let mut buf = [0u8; 23];
+        fs.read(ino, 0, &mut buf).unwrap();
+        assert_eq!(&buf, b"kept across the upgrade");
+        assert_fsck_clean(&fs, "after the upgrade");
+    }
 
     // A pool from a newer build is refused, and upgrade leaves it alone.
-    let m = pool_of_version(3);
+    let m = pool_of_version(4);
     let e = recovery::upgrade(&m).unwrap_err();
     assert!(e.to_string().contains("newer"), "{e}");
     let r = Fs::mount(m, &MountOptions::default());
-    assert!(matches!(r, Err(Error::Version { found: 3, supported: 2 })));
+    assert!(matches!(r, Err(Error::Version { found: 4, supported: 3 })));
 }

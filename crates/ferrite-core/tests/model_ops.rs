@@ -483,8 +483,8 @@ fn xattr_len(sel: u8) -> usize {
         0 => 0,
         1..=9 => (sel as usize * 7) % 100 + 1,
         10 | 11 => 2000,
-        12 => XATTR_VALUE_MAX,
-        13 => XATTR_VALUE_MAX + 1,
+        12 => XATTR_VALUE_MAX + 1 + sel as usize * 97, // in data blocks
+        13 => XATTR_SIZE_MAX + 1,
         _ => 300,
     }
 }
@@ -992,6 +992,7 @@ impl Harness {
                                 fs.open(i)?;
                                 Ok((i, false))
                             }
+                            t => unreachable!("the model makes no {t:?}"),
                         }
                     }
                     Err(Error::NotFound) if *creat => {
@@ -1137,9 +1138,9 @@ impl Harness {
                 let len = Self::length(*len);
                 let mode = match mode % 8 {
                     0..=2 => FallocMode::default(),
-                    3 | 4 => FallocMode { keep_size: true, punch_hole: false },
-                    5 | 6 => FallocMode { keep_size: true, punch_hole: true },
-                    _ => FallocMode { keep_size: false, punch_hole: true },
+                    3 | 4 => FallocMode { keep_size: true, punch_hole: false, zero_range: false },
+                    5 | 6 => FallocMode { keep_size: true, punch_hole: true, zero_range: false },
+                    _ => FallocMode { keep_size: false, punch_hole: true, zero_range: false },
                 };
                 let want = (|| {
                     if len == 0 || off > MAX || len > MAX {
@@ -1260,7 +1261,7 @@ impl Harness {
                 };
                 let want = (|| {
                     Self::xattr_name_check(&name)?;
-                    if vlen > XATTR_VALUE_MAX {
+                    if vlen > XATTR_SIZE_MAX {
                         return Err(libc::E2BIG);
                     }
                     let n = self.m.node(i)?;

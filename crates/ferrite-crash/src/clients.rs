@@ -443,12 +443,18 @@ fn exec_client(fs: &Fs<Med>, ino: u64, op: &Op) -> Result<(), Error> {
         Op::Truncate { size, .. } => {
             fs.setattr(ino, &SetAttr { size: Some(*size), ..Default::default() }).map(drop)
         }
-        Op::Fallocate { off, len, keep_size, .. } => {
-            fs.fallocate(ino, FallocMode { keep_size: *keep_size, punch_hole: false }, *off, *len)
-        }
-        Op::Punch { off, len, .. } => {
-            fs.fallocate(ino, FallocMode { keep_size: true, punch_hole: true }, *off, *len)
-        }
+        Op::Fallocate { off, len, keep_size, .. } => fs.fallocate(
+            ino,
+            FallocMode { keep_size: *keep_size, ..Default::default() },
+            *off,
+            *len,
+        ),
+        Op::Punch { off, len, .. } => fs.fallocate(
+            ino,
+            FallocMode { keep_size: true, punch_hole: true, zero_range: false },
+            *off,
+            *len,
+        ),
         Op::Compact { .. } => fs.compact(ino),
         other => Err(Error::invalid(format!("not a client operation: {other}"))),
     }

@@ -90,11 +90,21 @@ pub fn exec<M: Medium>(fs: &Fs<M>, op: &Op, handles: &mut Handles) -> Result<(),
         }
         Op::Fallocate { path, off, len, keep_size } => {
             let ino = resolve(fs, path)?;
-            fs.fallocate(ino, FallocMode { keep_size: *keep_size, punch_hole: false }, *off, *len)
+            fs.fallocate(
+                ino,
+                FallocMode { keep_size: *keep_size, ..Default::default() },
+                *off,
+                *len,
+            )
         }
         Op::Punch { path, off, len } => {
             let ino = resolve(fs, path)?;
-            fs.fallocate(ino, FallocMode { keep_size: true, punch_hole: true }, *off, *len)
+            fs.fallocate(
+                ino,
+                FallocMode { keep_size: true, punch_hole: true, ..Default::default() },
+                *off,
+                *len,
+            )
         }
         Op::Chmod { path, perm } => {
             let ino = resolve(fs, path)?;
@@ -197,6 +207,10 @@ pub fn live_canon<M: Medium>(fs: &Fs<M>, with_times: bool) -> Result<Canon, Stri
                 let t = fs.readlink(ino).map_err(|e| format!("readlink {show}: {e}"))?;
                 ('l', t.len() as u64, hash_bytes(&t))
             }
+            FileType::Fifo => ('p', 0, hash_bytes(&[])),
+            FileType::Socket => ('s', 0, hash_bytes(&[])),
+            FileType::CharDevice => ('c', 0, hash_bytes(&a.rdev.to_le_bytes())),
+            FileType::BlockDevice => ('b', 0, hash_bytes(&a.rdev.to_le_bytes())),
         };
         let link_of = if kind == 'd' {
             None

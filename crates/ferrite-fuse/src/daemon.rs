@@ -236,11 +236,17 @@ fn open_pool(p: &Plan) -> Result<Fs<MmapMedium>, String> {
             format!("formatting {}: {e}", p.pool.display())
         })?;
         fs.set_atime_mode(p.opts.atime);
+        let mut fs = fs;
+        fs.set_verify_mode(p.opts.verify);
         return Ok(fs);
     }
     let m = MmapMedium::open(&p.pool, &map).map_err(|e| e.to_string())?;
-    let mo =
-        MountOptions { read_only: p.opts.read_only, atime: p.opts.atime, ..Default::default() };
+    let mo = MountOptions {
+        read_only: p.opts.read_only,
+        atime: p.opts.atime,
+        verify: p.opts.verify,
+        ..Default::default()
+    };
     Fs::mount(m, &mo).map_err(|e| format!("{}: {e}", p.pool.display()))
 }
 

@@ -257,6 +257,10 @@ fn kind(t: FileType) -> fuser::FileType {
         FileType::Regular => fuser::FileType::RegularFile,
         FileType::Directory => fuser::FileType::Directory,
         FileType::Symlink => fuser::FileType::Symlink,
+        FileType::Fifo => fuser::FileType::NamedPipe,
+        FileType::CharDevice => fuser::FileType::CharDevice,
+        FileType::BlockDevice => fuser::FileType::BlockDevice,
+        FileType::Socket => fuser::FileType::Socket,
     }
 }
 
@@ -274,7 +278,7 @@ fn file_attr(nodeid: u64, a: &Attr) -> FileAttr {
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
-        rdev: 0,
+        rdev: a.rdev,
         blksize: 4096,
         flags: 0,
     }
@@ -852,15 +856,28 @@ impl Filesystem for FerriteFuse {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
         self.guard("mknod", || {
-            if mode & libc::S_IFMT != libc::S_IFREG && mode & libc::S_IFMT != 0 {
-                // Device nodes, FIFOs and sockets are not in the format.
-                return reply.error(Errno::EPERM);
+            if mode & libc::S_IFMT == libc::S_IFREG || mode & libc::S_IFMT == 0 {
+                return match self.create_file(req, parent, name, mode, umask, libc::O_EXCL) {
+                    Ok((fa, a)) => self.reply_entry(reply, &fa, a.generation),
+                    Err(e) => reply.error(e),
+                };
             }
-            match self.create_file(req, parent, name, mode, umask, libc::O_EXCL) {
+            // A FIFO, socket or device node: the daemon stores it, the kernel runs it.
+            let Some(t) = FileType::from_mode(mode) else { return reply.error(Errno::EINVAL) };
+            let r = self.ino(parent).and_then(|dir| {
+                let (uid, gid) = (req.uid(), req.gid());
+                let node = NewNode { parent: dir, name: name.as_bytes(), dir: false, uid, gid };
+                let a = self
+                    .fs
+                    .mknod(node, t, mode & 0o7777, rdev, umask)
+                    .map_err(|e| self.err("mknod", e))?;
+                Ok((self.remember(a)?, a))
+            });
+            match r {
                 Ok((fa, a)) => self.reply_entry(reply, &fa, a.generation),
                 Err(e) => reply.error(e),
             }
@@ -1362,15 +1379,8 @@ impl Filesystem for FerriteFuse {
         reply: ReplyEmpty,
     ) {
         self.guard("fallocate", || {
-            let m = match mode {
-                0 => FallocMode::default(),
-                libc::FALLOC_FL_KEEP_SIZE => FallocMode { keep_size: true, punch_hole: false },
-                m if m == libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE => {
-                    FallocMode { keep_size: true, punch_hole: true }
-                }
-                _ => return reply.error(Errno::EOPNOTSUPP),
-            };
             let r = self.ino(ino).and_then(|i| {
+                let m = FallocMode::from_flags(mode).map_err(|e| self.err("fallocate", e))?;
                 self.fs.fallocate(i, m, offset, length).map_err(|e| self.err("fallocate", e))
             });
             match r {

@@ -42,6 +42,9 @@ pub struct Options {
     /// `relatime` (default), `noatime`, `strictatime`: when reads update access
     /// times (the core keeps them; the kernel does not for a FUSE mount).
     pub atime: ferrite_core::AtimeMode,
+    /// `verify=first-touch` (default), `verify=always`, `verify=off`: when reads
+    /// check data blocks against their checksums (docs/INTEGRITY.md).
+    pub verify: ferrite_core::VerifyMode,
 }
 
 impl Default for Options {
@@ -61,6 +64,7 @@ impl Default for Options {
             threads: None,
             create: None,
             atime: ferrite_core::AtimeMode::Relative,
+            verify: ferrite_core::VerifyMode::FirstTouch,
         }
     }
 }
@@ -174,6 +178,11 @@ pub fn parse(lists: &[String]) -> Result<Options, String> {
                 novalue()?;
                 o.atime = ferrite_core::AtimeMode::Strict;
             }
+            "verify" => {
+                let v = need(val)?;
+                o.verify = ferrite_core::VerifyMode::parse(&v)
+                    .ok_or_else(|| format!("verify={v}: expected always, first-touch or off"))?;
+            }
             "sync" => o.flags.push(flag(MountOption::Sync)?),
             "async" => o.flags.push(flag(MountOption::Async)?),
             "dirsync" => o.flags.push(flag(MountOption::DirSync)?),
@@ -278,6 +287,16 @@ mod tests {
         assert!(!o.no_cache, "the kernel caches by default");
         assert!(p("nocache").unwrap().no_cache);
         assert!(p("nocache=1").is_err());
+    }
+
+    #[test]
+    fn verify_takes_a_policy() {
+        assert_eq!(p("rw").unwrap().verify, ferrite_core::VerifyMode::FirstTouch);
+        assert_eq!(p("verify=always").unwrap().verify, ferrite_core::VerifyMode::Always);
+        assert_eq!(p("verify=off").unwrap().verify, ferrite_core::VerifyMode::Off);
+        assert_eq!(p("verify=first-touch").unwrap().verify, ferrite_core::VerifyMode::FirstTouch);
+        assert!(p("verify").unwrap_err().contains("needs a value"));
+        assert!(p("verify=sometimes").unwrap_err().contains("always, first-touch or off"));
     }
 
     #[test]

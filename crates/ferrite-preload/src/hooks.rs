@@ -225,6 +225,14 @@ fn open_direct(
 ) -> R<c_int> {
     let client = if flags & libc::O_PATH != 0 { None } else { m.client() };
     let mut marker = client.is_some() && flags & (libc::O_DIRECT | libc::O_DIRECTORY) == 0;
+    if marker {
+        // The marker is for regular files. A FIFO's open blocks until its other end
+        // opens and only then fails with O_DIRECT, which would leave a writer at the
+        // other end without a reader for a moment: look first (from the kernel's
+        // caches; a missing name is created as a regular file).
+        let t = real::type_at(dirfd, p, flags & libc::O_NOFOLLOW != 0);
+        marker = matches!(t, Ok(libc::S_IFREG) | Err(libc::ENOENT));
+    }
     let mut r = real::openat(dirfd, p, if marker { flags | libc::O_DIRECT } else { flags }, mode);
     if marker && r == Err(libc::EINVAL) {
         // A directory or another file the kernel will not open O_DIRECT.
@@ -812,7 +820,8 @@ fn fill_stat(d: &Desc, a: &ferrite_core::Attr, st: &mut libc::stat64) {
     st.st_nlink = a.nlink as _;
     st.st_uid = a.uid;
     st.st_gid = a.gid;
-    st.st_rdev = 0;
+    let (major, minor) = a.rdev_parts();
+    st.st_rdev = libc::makedev(major, minor);
     st.st_size = a.size as i64;
     st.st_blksize = 4096;
     st.st_blocks = a.blocks as i64;

@@ -215,14 +215,7 @@ pub fn ftruncate(c: &Client, d: &Desc, len: i64) -> R<Do<i32>> {
 
 /// fallocate (the modes the core has; others go to the kernel).
 pub fn fallocate(c: &Client, d: &Desc, mode: i32, off: i64, len: i64) -> R<Do<i32>> {
-    let m = match mode {
-        0 => FallocMode::default(),
-        libc::FALLOC_FL_KEEP_SIZE => FallocMode { keep_size: true, punch_hole: false },
-        x if x == libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE => {
-            FallocMode { keep_size: true, punch_hole: true }
-        }
-        _ => return Ok(Do::Kernel),
-    };
+    let Ok(m) = FallocMode::from_flags(mode) else { return Ok(Do::Kernel) };
     if off < 0 || len <= 0 {
         return Err(libc::EINVAL);
     }

@@ -1,0 +1,175 @@
+//! fallocate's modes in the core: FALLOC_FL_ZERO_RANGE (with and without KEEP_SIZE)
+//! zeroes the range and leaves it allocated, in one operation at every crash point;
+//! a random mix of writes, zero ranges, punches and truncations matches an in-memory
+//! model across remounts; the mode bits map to what is done (collapse and insert are
+//! EOPNOTSUPP, as the docs say); a range far past the pool fails at once.
+
+mod common;
+
+use common::*;
+use ferrite_core::sim::crash_image;
+use ferrite_core::*;
+
+const MB: u64 = 1 << 20;
+const ZERO: FallocMode = FallocMode { keep_size: false, punch_hole: false, zero_range: true };
+const ZERO_KEEP: FallocMode = FallocMode { keep_size: true, punch_hole: false, zero_range: true };
+
+fn file_with(fs: &Fs<SimMedium>, name: &[u8], data: &[u8]) -> u64 {
+    let ino = fs.create(fs.root(), name, 0o644, 0, 0).unwrap().ino;
+    fs.write(ino, 0, data).unwrap();
+    ino
+}
+
+#[test]
+fn zero_range_zeroes_and_allocates() {
+    let fs = fresh_sim(64 * MB, 1);
+    let mut want = Rng(3).bytes(5 * 4096);
+    let f = file_with(&fs, b"f", &want);
+    // Partial pages at both edges, a whole page between.
+    fs.fallocate(f, ZERO, 1000, 9000).unwrap();
+    want[1000..10_000].fill(0);
+    assert!(fs.read_all(f).unwrap() == want, "zeroed inside");
+    assert_eq!(fs.getattr(f).unwrap().size, 5 * 4096);
+    // Past the end: the size grows; with KEEP_SIZE it does not, but blocks are
+    // allocated (st_blocks) and the range reads as zeros once the file grows.
+    fs.fallocate(f, ZERO, 18_000, 10_000).unwrap();
+    want.resize(28_000, 0);
+    want[18_000..].fill(0);
+    assert!(fs.read_all(f).unwrap() == want, "zeroed past the end");
+    let before = fs.getattr(f).unwrap();
+    fs.fallocate(f, ZERO_KEEP, 28_000, 3 * 4096).unwrap();
+    let after = fs.getattr(f).unwrap();
+    assert_eq!(after.size, 28_000);
+    assert!(after.blocks > before.blocks, "{} -> {}", before.blocks, after.blocks);
+    // A sparse file's holes become allocated zeros (SEEK_HOLE moves past them).
+    let s = fs.create(fs.root(), b"sparse", 0o644, 0, 0).unwrap().ino;
+    fs.setattr(s, &SetAttr { size: Some(64 * 1024), ..Default::default() }).unwrap();
+    assert_eq!(fs.seek_data(s, 0, true).unwrap(), 0);
+    fs.fallocate(s, ZERO_KEEP, 0, 64 * 1024).unwrap();
+    assert_eq!(fs.seek_data(s, 0, true).unwrap(), 64 * 1024);
+    assert!(fs.read_all(s).unwrap() == vec![0u8; 64 * 1024], "sparse file zeroed");
+    assert_fsck_clean(&fs, "after zero ranges");
+}
+
+#[test]
+fn mode_bits_map_to_what_is_done() {
+    use libc::*;
+    let ok = |m: i32| FallocMode::from_flags(m).unwrap();
+    assert_eq!(ok(0), FallocMode::default());
+    assert_eq!(ok(FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE), ZERO_KEEP);
+    assert!(ok(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE).punch_hole);
+    for m in [
+        FALLOC_FL_PUNCH_HOLE,
+        FALLOC_FL_COLLAPSE_RANGE,
+        FALLOC_FL_INSERT_RANGE,
+        FALLOC_FL_UNSHARE_RANGE,
+        FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
+    ] {
+        assert_eq!(FallocMode::from_flags(m).unwrap_err().errno(), EOPNOTSUPP, "mode {m:#x}");
+    }
+    // A zero range far larger than the pool fails at once and changes nothing.
+    let fs = fresh_sim(16 * MB, 1);
+    let f = file_with(&fs, b"f", b"kept");
+    assert!(matches!(fs.fallocate(f, ZERO, 0, 1 << 50), Err(Error::NoSpace)));
+    assert_eq!(fs.read_all(f).unwrap(), b"kept");
+}
+
+#[test]
+fn random_zero_ranges_match_a_model_across_remounts() {
+    let mut fs = fresh_sim(64 * MB, 2);
+    let mut rng = Rng(0x5eed);
+    let mut model: Vec<u8> = Vec::new();
+    let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    for step in 0..1500 {
+        let off = rng.below(96 * 1024);
+        let len = 1 + rng.below(20 * 1024);
+        match rng.below(10) {
+            0..=3 => {
+                let d = rng.bytes(len as usize);
+                fs.write(f, off, &d).unwrap();
+                let end = (off + len) as usize;
+                if model.len() < end {
+                    model.resize(end, 0);
+                }
+                model[off as usize..end].copy_from_slice(&d);
+            }
+            4..=6 => {
+                let keep = rng.below(2) == 0;
+                fs.fallocate(f, if keep { ZERO_KEEP } else { ZERO }, off, len).unwrap();
+                let end = (off + len) as usize;
+                if !keep && model.len() < end {
+                    model.resize(end, 0);
+                }
+                let stop = end.min(model.len());
+                if (off as usize) < stop {
+                    model[off as usize..stop].fill(0);
+                }
+            }
+            7 => {
+                let m = FallocMode { keep_size: true, punch_hole: true, zero_range: false };
+                fs.fallocate(f, m, off, len).unwrap();
+                let stop = ((off + len) as usize).min(model.len());
+                if (off as usize) < stop {
+                    model[off as usize..stop].fill(0);
+                }
+            }
+            8 => {
+                let size = rng.below(100 * 1024);
+                fs.setattr(f, &SetAttr { size: Some(size), ..Default::default() }).unwrap();
+                model.resize(size as usize, 0);
+            }
+            _ => {
+                let how = [Remount::Clean, Remount::CrashCurrent, Remount::CrashDurable];
+                fs = remount(fs, how[rng.below(3) as usize]);
+            }
+        }
+        assert_eq!(fs.getattr(f).unwrap().size, model.len() as u64, "step {step}");
+        if step % 50 == 0 {
+            assert!(fs.read_all(f).unwrap() == model, "step {step}: content differs");
+        }
+    }
+    assert!(fs.read_all(f).unwrap() == model, "content differs at the end");
+    assert_fsck_clean(&fs, "after the random run");
+}
+
+#[test]
+fn zero_range_is_one_operation_at_every_crash_point() {
+    let fs = fresh_sim(16 * MB, 1);
+    let old = Rng(9).bytes(4 * 4096);
+    let f = file_with(&fs, b"f", &old);
+    let mut new = old.clone();
+    new[100..].fill(0);
+    new.resize(20_000, 0);
+    let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = points.clone();
+    fs.medium().set_fence_hook(Some(Box::new(move |p| {
+        s.lock().unwrap().push((p.durable.to_vec(), p.in_flight.to_vec()));
+    })));
+    fs.fallocate(f, ZERO, 100, 19_900).unwrap();
+    fs.medium().set_fence_hook(None);
+    assert!(fs.read_all(f).unwrap() == new, "zero range result differs");
+    let points = points.lock().unwrap().clone();
+    assert!(!points.is_empty());
+    let mut rng = Rng(5);
+    let mut seen = std::collections::BTreeSet::new();
+    for (durable, in_flight) in &points {
+        for k in 0..40 {
+            let chosen: Vec<_> = in_flight
+                .iter()
+                .filter(|_| match k {
+                    0 => false,
+                    1 => true,
+                    _ => rng.below(2) == 0,
+                })
+                .collect();
+            let c =
+                Fs::mount(SimMedium::from_image(crash_image(durable, chosen)), &Default::default());
+            let c = c.unwrap();
+            let got = c.read_all(f).unwrap();
+            assert!(got == old || got == new, "crash subset {k}: neither before nor after");
+            seen.insert(got == new);
+            assert_fsck_clean(&c, "after a crash inside a zero range");
+        }
+    }
+    assert!(seen.contains(&false), "some crash point keeps the old content");
+}
