@@ -470,8 +470,8 @@ pub fn page_crc(seed: u32, page: &[u8]) -> u32 {
 pub fn page_crc_kernel() -> &'static str {
     static K: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     K.get_or_init(|| {
-        if crate::pmem::config().fused_page_crc {
-            "x86_64-avx512-vpclmulqdq, fused with the copy".to_string()
+        if let Some(k) = crate::pmem::config().fused_page_crc {
+            format!("x86_64 {k:?} VPCLMULQDQ folding, fused with the copy")
         } else {
             crc_fast::get_calculator_target(crc_fast::CrcAlgorithm::Crc32Iscsi)
         }

@@ -184,11 +184,22 @@ pub struct PersistConfig {
     /// README.md): on the development machine (DRAM behind /dev/shm, clwb) the two
     /// paths cost the same at 512 bytes; store+clwb wins below, non-temporal above.
     pub nt_threshold: usize,
-    /// Copy-on-write pages are copied and checksummed in one pass (AVX-512 loads,
-    /// 64-byte non-temporal stores, carry-less-multiply folding of the CRC32C:
-    /// [`copy_nt_crc_raw`]); `FERRITE_CRC=portable` forces the copy followed by the
-    /// `crc-fast` kernel, which CPUs without AVX-512 and VPCLMULQDQ use anyway.
-    pub fused_page_crc: bool,
+    /// Copy-on-write pages are copied and checksummed in one pass (wide loads,
+    /// non-temporal stores, carry-less-multiply folding of the CRC32C:
+    /// [`copy_nt_crc_raw`]), with 512-bit registers where the CPU has AVX-512, else
+    /// 256-bit ones where it has AVX2 and VPCLMULQDQ (AMD Zen 3 and later).
+    /// `FERRITE_CRC=portable` forces the copy followed by the `crc-fast` kernel, which
+    /// CPUs with neither use anyway; `FERRITE_CRC=avx2` forces the 256-bit kernel.
+    pub fused_page_crc: Option<FusedCrc>,
+}
+
+/// The fused copy-and-checksum kernel in use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum FusedCrc {
+    /// AVX-512F + VPCLMULQDQ: four 512-bit accumulators, 256 bytes per round.
+    Avx512,
+    /// AVX2 + VPCLMULQDQ: four 256-bit accumulators, 128 bytes per round.
+    Avx2,
 }
 
 /// Default crossover between store+flush and non-temporal copy (bytes).
@@ -208,8 +219,11 @@ fn detect() -> PersistConfig {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(DEFAULT_NT_THRESHOLD);
-    let fused_page_crc =
-        !matches!(std::env::var("FERRITE_CRC").as_deref(), Ok("portable")) && fused_crc_cpu();
+    let fused_page_crc = match (std::env::var("FERRITE_CRC").as_deref(), fused_crc_cpu()) {
+        (Ok("portable"), _) | (_, None) => None,
+        (Ok("avx2"), Some(_)) => Some(FusedCrc::Avx2),
+        (_, k) => k,
+    };
     PersistConfig { flush, nt_stores, nt_threshold, fused_page_crc }
 }
 
@@ -345,17 +359,36 @@ pub fn sfence() {
     std::sync::atomic::fence(Ordering::SeqCst);
 }
 
-/// Does the CPU run the fused page copy and checksum ([`copy_nt_crc_raw`])?
-fn fused_crc_cpu() -> bool {
+/// The widest fused page copy and checksum ([`copy_nt_crc_raw`]) the CPU runs.
+fn fused_crc_cpu() -> Option<FusedCrc> {
     #[cfg(target_arch = "x86_64")]
     {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("vpclmulqdq")
-            && std::arch::is_x86_feature_detected!("pclmulqdq")
-            && std::arch::is_x86_feature_detected!("sse4.2")
+        use std::arch::is_x86_feature_detected as has;
+        let base = has!("vpclmulqdq") && has!("pclmulqdq") && has!("sse4.2");
+        if base && has!("avx512f") {
+            return Some(FusedCrc::Avx512);
+        }
+        if base && has!("avx2") {
+            return Some(FusedCrc::Avx2);
+        }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    None
+}
+
+/// The fused kernel of `k` over a page (`dst` null: checksum only).
+///
+/// # Safety
+/// The CPU has `k`'s features (it came from [`config`]); `src` and `dst` as
+/// [`fold_page_avx512`] requires.
+#[cfg(target_arch = "x86_64")]
+unsafe fn fold_page(k: FusedCrc, src: *const u8, dst: *mut u8) -> u32 {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match k {
+            FusedCrc::Avx512 => fold_page_avx512(src, dst),
+            FusedCrc::Avx2 => fold_page_avx2(src, dst),
+        }
+    }
 }
 
 /// Bytes of a page, the unit the fused kernel copies and checksums.
@@ -387,9 +420,9 @@ const fn fold_k(bits: u32) -> (u64, u64) {
 /// CRC32C (init and final xor all ones: `crc32c::crc32c`) of a page.
 pub fn crc32c_page(page: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
-    if page.len() == PAGE && config().fused_page_crc {
+    if let Some(k) = config().fused_page_crc.filter(|_| page.len() == PAGE) {
         // SAFETY: the CPU has the features (checked by `config`); no destination.
-        return unsafe { fold_page_avx512(page.as_ptr(), std::ptr::null_mut()) };
+        return unsafe { fold_page(k, page.as_ptr(), std::ptr::null_mut()) };
     }
     crc_fast::crc32_iscsi(page) as u32
 }
@@ -403,10 +436,11 @@ pub fn crc32c_page(page: &[u8]) -> u32 {
 /// As [`copy_nt_raw`].
 pub unsafe fn copy_nt_crc_raw(dst: *mut u8, src: &[u8], how: FlushInstr) -> u32 {
     #[cfg(target_arch = "x86_64")]
-    if src.len() == PAGE && (dst as usize).is_multiple_of(64) && config().fused_page_crc {
+    let aligned = src.len() == PAGE && (dst as usize).is_multiple_of(64);
+    if let Some(k) = config().fused_page_crc.filter(|_| aligned) {
         // SAFETY: the CPU has the features; `dst` is 64-byte aligned and the caller
         // guarantees a writable page there, apart from `src`.
-        return unsafe { fold_page_avx512(src.as_ptr(), dst) };
+        return unsafe { fold_page(k, src.as_ptr(), dst) };
     }
     // SAFETY: forwarded from the caller.
     unsafe { copy_nt_raw(dst, src, how) };
@@ -488,6 +522,76 @@ unsafe fn fold_page_avx512(src: *const u8, dst: *mut u8) -> u32 {
     let r = _mm_xor_si128(
         _mm_xor_si128(_mm512_extracti32x4_epi32::<0>(t), _mm512_extracti32x4_epi32::<1>(t)),
         _mm_xor_si128(_mm512_extracti32x4_epi32::<2>(t), last),
+    );
+    let lo = _mm_cvtsi128_si64(r) as u64;
+    let hi = _mm_extract_epi64::<1>(r) as u64;
+    !(_mm_crc32_u64(_mm_crc32_u64(0, lo), hi) as u32)
+}
+
+/// [`fold_page_avx512`] with 256-bit registers: four accumulators fold 128 bytes per
+/// round, then fold into one register, whose low lane moves 16 bytes onto its high
+/// lane; that lane's 16 bytes have the page's CRC, taken with two crc32 instructions.
+///
+/// # Safety
+/// The CPU must have AVX2, VPCLMULQDQ, PCLMULQDQ and SSE4.2; `src` must be readable
+/// for [`PAGE`] bytes; `dst` null, or 32-byte aligned and writable for [`PAGE`] bytes
+/// not overlapping `src`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,vpclmulqdq,pclmulqdq,sse4.2")]
+unsafe fn fold_page_avx2(src: *const u8, dst: *mut u8) -> u32 {
+    use std::arch::x86_64::*;
+    const K128B: (u64, u64) = fold_k(128 * 8);
+    const K32B: (u64, u64) = fold_k(32 * 8);
+    const K16B: (u64, u64) = fold_k(16 * 8);
+    let lane = |k: (u64, u64)| _mm256_broadcastsi128_si256(_mm_set_epi64x(k.1 as i64, k.0 as i64));
+    let fold = |x: __m256i, k: __m256i, y: __m256i| {
+        // x.lo * k.lo ^ x.hi * k.hi ^ y, lane by lane.
+        _mm256_xor_si256(
+            _mm256_xor_si256(
+                _mm256_clmulepi64_epi128::<0x00>(x, k),
+                _mm256_clmulepi64_epi128::<0x11>(x, k),
+            ),
+            y,
+        )
+    };
+    // SAFETY (all loads and stores below): `src + o` and `dst + o` for o < PAGE, in
+    // 32-byte steps, lie within the caller's ranges; `dst + o` is 32-byte aligned.
+    let load = |o: usize| unsafe { _mm256_loadu_si256(src.add(o) as *const __m256i) };
+    let copy = |o: usize| {
+        let v = load(o);
+        if !dst.is_null() {
+            unsafe { _mm256_stream_si256(dst.add(o) as *mut __m256i, v) };
+        }
+        v
+    };
+    // The initial all-ones register enters as the first 32 bits of the message.
+    let init = _mm256_set_epi64x(0, 0, 0, 0xFFFF_FFFF);
+    let mut a0 = _mm256_xor_si256(copy(0), init);
+    let mut a1 = copy(32);
+    let mut a2 = copy(64);
+    let mut a3 = copy(96);
+    let k128 = lane(K128B);
+    let mut o = 128;
+    while o < PAGE {
+        a0 = fold(a0, k128, copy(o));
+        a1 = fold(a1, k128, copy(o + 32));
+        a2 = fold(a2, k128, copy(o + 64));
+        a3 = fold(a3, k128, copy(o + 96));
+        o += 128;
+    }
+    let k32 = lane(K32B);
+    a1 = fold(a0, k32, a1);
+    a2 = fold(a1, k32, a2);
+    a3 = fold(a2, k32, a3);
+    let low = _mm256_castsi256_si128(a3);
+    let high = _mm256_extracti128_si256::<1>(a3);
+    let k16 = _mm_set_epi64x(K16B.1 as i64, K16B.0 as i64);
+    let r = _mm_xor_si128(
+        _mm_xor_si128(
+            _mm_clmulepi64_si128::<0x00>(low, k16),
+            _mm_clmulepi64_si128::<0x11>(low, k16),
+        ),
+        high,
     );
     let lo = _mm_cvtsi128_si64(r) as u64;
     let hi = _mm_extract_epi64::<1>(r) as u64;
@@ -653,7 +757,7 @@ mod tests {
         sfence();
         assert_eq!(got, crc32c::crc32c(&pages[5]));
         assert_eq!(&buf[at + 1..at + 1 + PAGE], &pages[5][..]);
-        eprintln!("fused page kernel in use: {}", config().fused_page_crc);
+        eprintln!("fused page kernel in use: {:?}", config().fused_page_crc);
     }
 
     /// The folding exponents of `fold_k`, checked directly: a 128-bit lane moved
@@ -662,7 +766,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn fold_constants_keep_the_residue() {
-        if !fused_crc_cpu() {
+        if fused_crc_cpu().is_none() {
             return;
         }
         fn residue(b: &[u8]) -> u32 {
@@ -695,7 +799,7 @@ mod tests {
             x ^= x << 17;
             x
         };
-        for bytes in [16usize, 32, 48, 64, 256] {
+        for bytes in [16usize, 32, 48, 64, 128, 256] {
             let (klo, khi) = fold_k(bytes as u32 * 8);
             for _ in 0..32 {
                 let mut m: Vec<u8> = (0..bytes + 16).map(|_| rnd() as u8).collect();
