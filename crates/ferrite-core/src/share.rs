@@ -28,10 +28,12 @@
 //! *before* the commit that frees it. Blocks owned by a dead party that no log
 //! references are therefore exactly the blocks it held, and go back to the daemon.
 //!
-//! Per party: its state ([`P_FREE`], [`P_ACTIVE`], [`P_REVOKED`]), pid, and the
-//! blocks in its allocator. A party checks it is still active (and the daemon
-//! alive) every time it acquires a lock, so after the daemon revoked a party and took
-//! each of its locks once, that party commits nothing more.
+//! Per party: its state ([`P_FREE`], [`P_ACTIVE`], [`P_REVOKED`]), pid, the
+//! blocks in its allocator, and its operations in progress on shared inodes. A party
+//! counts an operation, then checks it is still active (and the daemon alive), every
+//! time it acquires a lock; the daemon revokes a party, waits while the party lives
+//! and has operations in progress, then takes each of its locks once: after that, the
+//! party commits nothing more.
 //!
 //! Lock order: inode locks in ascending inode order; a party never waits for the
 //! daemon (a socket request) while it holds an inode lock, except for block grants,
@@ -61,7 +63,7 @@ pub const NO_DIRECT: u32 = 1;
 pub const MAPPED: u32 = 2;
 
 const MAGIC: [u32; 2] = [u32::from_le_bytes(*b"FRRT"), u32::from_le_bytes(*b"SHM1")];
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 /// `FUTEX_OWNER_DIED`: set by the kernel in a robust futex word whose owner died.
 pub const OWNER_DIED: u32 = 0x4000_0000;
 const WAITERS: u32 = 1 << 31;
@@ -93,6 +95,9 @@ const PARTY_WORDS: usize = 16;
 const S_STATE: usize = 0;
 const S_PID: usize = 1;
 const S_POOL: usize = 2; // two words
+/// Operations of the party in progress on shared inodes (a client's holds): the
+/// daemon waits for them to end before it takes a live client's locks over.
+const S_BUSY: usize = 4;
 
 // Inode entries.
 const ENTRY_WORDS: usize = 8;
@@ -291,6 +296,27 @@ impl Table {
     /// Set the state of party `p`.
     pub fn set_party_state(&self, p: u32, s: u32) {
         self.party_words(p)[S_STATE].store(s, Ordering::Release);
+    }
+
+    /// Party `p` starts an operation on a shared inode; it checks its state after
+    /// this (both sides order their store before their load: see `busy`).
+    pub fn busy_enter(&self, p: u32) {
+        self.party_words(p)[S_BUSY].fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
+    /// Party `p`'s operation ended.
+    pub fn busy_exit(&self, p: u32) {
+        let was = self.party_words(p)[S_BUSY].fetch_sub(1, Ordering::SeqCst);
+        debug_assert!(was > 0, "busy count underflow");
+    }
+
+    /// Operations party `p` has in progress. The daemon reads it after revoking
+    /// the party (a store, then a SeqCst fence): an operation that began before
+    /// the revocation is counted here, and one that begins after sees it.
+    pub fn busy(&self, p: u32) -> u32 {
+        fence(Ordering::SeqCst);
+        self.party_words(p)[S_BUSY].load(Ordering::SeqCst)
     }
 
     /// Process id of party `p`.

@@ -85,6 +85,20 @@ pub(crate) struct Leases {
 pub(crate) struct Hold<'a, M: Medium> {
     fs: &'a Fs<M>,
     inode: &'a Arc<Inode>,
+    /// A client's operation in progress (dropped after the lock is let go).
+    _busy: Option<Busy<'a>>,
+}
+
+/// A client's count of operations in progress ([`crate::share::Table::busy`]),
+/// taken before it checks that it may still commit, given back when dropped.
+pub(crate) struct Busy<'a> {
+    party: &'a crate::share::Party,
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.party.table().busy_exit(self.party.id());
+    }
 }
 
 impl<M: Medium> Drop for Hold<'_, M> {
@@ -154,6 +168,12 @@ impl<M: Medium> Fs<M> {
         if !i.shared {
             return Ok(None);
         }
+        // Counted before the state checks below, so a daemon that revokes this
+        // client meanwhile waits for the operation instead of taking its lock.
+        let busy = p.is_client().then(|| {
+            p.table().busy_enter(p.id());
+            Busy { party: p }
+        });
         let mut g = i.xh.lock();
         loop {
             if g.count > 0 && !g.draining && p.table().waiters(i.ino) {
@@ -189,7 +209,7 @@ impl<M: Medium> Fs<M> {
             }
         }
         g.count += 1;
-        Ok(Some(Hold { fs: self, inode: i }))
+        Ok(Some(Hold { fs: self, inode: i, _busy: busy }))
     }
 
     /// Run `f` while this process holds `ino`'s cross-process lock (operations of
@@ -561,6 +581,7 @@ impl<M: Medium> Fs<M> {
             return Ok(Resolved::default());
         }
         t.set_party_state(party, P_REVOKED);
+        wait_for_operations(t, party);
         let mut out = Resolved::default();
         // A journaled commit (a thorough GC) the party was in the middle of: finish
         // or roll it back as crash recovery would, before its inode is looked at.
@@ -690,5 +711,33 @@ impl<M: Medium> Fs<M> {
             }
         }
         Ok(total)
+    }
+}
+
+/// How long the daemon waits for a live client's operations to end before it takes
+/// the client's locks over anyway (a stopped or hung client).
+const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// After revoking `party`: wait while it has operations in progress and its process
+/// lives (a dead one's count stays where its death left it), at most [`BUSY_WAIT`].
+/// An operation that began before the revocation commits and lets its lock go; one
+/// that begins after sees the revocation and commits nothing.
+fn wait_for_operations(t: &crate::share::Table, party: u32) {
+    let alive = || {
+        let pid = t.party_pid(party);
+        pid != 0 && std::path::Path::new(&format!("/proc/{pid}")).exists()
+    };
+    let t0 = std::time::Instant::now();
+    while t.busy(party) > 0 && alive() {
+        if t0.elapsed() >= BUSY_WAIT {
+            eprintln!(
+                "ferrite: client {party} (pid {}) still in an operation after {:?}: taking its \
+                 locks over",
+                t.party_pid(party),
+                BUSY_WAIT
+            );
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
     }
 }

@@ -1,4 +1,5 @@
-//! Known bug, not fixed yet (found by a `client-revoke` variant): the daemon's
+//! A bug found by a `client-revoke` variant, fixed in the core since, but not provable
+//! here (see below; docs/DIRECT-ACCESS.md has the fix): the daemon's
 //! resolution of a client that is still running (`Server::stop`, whose comment says
 //! each client "finishes the operation it is in", or a connection ended by a
 //! protocol error) takes the client's inode locks at once (`Table::lock` with
@@ -9,7 +10,8 @@
 //! releases a lock held by 0"). A fix must make the daemon wait for a live client's
 //! operation to end (its hold is released, or its process is gone) before stealing;
 //! the token scheduler cannot run a party that waits for a lock without a medium
-//! step, so the simulator cannot exercise that wait yet.
+//! step, so the simulator cannot exercise that wait yet: the daemon waits up to its
+//! timeout (5 s) and then steals, and this test fails as before.
 //!
 //! Run with `--ignored` to see it: the daemon resolves the client at a seeded step
 //! of its copy-on-write write, for six seeds.
