@@ -13,6 +13,7 @@
 //! - Every table of the handle is behind its own lock: a handle may be used from
 //!   several threads.
 
+use ferrite_core::privs::self_lacks_cap_fsetid;
 use ferrite_core::{
     encode_rdev, FileType, Fs, MapOptions, MkfsOptions, MmapMedium, NewNode, OpenFlags, SetAttr,
 };
@@ -336,11 +337,11 @@ impl Handle {
             return Ok((n, at + n as u64));
         }
         if f.append {
-            let at = self.fs().append(f.ino, data).map_err(e)?;
+            let at = self.fs().append_as(f.ino, data, self_lacks_cap_fsetid).map_err(e)?;
             return Ok((data.len(), at + data.len() as u64));
         }
         let at = off.unwrap_or(0);
-        self.fs().write(f.ino, at, data).map_err(e)?;
+        self.fs().write_as(f.ino, at, data, self_lacks_cap_fsetid).map_err(e)?;
         Ok((data.len(), at + data.len() as u64))
     }
 
@@ -406,7 +407,8 @@ impl Handle {
         if let Some(k) = self.through_kernel(&f) {
             return k.set_len(len as u64).map_err(io);
         }
-        let ch = SetAttr { size: Some(len as u64), ..Default::default() };
+        let kill_suidgid = self.fs().kills_suidgid(f.ino, self_lacks_cap_fsetid);
+        let ch = SetAttr { size: Some(len as u64), kill_suidgid, ..Default::default() };
         self.fs().setattr(f.ino, &ch).map(|_| ()).map_err(e)
     }
 

@@ -28,6 +28,7 @@ pub mod log;
 mod ops;
 pub mod path;
 pub mod pmem;
+pub mod privs;
 pub mod recovery;
 mod region;
 pub mod share;

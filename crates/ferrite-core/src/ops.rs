@@ -255,8 +255,23 @@ impl<M: Medium> Fs<M> {
 
     // ----------------------------------------------------------------- write
 
-    /// Write `data` at `off`. Durable and atomic when it returns.
+    /// Write `data` at `off`, as a writer with `CAP_FSETID` (set-user-id and
+    /// set-group-id bits stay; a `security.capability` attribute goes, see
+    /// [`crate::privs`]). Durable and atomic when it returns.
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize> {
+        self.write_as(ino, off, data, || false)
+    }
+
+    /// [`Fs::write`] by a writer that may lack `CAP_FSETID`: `lacks_fsetid` is asked
+    /// (under the inode's lock) only if the file has a set-user-id or set-group-id
+    /// bit, which the write then clears in the same commit.
+    pub fn write_as(
+        &self,
+        ino: u64,
+        off: u64,
+        data: &[u8],
+        lacks_fsetid: impl FnOnce() -> bool,
+    ) -> Result<usize> {
         self.check_writable()?;
         let i = self.inode(ino)?;
         self.check_regular(&i)?;
@@ -275,12 +290,23 @@ impl<M: Medium> Fs<M> {
         }
         let _h = self.hold(&i)?;
         let _r = i.ranges.lock(off / BLOCK, end.div_ceil(BLOCK));
-        self.write_locked_range(&i, off, data)?;
+        self.write_locked_range(&i, off, data, lacks_fsetid)?;
         Ok(data.len())
     }
 
     /// Append `data` at the end of the file (O_APPEND); returns the offset written.
+    /// Privileges as [`Fs::write`].
     pub fn append(&self, ino: u64, data: &[u8]) -> Result<u64> {
+        self.append_as(ino, data, || false)
+    }
+
+    /// [`Fs::append`] by a writer that may lack `CAP_FSETID`, as [`Fs::write_as`].
+    pub fn append_as(
+        &self,
+        ino: u64,
+        data: &[u8],
+        lacks_fsetid: impl FnOnce() -> bool,
+    ) -> Result<u64> {
         self.check_writable()?;
         let i = self.inode(ino)?;
         self.check_regular(&i)?;
@@ -294,7 +320,7 @@ impl<M: Medium> Fs<M> {
         if end > MAX_FILE_SIZE {
             return Err(Error::FileTooBig);
         }
-        self.write_locked_range(&i, off, data)?;
+        self.write_locked_range(&i, off, data, lacks_fsetid)?;
         Ok(off)
     }
 
@@ -308,7 +334,13 @@ impl<M: Medium> Fs<M> {
     }
 
     /// Plan, copy and commit a write; the caller holds the range lock.
-    fn write_locked_range(&self, i: &Inode, off: u64, data: &[u8]) -> Result<()> {
+    fn write_locked_range(
+        &self,
+        i: &Inode,
+        off: u64,
+        data: &[u8],
+        lacks_fsetid: impl FnOnce() -> bool,
+    ) -> Result<()> {
         let end = off + data.len() as u64;
         // Embedded writes keep up to PAGE_INLINE_BYTES per page in the log; when free
         // space runs low, a sub-page write to a page that already has content is
@@ -392,6 +424,8 @@ impl<M: Medium> Fs<M> {
         let (now, fine) = self.stamp(i);
         let size = st.attr.size.max(end);
         let mut entries: SmallVec<[EntryBuf; 2]> = SmallVec::new();
+        // Privileges the write takes away go first, in the same commit.
+        Self::remove_privs_entries(&st, now, lacks_fsetid, &mut entries);
         let mut k = 0;
         let mut crcs: SmallVec<[u32; 4]> = SmallVec::new();
         while k < cow.len() {
@@ -479,6 +513,9 @@ impl<M: Medium> Fs<M> {
         }
         let now = self.m.now();
         let ftype = st.ftype;
+        // An empty change is chown(file, -1, -1): it clears what a chown clears (the
+        // FUSE kernel's request to remove privileges looks the same).
+        let empty = *ch == SetAttr { kill_suidgid: ch.kill_suidgid, ..Default::default() };
         let (e, _) = Self::setattr_entry(&st, |a| {
             if let Some(p) = ch.perm {
                 a.mode = (a.mode & !0o7777) | (p & 0o7777);
@@ -500,6 +537,10 @@ impl<M: Medium> Fs<M> {
                 a.size = s;
                 a.mtime = now;
             }
+            let kill = ch.kill_suidgid && ch.perm.is_none() && (ch.size.is_some() || empty);
+            if kill && ftype != FileType::Directory {
+                a.mode &= !crate::privs::suidgid_to_kill(a.mode);
+            }
             if let Some(t) = ch.atime {
                 a.atime = resolve_time(t, now);
             } else {
@@ -512,6 +553,13 @@ impl<M: Medium> Fs<M> {
         });
         let shrink = ch.size.is_some_and(|s| s < st.attr.size);
         let mut entries = vec![e];
+        // A truncate, and a chown of anything but a directory, remove file
+        // capabilities (Linux's ATTR_KILL_PRIV), whoever asks.
+        let chown = (ch.uid.is_some() || ch.gid.is_some() || empty) && ftype != FileType::Directory;
+        if (ch.size.is_some() || chown) && crate::privs::has_capability_xattr(&st) {
+            let cap = crate::privs::SECURITY_CAPABILITY;
+            entries.push(EntryBuf::xattr(true, cap, &[], now));
+        }
         if let Some(p) = ch.perm {
             // chmod rewrites the access ACL's owner, mask (or group) and other.
             let access = self.xattr_value(i.seed, &st, acl::ACCESS);

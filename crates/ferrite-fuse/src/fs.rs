@@ -38,6 +38,7 @@
 //!   DRAM state that a panic may have left half-updated).
 
 use crate::nodes::{Node, NodeTable};
+use ferrite_core::privs;
 use ferrite_core::{
     Attr, DirEntry, Error, FallocMode, FileType, Fs, MmapMedium, NewNode, RenameFlags, SetAttr,
     SetTime, Ts, XattrSet,
@@ -627,7 +628,9 @@ impl FerriteFuse {
                     return Err(Errno::EISDIR);
                 }
                 if flags & libc::O_TRUNC != 0 {
-                    let ch = SetAttr { size: Some(0), ..Default::default() };
+                    let lacks = || privs::lacks_cap_fsetid(req.pid());
+                    let kill_suidgid = self.fs.kills_suidgid(node.ino, lacks);
+                    let ch = SetAttr { size: Some(0), kill_suidgid, ..Default::default() };
                     if let Err(e) = self.fs.setattr(node.ino, &ch) {
                         forget(self);
                         return Err(self.err("truncate", e));
@@ -744,6 +747,10 @@ impl Filesystem for FerriteFuse {
             // ACLs, which needs the umask unapplied (FUSE_DONT_MASK).
             InitFlags::FUSE_POSIX_ACL,
             InitFlags::FUSE_DONT_MASK,
+            // The core clears set-user-id, set-group-id and file capabilities on
+            // write, truncate and chown (`ferrite_core::privs`): the kernel stops
+            // asking for security.capability before every write (SB_NOSEC).
+            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
         ] {
             let _ = config.add_capabilities(f);
         }
@@ -805,7 +812,7 @@ impl Filesystem for FerriteFuse {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -822,6 +829,27 @@ impl Filesystem for FerriteFuse {
         reply: ReplyAttr,
     ) {
         self.guard("setattr", || {
+            // Under FUSE_HANDLE_KILLPRIV_V2 set-user-id and set-group-id are cleared
+            // here. A truncate by a caller without CAP_FSETID: the kernel says so with
+            // FATTR_KILL_SUIDGID, which fuser 0.18 does not pass on, so the caller's
+            // capabilities are read instead (only when the file has such a bit). An
+            // empty SETATTR is the kernel's remove-privileges request (a buffered
+            // write by such a caller, or a file with capabilities) or a chown(-1, -1)
+            // (which clears for any caller): the bits go if the caller lacks
+            // CAP_FSETID, or if no capability attribute could have caused it.
+            let lacks = || privs::lacks_cap_fsetid(req.pid());
+            let empty = [mode, uid, gid].iter().all(Option::is_none)
+                && size.is_none()
+                && atime.is_none()
+                && mtime.is_none();
+            let kill_suidgid = match self.ino(ino) {
+                Ok(i) if size.is_some() && mode.is_none() => self.fs.kills_suidgid(i, lacks),
+                Ok(i) if empty => {
+                    let capable = self.fs.getxattr(i, privs::SECURITY_CAPABILITY).is_ok();
+                    self.fs.kills_suidgid(i, || lacks() || !capable)
+                }
+                _ => false,
+            };
             let ch = SetAttr {
                 perm: mode.map(|m| m & 0o7777),
                 uid,
@@ -829,6 +857,7 @@ impl Filesystem for FerriteFuse {
                 size,
                 atime: atime.map(set_time),
                 mtime: mtime.map(set_time),
+                kill_suidgid,
             };
             match self.do_setattr(ino, &ch) {
                 Ok((fa, ttl)) => reply.attr(&ttl, &fa),
@@ -1070,10 +1099,13 @@ impl Filesystem for FerriteFuse {
             let r = self.ino(ino).and_then(|i| {
                 let append = flags.0 & libc::O_APPEND != 0
                     && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+                // FUSE_HANDLE_KILLPRIV_V2: the kernel says whether the writer lacks
+                // CAP_FSETID; the core clears what that takes away.
+                let kill = || write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
                 if append {
-                    self.fs.append(i, data).map(|_| data.len())
+                    self.fs.append_as(i, data, kill).map(|_| data.len())
                 } else {
-                    self.fs.write(i, offset, data)
+                    self.fs.write_as(i, offset, data, kill)
                 }
                 .map_err(|e| self.err("write", e))
             });

@@ -599,7 +599,8 @@ fn writev_at(
             if !c.may_write_direct(d.ino) {
                 return Ok(Do::Kernel);
             }
-            c.fs().append(d.ino, &data).map_err(|e| e.errno())?;
+            let lacks = ferrite_core::privs::self_lacks_cap_fsetid;
+            c.fs().append_as(d.ino, &data, lacks).map_err(|e| e.errno())?;
             return Ok(Do::Done(data.len()));
         }
         match off {

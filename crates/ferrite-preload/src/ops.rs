@@ -14,6 +14,7 @@
 
 use crate::real;
 use crate::table::Desc;
+use ferrite_core::privs::self_lacks_cap_fsetid;
 use ferrite_core::{FallocMode, SetAttr};
 use ferrite_direct::Client;
 use std::sync::atomic::Ordering;
@@ -103,9 +104,9 @@ pub fn pwrite(c: &Client, d: &Desc, data: &[u8], off: i64) -> R<Do<usize>> {
         return Ok(Do::Kernel);
     }
     if d.append() {
-        c.fs().append(d.ino, data).map_err(e)?;
+        c.fs().append_as(d.ino, data, self_lacks_cap_fsetid).map_err(e)?;
     } else {
-        c.fs().write(d.ino, off as u64, data).map_err(e)?;
+        c.fs().write_as(d.ino, off as u64, data, self_lacks_cap_fsetid).map_err(e)?;
     }
     Ok(Do::Done(data.len()))
 }
@@ -124,9 +125,9 @@ pub fn write(c: &Client, d: &Desc, fd: i32, data: &[u8]) -> R<Do<usize>> {
         }
         let n = with_kernel_pos(c, d, fd, |pos| {
             let at = if append {
-                fs.append(d.ino, data).map_err(e)?
+                fs.append_as(d.ino, data, self_lacks_cap_fsetid).map_err(e)?
             } else {
-                fs.write(d.ino, pos, data).map_err(e)?;
+                fs.write_as(d.ino, pos, data, self_lacks_cap_fsetid).map_err(e)?;
                 pos
             };
             Ok((n, at + n as u64))
@@ -146,10 +147,10 @@ pub fn write(c: &Client, d: &Desc, fd: i32, data: &[u8]) -> R<Do<usize>> {
         return Ok(Do::KernelDone(w));
     }
     if append {
-        let at = fs.append(d.ino, data).map_err(e)?;
+        let at = fs.append_as(d.ino, data, self_lacks_cap_fsetid).map_err(e)?;
         *p = at + n as u64;
     } else {
-        fs.write(d.ino, *p, data).map_err(e)?;
+        fs.write_as(d.ino, *p, data, self_lacks_cap_fsetid).map_err(e)?;
         *p += n as u64;
     }
     Ok(Do::Done(n))
@@ -208,7 +209,8 @@ pub fn ftruncate(c: &Client, d: &Desc, len: i64) -> R<Do<i32>> {
     if !writes_direct(d, c) {
         return Ok(Do::Kernel);
     }
-    let ch = SetAttr { size: Some(len as u64), ..Default::default() };
+    let kill_suidgid = c.fs().kills_suidgid(d.ino, self_lacks_cap_fsetid);
+    let ch = SetAttr { size: Some(len as u64), kill_suidgid, ..Default::default() };
     c.fs().setattr(d.ino, &ch).map_err(e)?;
     Ok(Do::Done(0))
 }

@@ -1,0 +1,195 @@
+//! What writes, truncates and chowns take away (`ferrite_core::privs`), as Linux's
+//! `file_remove_privs`: set-user-id, and set-group-id where group-executable, when
+//! the writer lacks CAP_FSETID (asked only of a file with such a bit); a
+//! `security.capability` attribute always. The removal is committed with the write:
+//! at every crash point the file is wholly before (bits and old data) or wholly after.
+
+mod common;
+
+use common::*;
+use ferrite_core::privs::SECURITY_CAPABILITY;
+use ferrite_core::sim::crash_image;
+use ferrite_core::*;
+use std::cell::Cell;
+
+const MB: u64 = 1 << 20;
+
+fn file(fs: &Fs<SimMedium>, name: &[u8], perm: u32) -> u64 {
+    let ino = fs.create(fs.root(), name, 0o644, 0, 0).unwrap().ino;
+    fs.write(ino, 0, b"0123456789").unwrap();
+    fs.setattr(ino, &SetAttr { perm: Some(perm), ..Default::default() }).unwrap();
+    ino
+}
+
+fn perm(fs: &Fs<SimMedium>, ino: u64) -> u32 {
+    fs.getattr(ino).unwrap().perm
+}
+
+#[test]
+fn writes_clear_set_id_bits_only_for_writers_without_cap_fsetid() {
+    let mut fs = fresh_sim(16 * MB, 1);
+    let cases = [
+        (0o4755, 0o755),
+        (0o2755, 0o755),
+        (0o6775, 0o775),
+        // Set-group-id without group execute (mandatory locking) stays.
+        (0o2745, 0o2745),
+        (0o6745, 0o2745),
+        (0o1777, 0o1777),
+    ];
+    let mut inos = Vec::new();
+    for (k, &(before, after)) in cases.iter().enumerate() {
+        let f = file(&fs, format!("f{k}").as_bytes(), before);
+        // A privileged writer (Fs::write) keeps every bit.
+        fs.write(f, 0, b"x").unwrap();
+        assert_eq!(perm(&fs, f), before, "{before:o}: kept by a privileged write");
+        fs.write_as(f, 3, b"yy", || true).unwrap();
+        assert_eq!(perm(&fs, f), after, "{before:o}: after an unprivileged write");
+        assert_eq!(fs.read_all(f).unwrap(), b"x12yy56789");
+        inos.push((f, after));
+    }
+    // Appends as well.
+    let f = file(&fs, b"app", 0o4711);
+    fs.append_as(f, b"!", || true).unwrap();
+    assert_eq!(perm(&fs, f), 0o711);
+    inos.push((f, 0o711));
+    // Durable: the same after a power loss.
+    fs = remount(fs, Remount::CrashDurable);
+    for (f, after) in inos {
+        assert_eq!(perm(&fs, f), after, "after recovery");
+    }
+}
+
+#[test]
+fn the_capability_question_is_asked_only_of_files_with_set_id_bits() {
+    let fs = fresh_sim(16 * MB, 1);
+    let asked = Cell::new(0);
+    let plain = file(&fs, b"plain", 0o755);
+    let sgid_nox = file(&fs, b"nox", 0o2644);
+    for f in [plain, sgid_nox] {
+        fs.write_as(f, 0, b"a", || {
+            asked.set(asked.get() + 1);
+            true
+        })
+        .unwrap();
+    }
+    assert_eq!(asked.get(), 0, "no bit to clear, no question");
+    let suid = file(&fs, b"suid", 0o4755);
+    fs.write_as(suid, 0, b"a", || {
+        asked.set(asked.get() + 1);
+        false
+    })
+    .unwrap();
+    assert_eq!(asked.get(), 1);
+    assert_eq!(perm(&fs, suid), 0o4755, "the writer has CAP_FSETID");
+}
+
+#[test]
+fn truncate_clears_set_id_bits_when_asked_and_chown_always() {
+    let fs = fresh_sim(16 * MB, 1);
+    let f = file(&fs, b"t", 0o6755);
+    fs.setattr(f, &SetAttr { size: Some(4), ..Default::default() }).unwrap();
+    assert_eq!(perm(&fs, f), 0o6755, "a truncate by a CAP_FSETID caller");
+    assert!(fs.kills_suidgid(f, || true));
+    assert!(!fs.kills_suidgid(f, || false));
+    let ch = SetAttr { size: Some(2), kill_suidgid: true, ..Default::default() };
+    fs.setattr(f, &ch).unwrap();
+    assert_eq!(perm(&fs, f), 0o755);
+    assert_eq!(fs.getattr(f).unwrap().size, 2);
+    let plain = file(&fs, b"p", 0o755);
+    assert!(!fs.kills_suidgid(plain, || panic!("not asked without a bit")));
+    // An explicit mode wins over the kill (chmod and truncate in one setattr).
+    let g = file(&fs, b"g", 0o4755);
+    let ch =
+        SetAttr { size: Some(0), perm: Some(0o4700), kill_suidgid: true, ..Default::default() };
+    fs.setattr(g, &ch).unwrap();
+    assert_eq!(perm(&fs, g), 0o4700);
+    // chown clears both (group-executable) for any caller.
+    fs.setattr(g, &SetAttr { perm: Some(0o6750), ..Default::default() }).unwrap();
+    fs.setattr(g, &SetAttr { uid: Some(5), ..Default::default() }).unwrap();
+    assert_eq!(perm(&fs, g), 0o750);
+}
+
+#[test]
+fn file_capabilities_go_on_write_truncate_and_chown() {
+    let fs = fresh_sim(16 * MB, 1);
+    let cap = [1u8, 0, 0, 2, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    let has = |f: u64| fs.getxattr(f, SECURITY_CAPABILITY).is_ok();
+    let steps: [(&str, &dyn Fn(u64)); 4] = [
+        ("write", &|f| assert_eq!(fs.write(f, 0, b"z").unwrap(), 1)),
+        ("append", &|f| assert!(fs.append(f, b"z").unwrap() > 0)),
+        ("truncate", &|f| {
+            fs.setattr(f, &SetAttr { size: Some(1), ..Default::default() }).unwrap();
+        }),
+        ("chown", &|f| {
+            fs.setattr(f, &SetAttr { gid: Some(9), ..Default::default() }).unwrap();
+        }),
+    ];
+    for (k, (what, step)) in steps.iter().enumerate() {
+        let f = file(&fs, format!("c{k}").as_bytes(), 0o755);
+        fs.setxattr(f, SECURITY_CAPABILITY, &cap, XattrSet::Any).unwrap();
+        fs.setxattr(f, b"user.keep", b"v", XattrSet::Any).unwrap();
+        // A chmod, a read or a touch keeps them.
+        fs.setattr(f, &SetAttr { perm: Some(0o750), ..Default::default() }).unwrap();
+        assert!(has(f), "{what}: kept by chmod");
+        step(f);
+        assert!(!has(f), "{what}: capability removed");
+        assert_eq!(fs.getxattr(f, b"user.keep").unwrap(), b"v", "{what}: others stay");
+    }
+    // A directory's chown keeps its attributes (no file capabilities on directories
+    // in Linux's sense, and chown of a directory clears nothing).
+    let d = fs.mkdir(fs.root(), b"d", 0o2755, 0, 0).unwrap().ino;
+    fs.setattr(d, &SetAttr { uid: Some(3), ..Default::default() }).unwrap();
+    assert_eq!(perm(&fs, d), 0o2755);
+    assert_fsck_clean(&fs, "after the capability removals");
+}
+
+#[test]
+fn a_write_that_clears_bits_is_one_operation_at_every_crash_point() {
+    let fs = fresh_sim(16 * MB, 1);
+    let f = file(&fs, b"f", 0o6755);
+    let cap = [1u8, 0, 0, 2, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    fs.setxattr(f, SECURITY_CAPABILITY, &cap, XattrSet::Any).unwrap();
+    let old = fs.read_all(f).unwrap();
+    let data = Rng(4).bytes(3 * 4096 + 100);
+    let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = points.clone();
+    fs.medium().set_fence_hook(Some(Box::new(move |p| {
+        s.lock().unwrap().push((p.durable.to_vec(), p.in_flight.to_vec()));
+    })));
+    fs.write_as(f, 50, &data, || true).unwrap();
+    fs.medium().set_fence_hook(None);
+    let mut new = old.clone();
+    new.resize(50 + data.len(), 0);
+    new[50..].copy_from_slice(&data);
+    assert!(fs.read_all(f).unwrap() == new);
+    let points = points.lock().unwrap().clone();
+    assert_eq!(points.len(), 1, "one fence for the write and what it clears");
+    let mut rng = Rng(6);
+    let mut seen = std::collections::BTreeSet::new();
+    for (durable, in_flight) in &points {
+        for k in 0..60 {
+            let chosen: Vec<_> = in_flight
+                .iter()
+                .filter(|_| match k {
+                    0 => false,
+                    1 => true,
+                    _ => rng.below(2) == 0,
+                })
+                .collect();
+            let img = crash_image(durable, chosen);
+            let c = Fs::mount(SimMedium::from_image(img), &Default::default()).unwrap();
+            let got = c.read_all(f).unwrap();
+            let (p, cap_kept) = (c.getattr(f).unwrap().perm, c.getxattr(f, SECURITY_CAPABILITY));
+            if got == old {
+                assert_eq!((p, cap_kept.is_ok()), (0o6755, true), "crash {k}: before");
+            } else {
+                assert!(got == new, "crash {k}: neither before nor after");
+                assert_eq!((p, cap_kept.is_ok()), (0o755, false), "crash {k}: after");
+            }
+            seen.insert(got == new);
+            assert_fsck_clean(&c, "after a crash inside a privilege-clearing write");
+        }
+    }
+    assert_eq!(seen.len(), 2, "both outcomes reached");
+}
