@@ -833,21 +833,21 @@ impl Filesystem for FerriteFuse {
             // here. A truncate by a caller without CAP_FSETID: the kernel says so with
             // FATTR_KILL_SUIDGID, which fuser 0.18 does not pass on, so the caller's
             // capabilities are read instead (only when the file has such a bit). An
-            // empty SETATTR is the kernel's remove-privileges request (a buffered
-            // write by such a caller, or a file with capabilities) or a chown(-1, -1)
-            // (which clears for any caller): the bits go if the caller lacks
-            // CAP_FSETID, or if no capability attribute could have caused it.
-            let lacks = || privs::lacks_cap_fsetid(req.pid());
+            // empty SETATTR is chown(-1, -1), which clears them for any caller, or the
+            // kernel's remove-privileges request before a buffered write, sent when
+            // the writer lacks CAP_FSETID or the file has capabilities (which the
+            // kernel has removed by then): the two cannot be told apart, so the bits
+            // go. (Left: a root write to a set-user-id file with capabilities
+            // clears set-user-id, where Linux keeps it.)
             let empty = [mode, uid, gid].iter().all(Option::is_none)
                 && size.is_none()
                 && atime.is_none()
                 && mtime.is_none();
             let kill_suidgid = match self.ino(ino) {
-                Ok(i) if size.is_some() && mode.is_none() => self.fs.kills_suidgid(i, lacks),
-                Ok(i) if empty => {
-                    let capable = self.fs.getxattr(i, privs::SECURITY_CAPABILITY).is_ok();
-                    self.fs.kills_suidgid(i, || lacks() || !capable)
+                Ok(i) if size.is_some() && mode.is_none() => {
+                    self.fs.kills_suidgid(i, || privs::lacks_cap_fsetid(req.pid()))
                 }
+                Ok(_) => empty,
                 _ => false,
             };
             let ch = SetAttr {
