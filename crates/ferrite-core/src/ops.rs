@@ -599,8 +599,22 @@ impl<M: Medium> Fs<M> {
         })?
     }
 
-    /// fallocate: allocate (zeroed) blocks for holes, or punch a hole.
+    /// fallocate: allocate (zeroed) blocks for holes, or punch a hole. Privileges as
+    /// [`Fs::write`].
     pub fn fallocate(&self, ino: u64, mode: FallocMode, off: u64, len: u64) -> Result<()> {
+        self.fallocate_as(ino, mode, off, len, || false)
+    }
+
+    /// [`Fs::fallocate`] by a caller that may lack `CAP_FSETID`, as [`Fs::write_as`]:
+    /// what it clears is committed first, on its own (as Linux's `file_modified`).
+    pub fn fallocate_as(
+        &self,
+        ino: u64,
+        mode: FallocMode,
+        off: u64,
+        len: u64,
+        lacks_fsetid: impl FnOnce() -> bool,
+    ) -> Result<()> {
         self.check_writable()?;
         // vfs_fallocate's order: EINVAL (negative offset, length <= 0), EOPNOTSUPP,
         // the file type, then EFBIG past the largest file.
@@ -623,6 +637,11 @@ impl<M: Medium> Fs<M> {
         let _r = i.ranges.lock(0, u64::MAX);
         let mut st = i.st.write();
         let now = self.m.now();
+        let mut privs: SmallVec<[EntryBuf; 2]> = SmallVec::new();
+        Self::remove_privs_entries(&st, now, lacks_fsetid, &mut privs);
+        if !privs.is_empty() {
+            self.commit_single(&i, &mut st, &mut privs, false, false)?;
+        }
         if mode.punch_hole {
             let size = st.attr.size;
             if off >= size {

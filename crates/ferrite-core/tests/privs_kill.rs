@@ -193,3 +193,19 @@ fn a_write_that_clears_bits_is_one_operation_at_every_crash_point() {
     }
     assert_eq!(seen.len(), 2, "both outcomes reached");
 }
+
+#[test]
+fn fallocate_clears_like_a_write() {
+    let fs = fresh_sim(16 * MB, 1);
+    let keep = FallocMode { keep_size: false, punch_hole: false, zero_range: false };
+    let f = file(&fs, b"f", 0o6755);
+    fs.fallocate(f, keep, 0, 8192).unwrap();
+    assert_eq!(perm(&fs, f), 0o6755, "a caller with CAP_FSETID");
+    fs.fallocate_as(f, keep, 0, 16_384, || true).unwrap();
+    assert_eq!(perm(&fs, f), 0o755);
+    assert_eq!(fs.getattr(f).unwrap().size, 16_384);
+    // An invalid call changes nothing.
+    let g = file(&fs, b"g", 0o4755);
+    assert!(fs.fallocate_as(g, keep, 0, 0, || true).is_err());
+    assert_eq!(perm(&fs, g), 0o4755);
+}

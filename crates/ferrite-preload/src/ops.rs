@@ -227,7 +227,7 @@ pub fn fallocate(c: &Client, d: &Desc, mode: i32, off: i64, len: i64) -> R<Do<i3
     if !writes_direct(d, c) {
         return Ok(Do::Kernel);
     }
-    c.fs().fallocate(d.ino, m, off as u64, len as u64).map_err(e)?;
+    c.fs().fallocate_as(d.ino, m, off as u64, len as u64, self_lacks_cap_fsetid).map_err(e)?;
     Ok(Do::Done(0))
 }
 
