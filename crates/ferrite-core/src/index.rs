@@ -402,44 +402,83 @@ pub struct InodeState {
     pub dead: Vec<u64>,
 }
 
-/// Live entries per log page: a map kept as a sorted vector, inline for the one or two
-/// pages most logs have (a new inode's costs no allocation), binary-searched
-/// otherwise; a page is added once per 4 KiB of log, so inserts stay cheap.
-#[derive(Clone, Debug, Default)]
-pub struct PageRefs(SmallVec<[(u64, u32); 2]>);
+/// Live entries per log page: a sorted vector, inline for the one or two pages most
+/// logs have (a new inode's costs no allocation), binary-searched up to
+/// `PAGE_REFS_SMALL` pages; a hash map beyond, so a long log (a file with thousands of
+/// log pages) pays no shifting of the vector on each page added or collected.
+#[derive(Clone, Debug)]
+pub enum PageRefs {
+    /// Few pages: sorted by page.
+    Small(SmallVec<[(u64, u32); 2]>),
+    /// Many pages.
+    Large(HashMap<u64, u32, foldhash::fast::RandomState>),
+}
+
+/// Pages kept in [`PageRefs::Small`] before it becomes a map.
+const PAGE_REFS_SMALL: usize = 32;
+
+impl Default for PageRefs {
+    fn default() -> Self {
+        PageRefs::Small(SmallVec::new())
+    }
+}
 
 impl PageRefs {
-    fn find(&self, page: u64) -> std::result::Result<usize, usize> {
-        self.0.binary_search_by_key(&page, |e| e.0)
-    }
     /// The count of `page`, inserted as 0 if absent.
     pub fn entry(&mut self, page: u64) -> &mut u32 {
-        let i = match self.find(page) {
-            Ok(i) => i,
-            Err(i) => {
-                self.0.insert(i, (page, 0));
-                i
+        if let PageRefs::Small(v) = self {
+            if v.len() >= PAGE_REFS_SMALL && v.binary_search_by_key(&page, |e| e.0).is_err() {
+                let map = v.iter().copied().collect();
+                *self = PageRefs::Large(map);
             }
-        };
-        &mut self.0[i].1
+        }
+        match self {
+            PageRefs::Small(v) => {
+                let i = match v.binary_search_by_key(&page, |e| e.0) {
+                    Ok(i) => i,
+                    Err(i) => {
+                        v.insert(i, (page, 0));
+                        i
+                    }
+                };
+                &mut v[i].1
+            }
+            PageRefs::Large(m) => m.entry(page).or_insert(0),
+        }
     }
     /// The count of `page`, if it is known.
     pub fn get_mut(&mut self, page: u64) -> Option<&mut u32> {
-        self.find(page).ok().map(|i| &mut self.0[i].1)
+        match self {
+            PageRefs::Small(v) => v.binary_search_by_key(&page, |e| e.0).ok().map(|i| &mut v[i].1),
+            PageRefs::Large(m) => m.get_mut(&page),
+        }
     }
     /// The count of `page` (0 if unknown).
     pub fn get(&self, page: u64) -> u32 {
-        self.find(page).map_or(0, |i| self.0[i].1)
+        match self {
+            PageRefs::Small(v) => v.binary_search_by_key(&page, |e| e.0).map_or(0, |i| v[i].1),
+            PageRefs::Large(m) => m.get(&page).copied().unwrap_or(0),
+        }
     }
     /// Forget `page`.
     pub fn remove(&mut self, page: u64) {
-        if let Ok(i) = self.find(page) {
-            self.0.remove(i);
+        match self {
+            PageRefs::Small(v) => {
+                if let Ok(i) = v.binary_search_by_key(&page, |e| e.0) {
+                    v.remove(i);
+                }
+            }
+            PageRefs::Large(m) => {
+                m.remove(&page);
+            }
         }
     }
-    /// (page, count) in page order.
-    pub fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
-        self.0.iter().copied()
+    /// (page, count), in no particular order.
+    pub fn iter(&self) -> Box<dyn Iterator<Item = (u64, u32)> + '_> {
+        match self {
+            PageRefs::Small(v) => Box::new(v.iter().copied()),
+            PageRefs::Large(m) => Box::new(m.iter().map(|(&p, &c)| (p, c))),
+        }
     }
 }
 
@@ -881,6 +920,33 @@ mod tests {
         assert_eq!(r.iter().map(|p| p.1.len).sum::<u32>(), 8);
         assert_eq!(f.mapped_pages(), 2);
         assert_eq!(f.lookup(9), Some((109, 1)));
+    }
+
+    #[test]
+    fn page_refs_match_a_map_across_the_switch_to_a_hash_map() {
+        let mut r = PageRefs::default();
+        let mut model = BTreeMap::new();
+        let mut x = 12345u64;
+        for step in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Grow to a few hundred pages, then shrink back, and again.
+            let span = if (step / 5000) % 2 == 0 { 400 } else { 40 };
+            let page = (x % span) * 4096;
+            if x.is_multiple_of(3) {
+                r.remove(page);
+                model.remove(&page);
+            } else {
+                *r.entry(page) += 1;
+                *model.entry(page).or_insert(0u32) += 1;
+            }
+            assert_eq!(r.get(page), model.get(&page).copied().unwrap_or(0));
+        }
+        let mut got: Vec<_> = r.iter().collect();
+        got.sort_unstable();
+        assert_eq!(got, model.into_iter().collect::<Vec<_>>());
+        assert!(matches!(r, PageRefs::Large(_)), "went large");
     }
 
     #[test]
