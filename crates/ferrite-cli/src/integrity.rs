@@ -34,9 +34,14 @@ pub struct FsckArgs {
 
 #[derive(clap::Args)]
 pub struct ScrubArgs {
-    /// Pool file.
+    /// Pool file (not in use; for a mounted pool, --mount).
     #[arg(default_value = crate::DEFAULT_POOL)]
     pool: PathBuf,
+    /// Scrub the pool mounted at this directory, while it stays in use: the data
+    /// pages and log entries of every file, checked as a direct-access client of
+    /// the daemon (under each file's lock).
+    #[arg(long, value_name = "DIR")]
+    mount: Option<PathBuf>,
     /// JSON output.
     #[arg(long)]
     json: bool,
@@ -239,8 +244,39 @@ fn report(a: &FsckArgs, first: &PoolReport, done: &[String], left: &[Finding], c
     );
 }
 
+/// The live data check of the pool mounted at `dir`, as a direct-access client.
+fn check_mounted(dir: &Path) -> Result<PoolReport, i32> {
+    let client = ferrite_direct::Client::attach(dir).map_err(|e| {
+        eprintln!("ferrite scrub: {}: {e}", dir.display());
+        8
+    })?;
+    let (_bar, mut cb) = progress("scrub");
+    let mut d = client.fs().check_data_live(&mut cb);
+    if let Ok(d) = &mut d {
+        for fd in &mut d.findings {
+            fd.path = fd.ino.and_then(|i| client.fs().path_of(i));
+        }
+    }
+    client.detach();
+    let d = d.map_err(|e| {
+        eprintln!("ferrite scrub: {}: {e}", dir.display());
+        8
+    })?;
+    Ok(PoolReport {
+        findings: d.findings,
+        mounted: true,
+        pages_checked: d.pages_checked,
+        pages_unchecked: d.pages_unchecked,
+        ..Default::default()
+    })
+}
+
 pub fn scrub(a: &ScrubArgs) -> i32 {
-    let r = match check("scrub", &a.pool) {
+    let (r, name) = match &a.mount {
+        Some(dir) => (check_mounted(dir), dir),
+        None => (check("scrub", &a.pool), &a.pool),
+    };
+    let r = match r {
         Ok(r) => r,
         Err(c) => return c,
     };
@@ -257,7 +293,7 @@ pub fn scrub(a: &ScrubArgs) -> i32 {
         print_findings("damage", &r.findings);
         println!(
             "{}: {} data pages checked, {} without checksums: {}",
-            a.pool.display(),
+            name.display(),
             r.pages_checked,
             r.pages_unchecked,
             if r.is_clean() { "clean".into() } else { format!("{} damaged", r.findings.len()) }

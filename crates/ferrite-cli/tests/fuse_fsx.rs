@@ -1,5 +1,6 @@
 //! An fsx equivalent (Debian 12 packages neither fsx nor xfstests): bounded random
-//! read / write / truncate / mmap read / mmap write / fallocate / copy_file_range /
+//! read / write / truncate / mmap read / mmap write / fallocate (allocate, keep size,
+//! punch hole, zero range with and without keep size) / copy_file_range /
 //! fsync / reopen sequences on files of a mounted pool, every result checked against
 //! an in-memory model of the file, then the whole file checked again after a remount.
 //! Two files are exercised at once, from two threads, to keep several daemon threads
@@ -175,16 +176,20 @@ fn fsx(path: &Path, seed: u64, ops: usize) -> Result<Vec<u8>, String> {
                     FallocateFlags::KEEP_SIZE,
                     FallocateFlags::KEEP_SIZE | FallocateFlags::PUNCH_HOLE,
                     FallocateFlags::KEEP_SIZE | FallocateFlags::PUNCH_HOLE,
+                    FallocateFlags::ZERO_RANGE,
+                    FallocateFlags::ZERO_RANGE | FallocateFlags::KEEP_SIZE,
                 ]);
                 desc = format!("fallocate {mode:?} {off}+{len}");
                 rfs::fallocate(&fd, mode, off, len).map_err(|e| format!("{desc}: {e}"))?;
                 let end = (off + len) as usize;
-                if mode.contains(FallocateFlags::PUNCH_HOLE) {
+                let zero = FallocateFlags::PUNCH_HOLE | FallocateFlags::ZERO_RANGE;
+                if mode.intersects(zero) {
                     let e = end.min(model.len());
                     if (off as usize) < e {
                         model[off as usize..e].fill(0);
                     }
-                } else if !mode.contains(FallocateFlags::KEEP_SIZE) && end > model.len() {
+                }
+                if !mode.contains(FallocateFlags::KEEP_SIZE) && end > model.len() {
                     model.resize(end, 0);
                 }
             }

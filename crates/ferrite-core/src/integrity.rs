@@ -332,64 +332,120 @@ impl<M: Medium> Fs<M> {
             if done % 256 == 0 {
                 progress(n / 2 + done / 2, n);
             }
-            let seed = seeds[&ino];
-            // Extended attribute values kept in data blocks carry one CRC each.
-            for (name, x) in st.xattrs.iter().filter(|(_, x)| x.spill.is_some()) {
-                rep.pages_checked += x.spill.as_ref().map_or(0, |sp| sp.blocks.len() as u64);
-                if crate::log::read_xattr(&self.m, seed, x).is_err() {
-                    let what = format!(
-                        "extended attribute {} does not match its checksum; kept as it is",
-                        String::from_utf8_lossy(name)
-                    );
-                    let mut fd = Finding::new(Region::Data, what, false);
-                    fd.ino = Some(ino);
-                    fd.path = paths.get(&ino).cloned();
-                    rep.findings.push(fd);
-                }
-            }
-            let Some(f) = st.file() else { continue };
-            let mut bad: Vec<(u64, u64)> = Vec::new(); // (page, block)
-            for (pg, e) in f.ext.iter() {
-                for k in 0..e.len as u64 {
-                    let blk = e.block + k;
-                    self.m.read(blk * BLOCK, &mut page);
-                    match crate::log::write_page_crc(&self.m, e.loc, blk) {
-                        Ok(Some(c)) => {
-                            rep.pages_checked += 1;
-                            if crate::log::page_crc(seed, &page) != c {
-                                bad.push((pg + k, blk));
-                            }
-                        }
-                        Ok(None) => rep.pages_unchecked += 1,
-                        Err(_) => bad.push((pg + k, blk)),
-                    }
-                }
-            }
-            bad.sort_unstable();
-            let mut k = 0;
-            while k < bad.len() {
-                let mut j = k + 1;
-                while j < bad.len() && bad[j].0 == bad[j - 1].0 + 1 {
-                    j += 1;
-                }
-                let (a, b) = (bad[k].0 * BLOCK, (bad[j - 1].0 + 1) * BLOCK);
-                let end = b.min(st.attr.size.max(a + 1));
-                let mut fd = Finding::new(
-                    Region::Data,
-                    format!(
-                        "{} page(s) do not match their checksums (first in pool block {}); \
-                         no second copy: kept as they are",
-                        j - k,
-                        bad[k].1
-                    ),
-                    false,
-                );
-                fd.ino = Some(ino);
+            let at = rep.findings.len();
+            self.check_inode_data(ino, seeds[&ino], st, &mut page, &mut rep);
+            for fd in &mut rep.findings[at..] {
                 fd.path = paths.get(&ino).cloned();
-                fd.range = Some((a, end));
-                rep.findings.push(fd);
-                k = j;
             }
+        }
+        progress(n, n);
+        rep.findings.sort_by_key(|a| (a.ino, a.range));
+        Ok(rep)
+    }
+
+    /// Check the data of one file (state `st`, checksum seed `seed`) into `rep`:
+    /// spilled extended attribute values and every data page with a checksum.
+    /// Findings carry no path.
+    fn check_inode_data(
+        &self,
+        ino: u64,
+        seed: u32,
+        st: &crate::index::InodeState,
+        page: &mut [u8],
+        rep: &mut DataReport,
+    ) {
+        // Extended attribute values kept in data blocks carry one CRC each.
+        for (name, x) in st.xattrs.iter().filter(|(_, x)| x.spill.is_some()) {
+            rep.pages_checked += x.spill.as_ref().map_or(0, |sp| sp.blocks.len() as u64);
+            if crate::log::read_xattr(&self.m, seed, x).is_err() {
+                let what = format!(
+                    "extended attribute {} does not match its checksum; kept as it is",
+                    String::from_utf8_lossy(name)
+                );
+                let mut fd = Finding::new(Region::Data, what, false);
+                fd.ino = Some(ino);
+                rep.findings.push(fd);
+            }
+        }
+        let Some(f) = st.file() else { return };
+        let mut bad: Vec<(u64, u64)> = Vec::new(); // (page, block)
+        for (pg, e) in f.ext.iter() {
+            for k in 0..e.len as u64 {
+                let blk = e.block + k;
+                self.m.read(blk * BLOCK, page);
+                match crate::log::write_page_crc(&self.m, e.loc, blk) {
+                    Ok(Some(c)) => {
+                        rep.pages_checked += 1;
+                        if crate::log::page_crc(seed, page) != c {
+                            bad.push((pg + k, blk));
+                        }
+                    }
+                    Ok(None) => rep.pages_unchecked += 1,
+                    Err(_) => bad.push((pg + k, blk)),
+                }
+            }
+        }
+        bad.sort_unstable();
+        let mut k = 0;
+        while k < bad.len() {
+            let mut j = k + 1;
+            while j < bad.len() && bad[j].0 == bad[j - 1].0 + 1 {
+                j += 1;
+            }
+            let (a, b) = (bad[k].0 * BLOCK, (bad[j - 1].0 + 1) * BLOCK);
+            let end = b.min(st.attr.size.max(a + 1));
+            let mut fd = Finding::new(
+                Region::Data,
+                format!(
+                    "{} page(s) do not match their checksums (first in pool block {}); \
+                     no second copy: kept as they are",
+                    j - k,
+                    bad[k].1
+                ),
+                false,
+            );
+            fd.ino = Some(ino);
+            fd.range = Some((a, end));
+            rep.findings.push(fd);
+            k = j;
+        }
+    }
+
+    /// [`Fs::check_data`] on a mounted pool, from a party of it (a direct-access
+    /// client, as `ferrite scrub --mount`): each file is loaded (its log entries
+    /// checked) and its pages verified under its lock, with the coordination's
+    /// freshness rules, so no writer, GC or other party shows a page mid-change.
+    /// Reads media, and holds one file's lock at a time.
+    pub fn check_data_live(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<DataReport> {
+        let mut rep = DataReport::default();
+        let mut page = vec![0u8; BLOCK as usize];
+        let n = self.geo.ninodes;
+        for ino in 1..=n {
+            if ino % 256 == 0 {
+                progress(ino, n);
+            }
+            if !self.read_slot(ino).in_use() {
+                continue;
+            }
+            let i = match self.inode(ino) {
+                Ok(i) => i,
+                // Freed since the slot was read.
+                Err(crate::Error::NotFound) => continue,
+                Err(e) => {
+                    let mut fd = Finding::new(Region::Log, format!("inode {ino}: {e}"), false);
+                    fd.ino = Some(ino);
+                    rep.findings.push(fd);
+                    continue;
+                }
+            };
+            let one = self.read_fresh(&i, true, |st| {
+                let mut r = DataReport::default();
+                self.check_inode_data(ino, i.seed, st, &mut page, &mut r);
+                r
+            })?;
+            rep.pages_checked += one.pages_checked;
+            rep.pages_unchecked += one.pages_unchecked;
+            rep.findings.extend(one.findings);
         }
         progress(n, n);
         rep.findings.sort_by_key(|a| (a.ino, a.range));
