@@ -419,3 +419,69 @@ fn a_write_nested_in_a_clients_hold_does_not_wait_for_its_own_drain() {
     assert_eq!(&buf[..6], b"nested");
     assert_eq!(&buf[100..], b"daemon");
 }
+
+// Regression note: the daemon's resolution of a client that is still running (at
+// unmount, or after a protocol error) took the client's locks at once and adopted
+// its file while the client was between taking its lock and storing its tail; the
+// client then committed into a file the daemon had taken back (found by the crash
+// simulator's client-revoke variant, which cannot run a waiting party: see
+// crates/ferrite-crash/tests/known_live_client_resolve.rs). Fixed in 40a461e: the
+// daemon waits for the client's operations in progress. Here a real thread pauses
+// the client inside its commit (at its fence) while the daemon resolves it.
+#[test]
+fn resolving_a_live_client_waits_for_its_operation_in_progress() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let w = world(32 << 20);
+    let ino = w.d.create(w.d.root(), b"r", 0o644, 0, 0).unwrap().ino;
+    let (pid, c) = w.client();
+    c.write(ino, 0, &[1u8; 2000]).unwrap();
+    // The client's next step at a fence stops until told to go.
+    let client_thread = Arc::new(parking_lot::Mutex::new(None::<std::thread::ThreadId>));
+    let (paused_tx, paused_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let gate = Arc::new(parking_lot::Mutex::new(Some((paused_tx, go_rx))));
+    let (ct, g) = (client_thread.clone(), gate.clone());
+    w.m.set_step_hook(Some(Arc::new(move || {
+        if *ct.lock() != Some(std::thread::current().id()) {
+            return;
+        }
+        let Some((paused, go)) = g.lock().take() else { return };
+        paused.send(()).unwrap();
+        go.recv_timeout(Duration::from_secs(30)).expect("released");
+    })));
+    let resolved = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            *client_thread.lock() = Some(std::thread::current().id());
+            c.write(ino, 4096, &[2u8; 8192])
+        });
+        paused_rx.recv_timeout(Duration::from_secs(30)).expect("the client reached its commit");
+        let resolver = s.spawn(|| {
+            let r = w.d.resolve_party(pid);
+            resolved.store(true, Ordering::SeqCst);
+            r
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            !resolved.load(Ordering::SeqCst),
+            "the daemon took the client's file back while it was committing"
+        );
+        go_tx.send(()).unwrap();
+        let wrote = writer.join().expect("the client's write does not panic");
+        assert!(wrote.is_ok(), "the write that had begun commits: {wrote:?}");
+        resolver.join().unwrap().expect("resolve");
+    });
+    w.m.set_step_hook(None);
+    assert!(resolved.load(Ordering::SeqCst));
+    assert_eq!(w.table.party_state(pid), share::P_FREE);
+    let mut want = vec![1u8; 2000];
+    model_write(&mut want, 4096, &[2u8; 8192]);
+    assert_eq!(read_all(&w.d, ino), want, "the client's acknowledged write is there");
+    // After the resolution the client commits nothing more.
+    assert_eq!(c.write(ino, 0, b"late").unwrap_err().errno(), libc::ENOTCONN);
+    drop(c.crash());
+    assert_fsck_clean(&*w.d, "after resolving a live client");
+    let fs = w.remount_clean();
+    assert_eq!(read_all(&fs, ino), want);
+}

@@ -13,6 +13,9 @@
 //! step, so the simulator cannot exercise that wait yet: the daemon waits up to its
 //! timeout (5 s) and then steals, and this test fails as before.
 //!
+//! The fix itself is tested with real threads in
+//! crates/ferrite-core/tests/share_parties.rs (`resolving_a_live_client_waits_for_its_operation_in_progress`).
+//!
 //! Run with `--ignored` to see it: the daemon resolves the client at a seeded step
 //! of its copy-on-write write, for six seeds.
 
