@@ -248,6 +248,11 @@ fn report(a: &FsckArgs, first: &PoolReport, done: &[String], left: &[Finding], c
 fn check_mounted(dir: &Path) -> Result<PoolReport, i32> {
     let client = ferrite_direct::Client::attach(dir).map_err(|e| {
         eprintln!("ferrite scrub: {}: {e}", dir.display());
+        if matches!(e, ferrite_direct::AttachError::NotOffered(_)) {
+            eprintln!(
+                "ferrite scrub: --mount needs a FerriteFS mount that offers direct access                  (not -o nodirect, read-only or writeback_cache); otherwise unmount and run                  `ferrite scrub POOL`"
+            );
+        }
         8
     })?;
     let (_bar, mut cb) = progress("scrub");

@@ -123,3 +123,17 @@ fn scrub_of_a_mounted_pool_finds_damage_without_downtime() {
     assert_eq!(read_page(&m.path("d/victim"), 0).unwrap(), page(0));
     m.umount();
 }
+
+/// A mount without direct access cannot be scrubbed live: exit 8 and a message
+/// that says what to do, and the mount is untouched.
+#[test]
+fn scrub_of_a_mount_without_direct_access_is_an_operational_error() {
+    let mut m = Mount::new("scrub-nodirect", "32M", "nodirect");
+    std::fs::write(m.path("a"), b"kept").unwrap();
+    let o = Command::new(ferrite()).args(["scrub", "--mount"]).arg(&m.mnt).output().unwrap();
+    assert_eq!(o.status.code(), Some(8));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("offers direct access") && err.contains("ferrite scrub POOL"), "{err}");
+    assert_eq!(std::fs::read(m.path("a")).unwrap(), b"kept");
+    m.umount();
+}
