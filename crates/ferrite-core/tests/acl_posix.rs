@@ -7,7 +7,6 @@
 mod common;
 
 use common::*;
-use ferrite_core::sim::crash_image;
 use ferrite_core::*;
 
 const MB: u64 = 1 << 20;
@@ -93,35 +92,18 @@ fn chmod_with_an_acl_is_one_operation_at_every_crash_point() {
     let fs = fresh_sim(16 * MB, 1);
     let f = fs.create(fs.root(), b"f", 0o600, 0, 0).unwrap().ino;
     fs.setxattr(f, ACCESS, &named(4, 4), XattrSet::Any).unwrap();
-    let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let s = points.clone();
-    fs.medium().set_fence_hook(Some(Box::new(move |p| {
-        s.lock().unwrap().push((p.durable.to_vec(), p.in_flight.to_vec()));
-    })));
-    fs.setattr(f, &SetAttr { perm: Some(0o670), ..Default::default() }).unwrap();
-    fs.medium().set_fence_hook(None);
-    let points = points.lock().unwrap().clone();
+    let ch = SetAttr { perm: Some(0o670), ..Default::default() };
+    let (r, points) = record_fences(&fs, || fs.setattr(f, &ch));
+    r.unwrap();
     assert_eq!(points.len(), 1, "one fence");
-    let (durable, in_flight) = &points[0];
-    assert!(!in_flight.is_empty());
+    assert!(!points[0].1.is_empty());
     let mask_of = |c: &Fs<SimMedium>| c.getxattr(f, ACCESS).unwrap()[4 + 3 * 8 + 2];
-    let mut rng = Rng(7);
     let mut seen = std::collections::BTreeSet::new();
-    for k in 0..96 {
-        let chosen: Vec<_> = in_flight
-            .iter()
-            .filter(|_| match k {
-                0 => false,
-                1 => true,
-                _ => rng.below(2) == 0,
-            })
-            .collect();
-        let img = crash_image(durable, chosen);
-        let c = Fs::mount(SimMedium::from_image(img), &MountOptions::default()).unwrap();
+    for_each_crash_image(&points, 96, 7, |k, c| {
         let state = (c.getattr(f).unwrap().perm, mask_of(&c));
         assert!(state == (0o640, 4) || state == (0o670, 7), "subset {k}: {state:?}");
         seen.insert(state);
-    }
+    });
     assert_eq!(seen.len(), 2, "both outcomes occur: {seen:?}");
     let c = Fs::mount(SimMedium::from_image(fs.medium().durable_image()), &Default::default());
     let c = c.unwrap();

@@ -7,7 +7,6 @@
 mod common;
 
 use common::*;
-use ferrite_core::sim::crash_image;
 use ferrite_core::*;
 
 const MB: u64 = 1 << 20;
@@ -140,36 +139,16 @@ fn zero_range_is_one_operation_at_every_crash_point() {
     let mut new = old.clone();
     new[100..].fill(0);
     new.resize(20_000, 0);
-    let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let s = points.clone();
-    fs.medium().set_fence_hook(Some(Box::new(move |p| {
-        s.lock().unwrap().push((p.durable.to_vec(), p.in_flight.to_vec()));
-    })));
-    fs.fallocate(f, ZERO, 100, 19_900).unwrap();
-    fs.medium().set_fence_hook(None);
+    let (r, points) = record_fences(&fs, || fs.fallocate(f, ZERO, 100, 19_900));
+    r.unwrap();
     assert!(fs.read_all(f).unwrap() == new, "zero range result differs");
-    let points = points.lock().unwrap().clone();
     assert!(!points.is_empty());
-    let mut rng = Rng(5);
     let mut seen = std::collections::BTreeSet::new();
-    for (durable, in_flight) in &points {
-        for k in 0..40 {
-            let chosen: Vec<_> = in_flight
-                .iter()
-                .filter(|_| match k {
-                    0 => false,
-                    1 => true,
-                    _ => rng.below(2) == 0,
-                })
-                .collect();
-            let c =
-                Fs::mount(SimMedium::from_image(crash_image(durable, chosen)), &Default::default());
-            let c = c.unwrap();
-            let got = c.read_all(f).unwrap();
-            assert!(got == old || got == new, "crash subset {k}: neither before nor after");
-            seen.insert(got == new);
-            assert_fsck_clean(&c, "after a crash inside a zero range");
-        }
-    }
+    for_each_crash_image(&points, 40, 5, |k, c| {
+        let got = c.read_all(f).unwrap();
+        assert!(got == old || got == new, "crash subset {k}: neither before nor after");
+        seen.insert(got == new);
+        assert_fsck_clean(&c, "after a crash inside a zero range");
+    });
     assert!(seen.contains(&false), "some crash point keeps the old content");
 }

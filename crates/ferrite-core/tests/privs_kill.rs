@@ -8,7 +8,6 @@ mod common;
 
 use common::*;
 use ferrite_core::privs::SECURITY_CAPABILITY;
-use ferrite_core::sim::crash_image;
 use ferrite_core::*;
 use std::cell::Cell;
 
@@ -152,45 +151,26 @@ fn a_write_that_clears_bits_is_one_operation_at_every_crash_point() {
     fs.setxattr(f, SECURITY_CAPABILITY, &cap, XattrSet::Any).unwrap();
     let old = fs.read_all(f).unwrap();
     let data = Rng(4).bytes(3 * 4096 + 100);
-    let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let s = points.clone();
-    fs.medium().set_fence_hook(Some(Box::new(move |p| {
-        s.lock().unwrap().push((p.durable.to_vec(), p.in_flight.to_vec()));
-    })));
-    fs.write_as(f, 50, &data, || true).unwrap();
-    fs.medium().set_fence_hook(None);
+    let (r, points) = record_fences(&fs, || fs.write_as(f, 50, &data, || true));
+    r.unwrap();
     let mut new = old.clone();
     new.resize(50 + data.len(), 0);
     new[50..].copy_from_slice(&data);
     assert!(fs.read_all(f).unwrap() == new);
-    let points = points.lock().unwrap().clone();
     assert_eq!(points.len(), 1, "one fence for the write and what it clears");
-    let mut rng = Rng(6);
     let mut seen = std::collections::BTreeSet::new();
-    for (durable, in_flight) in &points {
-        for k in 0..60 {
-            let chosen: Vec<_> = in_flight
-                .iter()
-                .filter(|_| match k {
-                    0 => false,
-                    1 => true,
-                    _ => rng.below(2) == 0,
-                })
-                .collect();
-            let img = crash_image(durable, chosen);
-            let c = Fs::mount(SimMedium::from_image(img), &Default::default()).unwrap();
-            let got = c.read_all(f).unwrap();
-            let (p, cap_kept) = (c.getattr(f).unwrap().perm, c.getxattr(f, SECURITY_CAPABILITY));
-            if got == old {
-                assert_eq!((p, cap_kept.is_ok()), (0o6755, true), "crash {k}: before");
-            } else {
-                assert!(got == new, "crash {k}: neither before nor after");
-                assert_eq!((p, cap_kept.is_ok()), (0o755, false), "crash {k}: after");
-            }
-            seen.insert(got == new);
-            assert_fsck_clean(&c, "after a crash inside a privilege-clearing write");
+    for_each_crash_image(&points, 60, 6, |k, c| {
+        let got = c.read_all(f).unwrap();
+        let (p, cap_kept) = (c.getattr(f).unwrap().perm, c.getxattr(f, SECURITY_CAPABILITY));
+        if got == old {
+            assert_eq!((p, cap_kept.is_ok()), (0o6755, true), "crash {k}: before");
+        } else {
+            assert!(got == new, "crash {k}: neither before nor after");
+            assert_eq!((p, cap_kept.is_ok()), (0o755, false), "crash {k}: after");
         }
-    }
+        seen.insert(got == new);
+        assert_fsck_clean(&c, "after a crash inside a privilege-clearing write");
+    });
     assert_eq!(seen.len(), 2, "both outcomes reached");
 }
 

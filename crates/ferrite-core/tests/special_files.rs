@@ -7,7 +7,6 @@
 mod common;
 
 use common::*;
-use ferrite_core::sim::crash_image;
 use ferrite_core::*;
 
 const MB: u64 = 1 << 20;
@@ -103,38 +102,20 @@ fn mknod_is_one_operation_at_every_crash_point() {
     // the node is absent, or present with its type, mode and device number.
     let fs = fresh_sim(16 * MB, 1);
     let root = fs.root();
-    let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let s = points.clone();
-    fs.medium().set_fence_hook(Some(Box::new(move |p| {
-        s.lock().unwrap().push((p.durable.to_vec(), p.in_flight.to_vec()));
-    })));
-    fs.mknod(node(root, b"dev"), FileType::CharDevice, 0o620, 0x0405, 0).unwrap();
-    fs.medium().set_fence_hook(None);
-    let points = points.lock().unwrap().clone();
+    let (r, points) =
+        record_fences(&fs, || fs.mknod(node(root, b"dev"), FileType::CharDevice, 0o620, 0x0405, 0));
+    r.unwrap();
     assert!(!points.is_empty());
-    let mut rng = Rng(11);
     let mut seen = std::collections::BTreeSet::new();
-    for (durable, in_flight) in &points {
-        for k in 0..48 {
-            let chosen: Vec<_> = in_flight
-                .iter()
-                .filter(|_| match k {
-                    0 => false,
-                    1 => true,
-                    _ => rng.below(2) == 0,
-                })
-                .collect();
-            let img = crash_image(durable, chosen);
-            let c = Fs::mount(SimMedium::from_image(img), &MountOptions::default()).unwrap();
-            assert_fsck_clean(&c, &format!("crash subset {k}"));
-            let state = c.lookup(c.root(), b"dev").ok().map(|a| (a.ftype, a.perm, a.rdev));
-            assert!(
-                state.is_none() || state == Some((FileType::CharDevice, 0o620, 0x0405)),
-                "subset {k}: {state:?}"
-            );
-            seen.insert(state.is_some());
-        }
-    }
+    for_each_crash_image(&points, 48, 11, |k, c| {
+        assert_fsck_clean(&c, &format!("crash subset {k}"));
+        let state = c.lookup(c.root(), b"dev").ok().map(|a| (a.ftype, a.perm, a.rdev));
+        assert!(
+            state.is_none() || state == Some((FileType::CharDevice, 0o620, 0x0405)),
+            "subset {k}: {state:?}"
+        );
+        seen.insert(state.is_some());
+    });
     assert!(seen.contains(&false), "some crash point loses the uncommitted node");
     let c = Fs::mount(SimMedium::from_image(fs.medium().durable_image()), &Default::default());
     let a = c.unwrap().lookup(root, b"dev").unwrap();

@@ -7,7 +7,6 @@
 mod common;
 
 use common::*;
-use ferrite_core::sim::crash_image;
 use ferrite_core::*;
 
 const MB: u64 = 1 << 20;
@@ -99,35 +98,15 @@ fn a_large_setxattr_is_one_operation_at_every_crash_point() {
     let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
     let (old, new) = (value(1, 20_000), value(2, 50_000));
     fs.setxattr(f, b"user.x", &old, XattrSet::Any).unwrap();
-    let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let s = points.clone();
-    fs.medium().set_fence_hook(Some(Box::new(move |p| {
-        s.lock().unwrap().push((p.durable.to_vec(), p.in_flight.to_vec()));
-    })));
-    fs.setxattr(f, b"user.x", &new, XattrSet::Replace).unwrap();
-    fs.medium().set_fence_hook(None);
-    let points = points.lock().unwrap().clone();
+    let (r, points) = record_fences(&fs, || fs.setxattr(f, b"user.x", &new, XattrSet::Replace));
+    r.unwrap();
     assert!(!points.is_empty());
-    let mut rng = Rng(3);
     let mut seen = std::collections::BTreeSet::new();
-    for (durable, in_flight) in &points {
-        for k in 0..32 {
-            let chosen: Vec<_> = in_flight
-                .iter()
-                .filter(|_| match k {
-                    0 => false,
-                    1 => true,
-                    _ => rng.below(2) == 0,
-                })
-                .collect();
-            let c =
-                Fs::mount(SimMedium::from_image(crash_image(durable, chosen)), &Default::default());
-            let c = c.unwrap();
-            let got = c.getxattr(f, b"user.x").unwrap();
-            assert!(got == old || got == new, "crash subset {k}: neither value");
-            seen.insert(got == new);
-            assert_fsck_clean(&c, "after a crash inside a large setxattr");
-        }
-    }
+    for_each_crash_image(&points, 32, 3, |k, c| {
+        let got = c.getxattr(f, b"user.x").unwrap();
+        assert!(got == old || got == new, "crash subset {k}: neither value");
+        seen.insert(got == new);
+        assert_fsck_clean(&c, "after a crash inside a large setxattr");
+    });
     assert!(seen.contains(&false), "some crash point keeps the old value");
 }

@@ -106,3 +106,49 @@ pub fn pattern(tag: u64, off: u64, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// One fence of a recorded operation: the bytes certainly on media and the words
+/// that may or may not be.
+pub type FencePointRec = (Vec<u8>, Vec<ferrite_core::sim::InFlight>);
+
+/// Run `op` on `fs`, recording every fence it issues; returns its result and the
+/// fence points.
+pub fn record_fences<T>(fs: &Fs<SimMedium>, op: impl FnOnce() -> T) -> (T, Vec<FencePointRec>) {
+    let points = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = points.clone();
+    fs.medium().set_fence_hook(Some(Box::new(move |p| {
+        s.lock().unwrap().push((p.durable.to_vec(), p.in_flight.to_vec()));
+    })));
+    let r = op();
+    fs.medium().set_fence_hook(None);
+    let points = points.lock().unwrap().clone();
+    (r, points)
+}
+
+/// Mount `per_point` crash images of each fence point and call `check(k, fs)` on
+/// each: subset 0 keeps no word in flight, subset 1 every word, the others a random
+/// half (seeded by `seed`).
+pub fn for_each_crash_image(
+    points: &[FencePointRec],
+    per_point: usize,
+    seed: u64,
+    mut check: impl FnMut(usize, Fs<SimMedium>),
+) {
+    let mut rng = Rng(seed);
+    for (durable, in_flight) in points {
+        for k in 0..per_point {
+            let chosen: Vec<_> = in_flight
+                .iter()
+                .filter(|_| match k {
+                    0 => false,
+                    1 => true,
+                    _ => rng.below(2) == 0,
+                })
+                .collect();
+            let img = ferrite_core::sim::crash_image(durable, chosen);
+            let c = Fs::mount(SimMedium::from_image(img), &MountOptions::default())
+                .unwrap_or_else(|e| panic!("crash subset {k} does not mount: {e}"));
+            check(k, c);
+        }
+    }
+}
