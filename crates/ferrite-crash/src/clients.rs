@@ -25,13 +25,14 @@
 //!   else from a mount of the pool's current image (a reader would wait for a lease).
 
 use crate::drive::{
-    check_outcome, end_point, finish, lock, make_hook, merge, Capture, Driven, Expect, Fault,
-    FenceRec, Functional, HookState, STALL, UUID,
+    check_outcome, describe, end_point, finish, group_by_tag, lock, make_hook, merge,
+    push_distinct, tag_states, Capture, Driven, Expect, Fault, FenceRec, Functional, HookState,
+    STALL, UUID,
 };
 use crate::exec::{exec, live_canon, sync_from_live, Handles};
 use crate::model::{pattern, Canon, Model, Op};
 use crate::rng::Rng;
-use crate::sched::{RoundTag, Sched};
+use crate::sched::Sched;
 use crate::workloads::{w, Workload};
 use ferrite_core::share::{HeapRegion, P_REVOKED};
 use ferrite_core::sim::set_sim_thread;
@@ -854,25 +855,8 @@ pub fn drive_clients(
             states.push(with(&round[..=i])?);
         }
         let recs = std::mem::take(&mut lock(&st).recs);
-        let mut groups: Vec<(RoundTag, usize, Vec<FenceRec>)> = Vec::new();
-        for r in recs {
-            let tag = r.tag.clone().unwrap_or_default();
-            match groups.iter_mut().find(|g| g.0 == tag && g.1 == r.op) {
-                Some(g) => g.2.push(r),
-                None => groups.push((tag, r.op, vec![r])),
-            }
-        }
-        for (tag, op, recs) in groups {
-            let mut exp_states: Vec<Arc<Canon>> = Vec::new();
-            let n = tag.in_flight.len();
-            for mask in 0..1u32 << n {
-                let mut set = tag.returned.clone();
-                set.extend((0..n).filter(|b| mask & 1 << b != 0).map(|b| tag.in_flight[b]));
-                let c = with(&set)?;
-                if !exp_states.iter().any(|e| **e == *c) {
-                    exp_states.push(c);
-                }
-            }
+        for (tag, op, recs) in group_by_tag(recs) {
+            let mut exp_states = tag_states(&tag, &with)?;
             // A dead client's applied operation may still be lost until resolved.
             if let Some((_, f, without)) = &pending {
                 let extra: Vec<Arc<Canon>> = exp_states
@@ -880,21 +864,10 @@ pub fn drive_clients(
                     .filter_map(|s| merge(s, without, &[f.as_str()]).ok().map(Arc::new))
                     .collect();
                 for c in extra {
-                    if !exp_states.iter().any(|e| **e == *c) {
-                        exp_states.push(c);
-                    }
+                    push_distinct(&mut exp_states, c);
                 }
             }
-            let mut op_desc = desc(op);
-            let others: Vec<String> = tag
-                .in_flight
-                .iter()
-                .filter(|&&k| k != op)
-                .map(|&k| format!("{k}: {}", desc(k)))
-                .collect();
-            if !others.is_empty() {
-                op_desc.push_str(&format!("; also in flight: {}", others.join(", ")));
-            }
+            let mut op_desc = describe(op, &tag, &desc);
             if let Some((c, _, _)) = &pending {
                 op_desc.push_str(&format!("; client {c} died, not resolved yet"));
             }

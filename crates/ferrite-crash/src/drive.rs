@@ -662,37 +662,9 @@ pub fn drive_mt(
             states.push(with(&round[..=i])?);
         }
         let recs = std::mem::take(&mut lock(&st).recs);
-        let mut groups: Vec<(RoundTag, usize, Vec<FenceRec>)> = Vec::new();
-        for r in recs {
-            let tag = r.tag.clone().unwrap_or_default();
-            match groups.iter_mut().find(|g| g.0 == tag && g.1 == r.op) {
-                Some(g) => g.2.push(r),
-                None => groups.push((tag, r.op, vec![r])),
-            }
-        }
-        for (tag, op, recs) in groups {
-            let mut exp_states: Vec<Arc<Canon>> = Vec::new();
-            let n = tag.in_flight.len();
-            for mask in 0..1u32 << n {
-                let mut set = tag.returned.clone();
-                set.extend((0..n).filter(|b| mask & 1 << b != 0).map(|b| tag.in_flight[b]));
-                let c = with(&set)?;
-                if !exp_states.iter().any(|e| **e == *c) {
-                    exp_states.push(c);
-                }
-            }
-            let mut op_desc = desc(op);
-            if !solo {
-                let others: Vec<String> = tag
-                    .in_flight
-                    .iter()
-                    .filter(|&&k| k != op)
-                    .map(|&k| format!("{k}: {}", desc(k)))
-                    .collect();
-                if !others.is_empty() {
-                    op_desc.push_str(&format!("; also in flight: {}", others.join(", ")));
-                }
-            }
+        for (tag, op, recs) in group_by_tag(recs) {
+            let exp_states = tag_states(&tag, &with)?;
+            let op_desc = describe(op, &tag, &desc);
             let exp = Arc::new(Expect { nofs_ok: false, states: exp_states, op, op_desc });
             if !sink(recs, exp) {
                 return stop_early(&st, states);
@@ -711,6 +683,58 @@ pub fn drive_mt(
     d.thread_fences = thread_fences;
     d.switches = sched.switches.load(std::sync::atomic::Ordering::Relaxed);
     Ok(d)
+}
+
+/// A round's fence records grouped by (round tag, operation), in order of first
+/// appearance.
+pub(crate) fn group_by_tag(recs: Vec<FenceRec>) -> Vec<(RoundTag, usize, Vec<FenceRec>)> {
+    let mut groups: Vec<(RoundTag, usize, Vec<FenceRec>)> = Vec::new();
+    for r in recs {
+        let tag = r.tag.clone().unwrap_or_default();
+        match groups.iter_mut().find(|g| g.0 == tag && g.1 == r.op) {
+            Some(g) => g.2.push(r),
+            None => groups.push((tag, r.op, vec![r])),
+        }
+    }
+    groups
+}
+
+/// Add `c` to `states` unless an equal state is there.
+pub(crate) fn push_distinct(states: &mut Vec<Arc<Canon>>, c: Arc<Canon>) {
+    if !states.iter().any(|e| **e == *c) {
+        states.push(c);
+    }
+}
+
+/// Makes the state of a round with a set of its operations applied.
+pub(crate) type StateOf<'a> = dyn Fn(&[usize]) -> Result<Arc<Canon>, Functional> + 'a;
+
+/// The distinct states a crash at a fence of `tag` may leave: the operations that
+/// had returned, with every subset of those in flight (`with` makes a state of a
+/// set of operations).
+pub(crate) fn tag_states(
+    tag: &RoundTag,
+    with: &StateOf<'_>,
+) -> Result<Vec<Arc<Canon>>, Functional> {
+    let mut states = Vec::new();
+    let n = tag.in_flight.len();
+    for mask in 0..1u32 << n {
+        let mut set = tag.returned.clone();
+        set.extend((0..n).filter(|b| mask & 1 << b != 0).map(|b| tag.in_flight[b]));
+        push_distinct(&mut states, with(&set)?);
+    }
+    Ok(states)
+}
+
+/// Operation `op` as a failure names it, with the others in flight beside it.
+pub(crate) fn describe(op: usize, tag: &RoundTag, desc: &dyn Fn(usize) -> String) -> String {
+    let mut d = desc(op);
+    let others: Vec<String> =
+        tag.in_flight.iter().filter(|&&k| k != op).map(|&k| format!("{k}: {}", desc(k))).collect();
+    if !others.is_empty() {
+        d.push_str(&format!("; also in flight: {}", others.join(", ")));
+    }
+    d
 }
 
 /// The pseudo fence point after the last operation (whatever is still in flight),
