@@ -407,9 +407,8 @@ impl Handle {
         if let Some(k) = self.through_kernel(&f) {
             return k.set_len(len as u64).map_err(io);
         }
-        let kill_suidgid = self.fs().kills_suidgid(f.ino, self_lacks_cap_fsetid);
-        let ch = SetAttr { size: Some(len as u64), kill_suidgid, ..Default::default() };
-        self.fs().setattr(f.ino, &ch).map(|_| ()).map_err(e)
+        let ch = SetAttr { size: Some(len as u64), ..Default::default() };
+        self.fs().setattr_as(f.ino, &ch, self_lacks_cap_fsetid).map(|_| ()).map_err(e)
     }
 
     /// fstat(2).

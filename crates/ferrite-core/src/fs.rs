@@ -131,12 +131,6 @@ pub struct SetAttr {
     pub atime: Option<SetTime>,
     /// New mtime.
     pub mtime: Option<SetTime>,
-    /// Clear set-user-id, and set-group-id where it means "set group", from a
-    /// regular file, as Linux does when the caller of a truncate lacks `CAP_FSETID`
-    /// (see [`crate::privs`]). Applies to a truncate (`size`) or to an otherwise empty
-    /// change, which is `chown(file, -1, -1)` (it also removes file capabilities);
-    /// a `perm` wins.
-    pub kill_suidgid: bool,
 }
 
 /// What [`Fs::make_masked`] makes: a file or a directory `name` in `parent`, owned

@@ -483,8 +483,24 @@ impl<M: Medium> Fs<M> {
 
     // --------------------------------------------------------------- setattr
 
-    /// chmod / chown / truncate / utimens.
+    /// chmod / chown / truncate / utimens, as a caller with `CAP_FSETID` (see
+    /// [`Fs::setattr_as`]).
     pub fn setattr(&self, ino: u64, ch: &SetAttr) -> Result<Attr> {
+        self.setattr_as(ino, ch, || false)
+    }
+
+    /// [`Fs::setattr`] by a caller that may lack `CAP_FSETID`. A truncate clears
+    /// set-user-id, and set-group-id where it means "set group", when
+    /// `lacks_fsetid` says so (asked under the inode's lock, only of a file with such
+    /// a bit; a `perm` in the same change wins), as Linux does; so does an empty
+    /// change, which is `chown(file, -1, -1)`. A truncate, a chown and an empty change
+    /// remove file capabilities, whoever asks (see [`crate::privs`]).
+    pub fn setattr_as(
+        &self,
+        ino: u64,
+        ch: &SetAttr,
+        lacks_fsetid: impl FnOnce() -> bool,
+    ) -> Result<Attr> {
         self.check_writable()?;
         // A size above 2^63 - 1 is a negative off_t: EINVAL before anything else,
         // as truncate(2).
@@ -513,9 +529,20 @@ impl<M: Medium> Fs<M> {
         }
         let now = self.m.now();
         let ftype = st.ftype;
-        // An empty change is chown(file, -1, -1): it clears what a chown clears (the
-        // FUSE kernel's request to remove privileges looks the same).
-        let empty = *ch == SetAttr { kill_suidgid: ch.kill_suidgid, ..Default::default() };
+        // An empty change is chown(file, -1, -1) (the FUSE kernel's request to remove
+        // privileges looks the same).
+        let empty = *ch == SetAttr::default();
+        let kill =
+            if ch.perm.is_none() && (ch.size.is_some() || empty) && ftype != FileType::Directory {
+                let bits = crate::privs::suidgid_to_kill(st.attr.mode);
+                if bits != 0 && lacks_fsetid() {
+                    bits
+                } else {
+                    0
+                }
+            } else {
+                0
+            };
         let (e, _) = Self::setattr_entry(&st, |a| {
             if let Some(p) = ch.perm {
                 a.mode = (a.mode & !0o7777) | (p & 0o7777);
@@ -537,10 +564,7 @@ impl<M: Medium> Fs<M> {
                 a.size = s;
                 a.mtime = now;
             }
-            let kill = ch.kill_suidgid && ch.perm.is_none() && (ch.size.is_some() || empty);
-            if kill && ftype != FileType::Directory {
-                a.mode &= !crate::privs::suidgid_to_kill(a.mode);
-            }
+            a.mode &= !kill;
             if let Some(t) = ch.atime {
                 a.atime = resolve_time(t, now);
             } else {
@@ -556,9 +580,8 @@ impl<M: Medium> Fs<M> {
         // A truncate, and a chown of anything but a directory, remove file
         // capabilities (Linux's ATTR_KILL_PRIV), whoever asks.
         let chown = (ch.uid.is_some() || ch.gid.is_some() || empty) && ftype != FileType::Directory;
-        if (ch.size.is_some() || chown) && crate::privs::has_capability_xattr(&st) {
-            let cap = crate::privs::SECURITY_CAPABILITY;
-            entries.push(EntryBuf::xattr(true, cap, &[], now));
+        if ch.size.is_some() || chown {
+            entries.extend(crate::privs::capability_removal(&st, now));
         }
         if let Some(p) = ch.perm {
             // chmod rewrites the access ACL's owner, mask (or group) and other.

@@ -53,18 +53,13 @@ fn status_lacks_cap_fsetid(path: &str) -> bool {
     eff.is_none_or(|e| e & (1 << CAP_FSETID) == 0)
 }
 
-/// Does the file hold a `security.capability` attribute?
-pub(crate) fn has_capability_xattr(st: &InodeState) -> bool {
-    !st.xattrs.is_empty() && st.xattrs.contains_key(SECURITY_CAPABILITY)
+/// The entry that removes the file's `security.capability` attribute, if it has one.
+pub(crate) fn capability_removal(st: &InodeState, now: Ts) -> Option<EntryBuf> {
+    let has = !st.xattrs.is_empty() && st.xattrs.contains_key(SECURITY_CAPABILITY);
+    has.then(|| EntryBuf::xattr(true, SECURITY_CAPABILITY, &[], now))
 }
 
 impl<M: Medium> Fs<M> {
-    /// The [`crate::SetAttr::kill_suidgid`] of a change to `ino`: does the file
-    /// have a bit to clear, and does the caller lack `CAP_FSETID` (asked only then)?
-    pub fn kills_suidgid(&self, ino: u64, lacks_fsetid: impl FnOnce() -> bool) -> bool {
-        self.getattr(ino).is_ok_and(|a| suidgid_to_kill(a.perm) != 0) && lacks_fsetid()
-    }
-
     /// The entries that take privileges away from a locked regular file on a write
     /// or truncate at `now` (none in the common case). `lacks_fsetid` is asked only
     /// when the file has a set-user-id or set-group-id bit to clear.
@@ -82,9 +77,7 @@ impl<M: Medium> Fs<M> {
             });
             out.extend([e]);
         }
-        if has_capability_xattr(st) {
-            out.extend([EntryBuf::xattr(true, SECURITY_CAPABILITY, &[], now)]);
-        }
+        out.extend(capability_removal(st, now));
     }
 }
 

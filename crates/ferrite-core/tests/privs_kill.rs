@@ -89,20 +89,21 @@ fn truncate_clears_set_id_bits_when_asked_and_chown_always() {
     let f = file(&fs, b"t", 0o6755);
     fs.setattr(f, &SetAttr { size: Some(4), ..Default::default() }).unwrap();
     assert_eq!(perm(&fs, f), 0o6755, "a truncate by a CAP_FSETID caller");
-    assert!(fs.kills_suidgid(f, || true));
-    assert!(!fs.kills_suidgid(f, || false));
-    let ch = SetAttr { size: Some(2), kill_suidgid: true, ..Default::default() };
-    fs.setattr(f, &ch).unwrap();
+    let ch = SetAttr { size: Some(2), ..Default::default() };
+    fs.setattr_as(f, &ch, || true).unwrap();
     assert_eq!(perm(&fs, f), 0o755);
     assert_eq!(fs.getattr(f).unwrap().size, 2);
     let plain = file(&fs, b"p", 0o755);
-    assert!(!fs.kills_suidgid(plain, || panic!("not asked without a bit")));
-    // An explicit mode wins over the kill (chmod and truncate in one setattr).
+    let ch = SetAttr { size: Some(1), ..Default::default() };
+    fs.setattr_as(plain, &ch, || panic!("not asked without a bit")).unwrap();
+    // An explicit mode wins over the clearing (chmod and truncate in one setattr).
     let g = file(&fs, b"g", 0o4755);
-    let ch =
-        SetAttr { size: Some(0), perm: Some(0o4700), kill_suidgid: true, ..Default::default() };
-    fs.setattr(g, &ch).unwrap();
+    let ch = SetAttr { size: Some(0), perm: Some(0o4700), ..Default::default() };
+    fs.setattr_as(g, &ch, || panic!("not asked with a mode")).unwrap();
     assert_eq!(perm(&fs, g), 0o4700);
+    // An empty change is chown(-1, -1): it clears for a caller that says so.
+    fs.setattr_as(g, &SetAttr::default(), || true).unwrap();
+    assert_eq!(perm(&fs, g), 0o700);
     // chown clears both (group-executable) for any caller.
     fs.setattr(g, &SetAttr { perm: Some(0o6750), ..Default::default() }).unwrap();
     fs.setattr(g, &SetAttr { uid: Some(5), ..Default::default() }).unwrap();

@@ -629,9 +629,8 @@ impl FerriteFuse {
                 }
                 if flags & libc::O_TRUNC != 0 {
                     let lacks = || privs::lacks_cap_fsetid(req.pid());
-                    let kill_suidgid = self.fs.kills_suidgid(node.ino, lacks);
-                    let ch = SetAttr { size: Some(0), kill_suidgid, ..Default::default() };
-                    if let Err(e) = self.fs.setattr(node.ino, &ch) {
+                    let ch = SetAttr { size: Some(0), ..Default::default() };
+                    if let Err(e) = self.fs.setattr_as(node.ino, &ch, lacks) {
                         forget(self);
                         return Err(self.err("truncate", e));
                     }
@@ -643,9 +642,14 @@ impl FerriteFuse {
         }
     }
 
-    fn do_setattr(&self, nodeid: INodeNo, ch: &SetAttr) -> R<(FileAttr, Duration)> {
+    fn do_setattr(
+        &self,
+        nodeid: INodeNo,
+        ch: &SetAttr,
+        lacks_fsetid: impl FnOnce() -> bool,
+    ) -> R<(FileAttr, Duration)> {
         let n = self.node(nodeid)?;
-        let a = self.fs.setattr(n.ino, ch).map_err(|e| self.err("setattr", e))?;
+        let a = self.fs.setattr_as(n.ino, ch, lacks_fsetid).map_err(|e| self.err("setattr", e))?;
         Ok((file_attr(nodeid.0, &a), self.attr_ttl(n.ino)))
     }
 
@@ -830,26 +834,16 @@ impl Filesystem for FerriteFuse {
     ) {
         self.guard("setattr", || {
             // Under FUSE_HANDLE_KILLPRIV_V2 set-user-id and set-group-id are cleared
-            // here. A truncate by a caller without CAP_FSETID: the kernel says so with
-            // FATTR_KILL_SUIDGID, which fuser 0.18 does not pass on, so the caller's
-            // capabilities are read instead (only when the file has such a bit). An
-            // empty SETATTR is chown(-1, -1), which clears them for any caller, or the
+            // by the core (`Fs::setattr_as`), which asks whether the caller lacks
+            // CAP_FSETID only of a truncate or an empty change to a file with such a
+            // bit. A truncate: the kernel says so with FATTR_KILL_SUIDGID, which fuser
+            // 0.18 does not pass on, so the caller's capabilities are read. An empty
+            // SETATTR is chown(-1, -1), which clears them for any caller, or the
             // kernel's remove-privileges request before a buffered write, sent when
             // the writer lacks CAP_FSETID or the file has capabilities (which the
             // kernel has removed by then): the two cannot be told apart, so the bits
             // go. (Left: a root write to a set-user-id file with capabilities
             // clears set-user-id, where Linux keeps it.)
-            let empty = [mode, uid, gid].iter().all(Option::is_none)
-                && size.is_none()
-                && atime.is_none()
-                && mtime.is_none();
-            let kill_suidgid = match self.ino(ino) {
-                Ok(i) if size.is_some() && mode.is_none() => {
-                    self.fs.kills_suidgid(i, || privs::lacks_cap_fsetid(req.pid()))
-                }
-                Ok(_) => empty,
-                _ => false,
-            };
             let ch = SetAttr {
                 perm: mode.map(|m| m & 0o7777),
                 uid,
@@ -857,9 +851,10 @@ impl Filesystem for FerriteFuse {
                 size,
                 atime: atime.map(set_time),
                 mtime: mtime.map(set_time),
-                kill_suidgid,
             };
-            match self.do_setattr(ino, &ch) {
+            let empty = ch == SetAttr::default();
+            let lacks = move || empty || privs::lacks_cap_fsetid(req.pid());
+            match self.do_setattr(ino, &ch, lacks) {
                 Ok((fa, ttl)) => reply.attr(&ttl, &fa),
                 Err(e) => reply.error(e),
             }

@@ -209,9 +209,8 @@ pub fn ftruncate(c: &Client, d: &Desc, len: i64) -> R<Do<i32>> {
     if !writes_direct(d, c) {
         return Ok(Do::Kernel);
     }
-    let kill_suidgid = c.fs().kills_suidgid(d.ino, self_lacks_cap_fsetid);
-    let ch = SetAttr { size: Some(len as u64), kill_suidgid, ..Default::default() };
-    c.fs().setattr(d.ino, &ch).map_err(e)?;
+    let ch = SetAttr { size: Some(len as u64), ..Default::default() };
+    c.fs().setattr_as(d.ino, &ch, self_lacks_cap_fsetid).map_err(e)?;
     Ok(Do::Done(0))
 }
 
