@@ -40,6 +40,9 @@ pub enum Error {
     ReadOnly,
     /// EBUSY
     Busy,
+    /// EBUSY: the operation would free or move blocks of a file some process has
+    /// mapped with DAX (see `mapping`).
+    DaxMapped,
     /// EXDEV
     CrossDevice,
     /// EBADF
@@ -129,7 +132,7 @@ impl Error {
             Error::TooBig => libc::E2BIG,
             Error::Range => libc::ERANGE,
             Error::ReadOnly => libc::EROFS,
-            Error::Busy | Error::PoolInUse { .. } => libc::EBUSY,
+            Error::Busy | Error::DaxMapped | Error::PoolInUse { .. } => libc::EBUSY,
             Error::CrossDevice => libc::EXDEV,
             Error::BadHandle => libc::EBADF,
             Error::NoOffset | Error::SpecialFile => libc::ENXIO,
@@ -162,6 +165,11 @@ impl std::fmt::Display for Error {
             Error::Range => write!(f, "result too large for the buffer"),
             Error::ReadOnly => write!(f, "pool is mounted read-only"),
             Error::Busy => write!(f, "resource busy"),
+            Error::DaxMapped => write!(
+                f,
+                "the file is DAX-mapped by a live process: its blocks cannot be freed \
+                 until every mapping of it is gone"
+            ),
             Error::CrossDevice => write!(f, "cross-device link"),
             Error::BadHandle => write!(f, "bad file handle"),
             Error::NoOffset => write!(f, "no data or hole at or after that offset"),

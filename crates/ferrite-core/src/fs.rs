@@ -355,6 +355,8 @@ pub struct Inode {
     /// An access time later than the committed one, not yet persisted (nanoseconds
     /// since the epoch; 0: none). See [`AtimeMode`].
     pub(crate) atime_lazy: AtomicU64,
+    /// This process's live DAX mappings of the inode (see `mapping`).
+    pub(crate) dax: AtomicU32,
 }
 
 impl Inode {
@@ -371,6 +373,7 @@ impl Inode {
             xh_cv: Condvar::new(),
             times_seen: AtomicBool::new(true),
             atime_lazy: AtomicU64::new(0),
+            dax: AtomicU32::new(0),
         }
     }
 }

@@ -303,7 +303,8 @@ pub struct DataReport {
     pub findings: Vec<Finding>,
     /// Pages compared with a checksum.
     pub pages_checked: u64,
-    /// Pages whose entries carry no checksum (version 2 pools).
+    /// Pages whose entries carry no checksum (version 2 pools, and pages that were
+    /// DAX-mapped since they were last written).
     pub pages_unchecked: u64,
 }
 

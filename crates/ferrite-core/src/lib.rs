@@ -25,6 +25,7 @@ pub mod integrity;
 pub mod journal;
 pub mod layout;
 pub mod log;
+mod mapping;
 mod ops;
 pub mod path;
 pub mod pmem;
@@ -45,6 +46,7 @@ pub use fs::{
 pub use fsck::FsckReport;
 pub use index::FileType;
 pub use log::{Ts, XATTR_SIZE_MAX};
+pub use mapping::DaxRuns;
 pub use ops::{INLINE_MAX, MAX_PAGE_OPS, SYMLINK_MAX, XATTR_VALUE_MAX};
 pub use path::OpenFlags;
 pub use pmem::{Durability, Medium};

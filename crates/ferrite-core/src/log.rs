@@ -532,6 +532,23 @@ pub fn write_page_crc<M: Medium + ?Sized>(m: &M, loc: u64, block: u64) -> Result
     Ok(Some(u32::from_le_bytes(c)))
 }
 
+/// Does the WRITE entry at `loc` carry a checksum of its data (page checksums
+/// or a whole-extent one)? A page mapped by one that does not is a DAX page (see
+/// `mapping`): it may change in place. Damage to the entry is an error.
+pub fn write_is_checked<M: Medium + ?Sized>(m: &M, loc: u64) -> Result<bool> {
+    let in_page = loc % BLOCK;
+    if in_page + WRITE_LEN as u64 > LOG_DATA_END || (loc - in_page).saturating_add(BLOCK) > m.len()
+    {
+        return Err(Error::corrupt(format!("no WRITE entry at {loc:#x}")));
+    }
+    let mut h = [0u8; HDR];
+    m.read(loc, &mut h);
+    if h[4] != etype::WRITE {
+        return Err(Error::corrupt(format!("no WRITE entry at {loc:#x}")));
+    }
+    Ok(h[5] & (FLAG_PCRC | FLAG_DCRC) != 0)
+}
+
 /// The stored checksums of blocks `[block, block + n)` mapped by the WRITE at
 /// `loc` (see [`write_page_crc`]); `None` when it carries none.
 pub fn write_page_crcs<M: Medium + ?Sized>(

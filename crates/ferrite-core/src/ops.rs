@@ -208,7 +208,7 @@ impl<M: Medium> Fs<M> {
     }
 
     /// The block of page `pg` and its WRITE entry, when a read must check it.
-    fn block_to_verify(&self, st: &InodeState, pg: u64) -> Option<(u64, u64)> {
+    pub(crate) fn block_to_verify(&self, st: &InodeState, pg: u64) -> Option<(u64, u64)> {
         if self.verify == crate::VerifyMode::Off {
             return None;
         }
@@ -222,7 +222,7 @@ impl<M: Medium> Fs<M> {
     /// Compare `page` (the content of block `blk`, file page `pg`) with the checksum
     /// its WRITE entry at `loc` carries; mark the block verified when it matches or
     /// cannot be checked (no checksum stored).
-    fn verify_page(&self, i: &Inode, pg: u64, blk: u64, loc: u64, page: &[u8]) -> Result<()> {
+    pub(crate) fn verify_page(&self, i: &Inode, pg: u64, blk: u64, loc: u64, page: &[u8]) -> Result<()> {
         let want = log::write_page_crc(&self.m, loc, blk);
         let ok = match want {
             Ok(Some(c)) => log::page_crc(i.seed, page) == c,
@@ -324,7 +324,7 @@ impl<M: Medium> Fs<M> {
         Ok(off)
     }
 
-    fn check_regular(&self, i: &Inode) -> Result<()> {
+    pub(crate) fn check_regular(&self, i: &Inode) -> Result<()> {
         match i.st.read().ftype {
             FileType::Regular => Ok(()),
             FileType::Directory => Err(Error::IsDir),
@@ -335,6 +335,20 @@ impl<M: Medium> Fs<M> {
 
     /// Plan, copy and commit a write; the caller holds the range lock.
     fn write_locked_range(
+        &self,
+        i: &Inode,
+        off: u64,
+        data: &[u8],
+        lacks_fsetid: impl FnOnce() -> bool,
+    ) -> Result<()> {
+        if self.pinned(i) {
+            return self.write_pinned(i, off, data, lacks_fsetid);
+        }
+        self.write_cow(i, off, data, lacks_fsetid)
+    }
+
+    /// A copy-on-write write (embedded in the log when small).
+    pub(crate) fn write_cow(
         &self,
         i: &Inode,
         off: u64,
@@ -526,6 +540,10 @@ impl<M: Medium> Fs<M> {
                 }
                 _ => {}
             }
+            if ch.size.is_some_and(|sz| sz < st.attr.size) && self.pinned(&i) {
+                // The pages past the new end would be freed under a live mapping.
+                return Err(Error::DaxMapped);
+            }
         }
         let now = self.m.now();
         let ftype = st.ftype;
@@ -658,6 +676,10 @@ impl<M: Medium> Fs<M> {
         }
         let _h = self.hold(&i)?;
         let _r = i.ranges.lock(0, u64::MAX);
+        if (mode.punch_hole || mode.zero_range) && self.pinned(&i) {
+            // Either would free or replace blocks under a live mapping.
+            return Err(Error::DaxMapped);
+        }
         let mut st = i.st.write();
         let now = self.m.now();
         let mut privs: SmallVec<[EntryBuf; 2]> = SmallVec::new();

@@ -21,6 +21,10 @@
 //! - `flags`: [`NO_DIRECT`] while kernel page-cache users of the inode exist; clients
 //!   then send writes through the kernel.
 //! - `dirty`: the parties that ever write-locked the inode (for death recovery).
+//! - `dax`: the parties with a live DAX mapping of the inode (see `mapping`): while
+//!   any bit is set, no party frees or replaces a block of it. A party sets its bit
+//!   under the inode's lock before it maps anything and clears it after its last
+//!   mapping is gone; the daemon clears a dead party's bit when it resolves it.
 //!
 //! Per block: the owner byte. Invariant: a data block that is free in some party's
 //! allocator, or allocated by a party for an operation not yet committed, is owned by
@@ -63,7 +67,7 @@ pub const NO_DIRECT: u32 = 1;
 pub const MAPPED: u32 = 2;
 
 const MAGIC: [u32; 2] = [u32::from_le_bytes(*b"FRRT"), u32::from_le_bytes(*b"SHM1")];
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 /// `FUTEX_OWNER_DIED`: set by the kernel in a robust futex word whose owner died.
 pub const OWNER_DIED: u32 = 0x4000_0000;
 const WAITERS: u32 = 1 << 31;
@@ -106,6 +110,7 @@ const E_FREE_SEQ: usize = 1;
 const E_CHAIN: usize = 2;
 const E_FLAGS: usize = 3;
 const E_DIRTY: usize = 4; // two words
+const E_DAX: usize = 6; // two words
 
 /// How long a waiter sleeps before it checks again that the holder's side is alive.
 const WAIT_SLICE: Duration = Duration::from_millis(20);
@@ -489,6 +494,32 @@ impl Table {
     pub fn clear_dirty(&self, ino: u64, p: u32) {
         let (w, bit) = self.dirty_word(ino, p);
         w.fetch_and(!bit, Ordering::AcqRel);
+    }
+
+    fn dax_word(&self, ino: u64, p: u32) -> (&AtomicU32, u32) {
+        (&self.entry(ino)[E_DAX + (p / 32) as usize], 1 << (p % 32))
+    }
+
+    /// Set or clear party `p`'s live-DAX-mapping bit of `ino`.
+    pub fn set_dax(&self, ino: u64, p: u32, on: bool) {
+        let (w, bit) = self.dax_word(ino, p);
+        if on {
+            w.fetch_or(bit, Ordering::AcqRel);
+        } else {
+            w.fetch_and(!bit, Ordering::AcqRel);
+        }
+    }
+
+    /// Does any party have a live DAX mapping of `ino`?
+    pub fn dax_pinned(&self, ino: u64) -> bool {
+        let e = self.entry(ino);
+        e[E_DAX].load(Ordering::Acquire) | e[E_DAX + 1].load(Ordering::Acquire) != 0
+    }
+
+    /// Does party `p` have a live DAX mapping of `ino`?
+    pub fn has_dax(&self, ino: u64, p: u32) -> bool {
+        let (w, bit) = self.dax_word(ino, p);
+        w.load(Ordering::Acquire) & bit != 0
     }
 
     // ---------------------------------------------------------------- owners

@@ -595,7 +595,8 @@ impl<M: Medium> Fs<M> {
             }
         }
         for ino in 1..=self.geo.ninodes {
-            if !t.is_dirty(ino, party) && t.holder(ino) != Some(party) {
+            if !t.is_dirty(ino, party) && t.holder(ino) != Some(party) && !t.has_dax(ino, party)
+            {
                 continue;
             }
             out.inodes += 1;
@@ -604,6 +605,8 @@ impl<M: Medium> Fs<M> {
             t.lock(ino, DAEMON, Some(party), &|_| Ok(()))?;
             let r = self.adopt_inode(ino, party);
             t.clear_dirty(ino, party);
+            // Its mappings died with it: the file's blocks may move again.
+            t.set_dax(ino, party, false);
             t.unlock(ino, DAEMON);
             r?;
         }

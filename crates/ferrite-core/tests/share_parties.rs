@@ -485,3 +485,32 @@ fn resolving_a_live_client_waits_for_its_operation_in_progress() {
     let fs = w.remount_clean();
     assert_eq!(read_all(&fs, ino), want);
 }
+
+/// A client's DAX pin binds every party: the daemon's writes to the file go in place
+/// into the pinned blocks, its truncation is refused, and the pin ends with the
+/// client (the daemon clears it when it resolves the dead party).
+#[test]
+fn a_clients_dax_pin_binds_the_daemon_until_the_client_ends() {
+    let w = world(64 << 20);
+    let root = w.d.root();
+    let ino = w.d.create(root, b"f", 0o644, 0, 0).unwrap().ino;
+    w.d.write(ino, 0, &vec![1u8; 3 * 4096]).unwrap();
+    let (pid, c) = w.client();
+    let runs = c.dax_pin(ino, 0, 3 * 4096).unwrap();
+    assert_eq!(runs.iter().map(|r| r.2).sum::<u64>(), 3);
+    assert!(w.d.dax_pinned(ino).unwrap(), "the daemon sees the client's pin");
+    assert!(w.table.has_dax(ino, pid));
+    w.d.write(ino, 4096 + 10, b"daemon in place").unwrap();
+    let (p0, b0, _) = runs[0];
+    let mut got = [0u8; 15];
+    w.m.read((b0 + 1 - p0) * 4096 + 10, &mut got);
+    assert_eq!(&got, b"daemon in place", "the client's mapping sees the daemon's write");
+    let shrink = SetAttr { size: Some(0), ..Default::default() };
+    assert!(matches!(w.d.setattr(ino, &shrink), Err(Error::DaxMapped)));
+    drop(c.crash());
+    w.d.resolve_party(pid).unwrap();
+    assert!(!w.table.has_dax(ino, pid), "the dead client's pin is gone");
+    assert!(!w.d.dax_pinned(ino).unwrap());
+    w.d.setattr(ino, &shrink).unwrap();
+    assert_fsck_clean(&*w.d, "after the pinning client's end");
+}

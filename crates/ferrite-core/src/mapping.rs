@@ -1,0 +1,279 @@
+//! DAX mappings of files: a process maps a file's own pool blocks into its address
+//! space, and its stores change the file in place (issue 13; NOVA's DAX-mmap, FLEX's
+//! user-space mapping). This module keeps the blocks under a live mapping where
+//! they are; `dax` maps them into the process (the address-space side).
+//!
+//! Invariants:
+//! - A *DAX page* is a file page backed by a whole block of its own, mapped by a
+//!   WRITE entry that carries no checksum, with no data embedded over it in the log.
+//!   Only DAX pages are ever mapped: stores through a mapping change the block in
+//!   place, so no checksum may cover it (a read would call it corrupt) and recovery
+//!   never checks (and so never rolls back) the WRITE that mapped it.
+//! - [`Fs::dax_pin`] makes every page of a range below the end of file a DAX page
+//!   (copy-on-write into fresh blocks, committed with a fence between the data and
+//!   the tail, content unchanged) *after* it pinned the file, under the inode's
+//!   lock: a writer that takes the lock later sees the pin.
+//! - While a file is pinned (this process's count in [`Inode`], or any party's bit
+//!   in the coordination table), no block of it is freed or replaced: writes go in
+//!   place into its DAX pages (copy-on-write elsewhere), and truncation below its
+//!   size, hole punching, zeroing and collapsing fail with [`Error::DaxMapped`]. A
+//!   pin holds an open handle ([`Fs::open`]), so an unlinked mapped file lives on.
+//! - A pinned page therefore stays the file's page for as long as any mapping of it
+//!   lives: a mapping never writes into a block that belongs to something else.
+//! - The daemon clears a dead party's table bit when it resolves it (`sharing`).
+
+use crate::error::{Error, Result};
+use crate::fs::{Fs, Inode};
+use crate::index::InodeState;
+use crate::layout::BLOCK;
+use crate::log::{self, EntryBuf};
+use crate::pmem::{persist_copy, Medium};
+use smallvec::SmallVec;
+use std::sync::atomic::Ordering;
+
+/// Runs of DAX pages a pin returns: (first file page, first block, pages).
+pub type DaxRuns = Vec<(u64, u64, u64)>;
+
+/// WRITE entries one materializing commit carries at most.
+const MATERIALIZE_BATCH: usize = 64;
+
+impl<M: Medium> Fs<M> {
+    /// Pin regular file `ino` for a DAX mapping of `[off, off + len)` (`off` a
+    /// multiple of the page size) and return the blocks of its pages below the end
+    /// of file, each a DAX page. Holds an open handle until [`Fs::dax_unpin`].
+    pub fn dax_pin(&self, ino: u64, off: u64, len: u64) -> Result<DaxRuns> {
+        self.check_writable()?;
+        if off % BLOCK != 0 || len == 0 {
+            return Err(Error::invalid("DAX mapping offset not page aligned, or empty"));
+        }
+        let pg0 = off / BLOCK;
+        let pgn = off
+            .checked_add(len)
+            .filter(|&e| e <= crate::layout::MAX_FILE_SIZE)
+            .ok_or(Error::FileTooBig)?
+            .div_ceil(BLOCK);
+        self.open(ino)?;
+        let r = self.pin_locked(ino, pg0, pgn);
+        if r.is_err() {
+            let _ = self.release(ino);
+        }
+        r
+    }
+
+    fn pin_locked(&self, ino: u64, pg0: u64, pgn: u64) -> Result<DaxRuns> {
+        let i = self.inode(ino)?;
+        self.check_regular(&i)?;
+        let _h = self.hold(&i)?;
+        let _r = i.ranges.lock(pg0, pgn);
+        self.pin(&i);
+        match self.materialize(&i, pg0, pgn) {
+            Ok(runs) => Ok(runs),
+            Err(e) => {
+                self.unpin(&i);
+                Err(e)
+            }
+        }
+    }
+
+    /// End a pin taken with [`Fs::dax_pin`] (after the mapping is gone).
+    pub fn dax_unpin(&self, ino: u64) -> Result<()> {
+        let i = self.inode(ino)?;
+        {
+            let _h = self.hold(&i)?;
+            if !self.unpin(&i) {
+                return Err(Error::BadHandle);
+            }
+        }
+        self.release(ino)
+    }
+
+    /// Does some process (this one, or a party of the pool) have a live DAX mapping
+    /// of `i`?
+    pub(crate) fn pinned(&self, i: &Inode) -> bool {
+        if i.dax.load(Ordering::Acquire) > 0 {
+            return true;
+        }
+        match (&self.share, i.shared) {
+            (Some(p), true) => p.table().dax_pinned(i.ino),
+            _ => false,
+        }
+    }
+
+    /// Is `ino` pinned by a DAX mapping (of any process)?
+    pub fn dax_pinned(&self, ino: u64) -> Result<bool> {
+        Ok(self.pinned(&*self.inode(ino)?))
+    }
+
+    fn pin(&self, i: &Inode) {
+        if i.dax.fetch_add(1, Ordering::AcqRel) == 0 {
+            if let (Some(p), true) = (&self.share, i.shared) {
+                p.table().set_dax(i.ino, p.id(), true);
+            }
+        }
+    }
+
+    /// Drop one pin; false when `i` had none.
+    fn unpin(&self, i: &Inode) -> bool {
+        let dec = |n: u32| n.checked_sub(1);
+        let Ok(prev) = i.dax.fetch_update(Ordering::AcqRel, Ordering::Acquire, dec) else {
+            return false;
+        };
+        if prev == 1 {
+            if let (Some(p), true) = (&self.share, i.shared) {
+                p.table().set_dax(i.ino, p.id(), false);
+            }
+        }
+        true
+    }
+
+    /// The block of page `pg` when it is a DAX page.
+    pub(crate) fn dax_page(&self, st: &InodeState, pg: u64) -> Result<Option<u64>> {
+        let Some((blk, loc)) = st.file().and_then(|f| f.lookup(pg)) else { return Ok(None) };
+        if st.page_ops(pg).0 > 0 || log::write_is_checked(&self.m, loc)? {
+            return Ok(None);
+        }
+        Ok(Some(blk))
+    }
+
+    /// Make pages `[pg0, pgn)` below the end of file DAX pages; the caller holds the
+    /// inode's hold and the range lock. Returns their runs.
+    fn materialize(&self, i: &Inode, pg0: u64, pgn: u64) -> Result<DaxRuns> {
+        let todo: Vec<u64> = {
+            let st = i.st.read();
+            let last = st.attr.size.div_ceil(BLOCK).min(pgn);
+            let mut v = Vec::new();
+            for pg in pg0..last.max(pg0) {
+                if self.dax_page(&st, pg)?.is_none() {
+                    v.push(pg);
+                }
+            }
+            v
+        };
+        for chunk in todo.chunks(MATERIALIZE_BATCH) {
+            self.materialize_pages(i, chunk)?;
+        }
+        let st = i.st.read();
+        let last = st.attr.size.div_ceil(BLOCK).min(pgn);
+        let mut runs: DaxRuns = Vec::new();
+        for pg in pg0..last.max(pg0) {
+            let blk = self.dax_page(&st, pg)?.expect("materialized under the range lock");
+            match runs.last_mut() {
+                Some((p, b, n)) if *p + *n == pg && *b + *n == blk => *n += 1,
+                _ => runs.push((pg, blk, 1)),
+            }
+        }
+        Ok(runs)
+    }
+
+    /// Copy pages `pgs` (ascending) into fresh blocks and commit WRITE entries
+    /// without checksums for them: same content, same size and times.
+    fn materialize_pages(&self, i: &Inode, pgs: &[u64]) -> Result<()> {
+        let runs = self.alloc_blocks(self.shard(), pgs.len() as u64, false)?;
+        let blocks: SmallVec<[u64; MATERIALIZE_BATCH]> =
+            runs.iter().flat_map(|&(s, n)| s..s + n).collect();
+        {
+            let st = i.st.read();
+            let mut page = vec![0u8; BLOCK as usize];
+            for (&pg, &b) in pgs.iter().zip(&blocks) {
+                if let Some((blk, loc)) = self.block_to_verify(&st, pg) {
+                    // Damaged content must not lose its checksum silently.
+                    self.m.read(blk * BLOCK, &mut page);
+                    if let Err(e) = self.verify_page(i, pg, blk, loc, &page) {
+                        drop(st);
+                        self.free_runs(&runs);
+                        return Err(e);
+                    }
+                }
+                page.fill(0);
+                let end = (st.attr.size - pg * BLOCK).min(BLOCK) as usize;
+                st.read_page(&self.m, pg, 0, end, &mut page[..end]);
+                self.m.write_nt(b * BLOCK, &page);
+            }
+        }
+        let mut st = i.st.write();
+        let (size, mtime) = (st.attr.size, st.attr.mtime);
+        let mut entries: SmallVec<[EntryBuf; 4]> = SmallVec::new();
+        let mut k = 0;
+        while k < pgs.len() {
+            let mut n = 1;
+            while k + n < pgs.len()
+                && pgs[k + n] == pgs[k] + n as u64
+                && blocks[k + n] == blocks[k] + n as u64
+            {
+                n += 1;
+            }
+            entries.push(EntryBuf::write(pgs[k], blocks[k], n as u32, size, mtime, None));
+            k += n;
+        }
+        // No checksum covers the data: it is fenced before the tail.
+        let r = self.commit_single(i, &mut st, &mut entries, true, false);
+        if r.is_err() {
+            drop(st);
+            self.free_runs(&runs);
+        }
+        r
+    }
+
+    /// A write to a pinned file (the caller holds the hold and the range lock):
+    /// in place into its DAX pages, copy-on-write elsewhere, then one commit of
+    /// the size, times and privileges. Durable when it returns; a crash during it
+    /// may leave the DAX pages' part of it torn, as a store through a mapping.
+    pub(crate) fn write_pinned(
+        &self,
+        i: &Inode,
+        off: u64,
+        data: &[u8],
+        lacks_fsetid: impl FnOnce() -> bool,
+    ) -> Result<()> {
+        let end = off + data.len() as u64;
+        // Segments of the write: (start, end, DAX block of its page if any).
+        let mut segs: SmallVec<[(u64, u64, Option<u64>); 4]> = SmallVec::new();
+        let size = {
+            let st = i.st.read();
+            let mut pos = off;
+            while pos < end {
+                let pg = pos / BLOCK;
+                let to = ((pg + 1) * BLOCK).min(end);
+                let dax = self.dax_page(&st, pg)?;
+                match segs.last_mut() {
+                    Some((_, e, None)) if dax.is_none() => *e = to,
+                    _ => segs.push((pos, to, dax)),
+                }
+                pos = to;
+            }
+            st.attr.size
+        };
+        for &(a, b, dax) in &segs {
+            let src = &data[(a - off) as usize..(b - off) as usize];
+            match dax {
+                Some(blk) => {
+                    let base = blk * BLOCK;
+                    let pg_start = a / BLOCK * BLOCK;
+                    // Bytes between the old end of file and the write read as zeros.
+                    let z0 = size.max(pg_start);
+                    if a > z0 {
+                        let z = [0u8; BLOCK as usize];
+                        persist_copy(&self.m, base + (z0 - pg_start), &z[..(a - z0) as usize]);
+                    }
+                    persist_copy(&self.m, base + (a - pg_start), src);
+                }
+                None => self.write_cow(i, a, src, || false)?,
+            }
+        }
+        let mut st = i.st.write();
+        let now = self.m.now();
+        let kill = crate::privs::suidgid_to_kill(st.attr.mode);
+        let kill = if kill != 0 && lacks_fsetid() { kill } else { 0 };
+        let mut entries: SmallVec<[EntryBuf; 2]> = SmallVec::new();
+        let (e, _) = Self::setattr_entry(&st, |a| {
+            a.size = a.size.max(end);
+            a.mtime = now;
+            a.ctime = now;
+            a.mode &= !kill;
+        });
+        entries.push(e);
+        entries.extend(crate::privs::capability_removal(&st, now));
+        // The in-place stores are flushed: fence them before the tail.
+        self.commit_single(i, &mut st, &mut entries, true, false)
+    }
+}
