@@ -61,6 +61,7 @@ pub struct MmapMedium {
     read_only: bool,
     dirty: DirtyRange,
     stats: Arc<PersistStats>,
+    maps: crate::filemap::FileMaps,
 }
 
 /// The pool range stored since the last msync (msync-at-commit mode).
@@ -284,6 +285,27 @@ impl MmapMedium {
         unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
     }
 
+    /// The pool file (DAX mappings of files map it).
+    pub fn pool_file(&self) -> &File {
+        &self.file
+    }
+
+    /// This process's DAX mappings of files of the pool (`filemap`).
+    pub(crate) fn file_maps(&self) -> &crate::filemap::FileMaps {
+        &self.maps
+    }
+
+    /// Durability needs an msync after stores (the pool is a plain shared mapping
+    /// in msync-at-commit mode).
+    pub fn msync_mode(&self) -> bool {
+        self.durability == Durability::MsyncEachCommit
+    }
+
+    /// The pool's mapping is MAP_SYNC (a DAX file): mappings of it may be too.
+    pub fn is_dax(&self) -> bool {
+        self.durability == Durability::Dax
+    }
+
     /// The pool file's path.
     pub fn path(&self) -> &Path {
         &self.path
@@ -422,12 +444,15 @@ impl Unmapped {
             read_only: opts.read_only,
             dirty: DirtyRange::default(),
             stats: Arc::new(PersistStats::default()),
+            maps: Default::default(),
         })
     }
 }
 
 impl Drop for MmapMedium {
     fn drop(&mut self) {
+        // Mappings of files must not outlive the pins this mount held for them.
+        self.maps.revoke_all();
         // SAFETY: ptr/len describe our live mapping; nothing uses it after drop.
         unsafe {
             libc::msync(self.ptr as *mut libc::c_void, self.len as usize, libc::MS_ASYNC);

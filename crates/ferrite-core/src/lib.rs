@@ -15,6 +15,7 @@ pub mod chain;
 pub mod dax;
 pub mod error;
 pub mod extmap;
+pub mod filemap;
 pub mod fs;
 pub mod fsck;
 mod futex;

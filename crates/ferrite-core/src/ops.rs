@@ -222,7 +222,14 @@ impl<M: Medium> Fs<M> {
     /// Compare `page` (the content of block `blk`, file page `pg`) with the checksum
     /// its WRITE entry at `loc` carries; mark the block verified when it matches or
     /// cannot be checked (no checksum stored).
-    pub(crate) fn verify_page(&self, i: &Inode, pg: u64, blk: u64, loc: u64, page: &[u8]) -> Result<()> {
+    pub(crate) fn verify_page(
+        &self,
+        i: &Inode,
+        pg: u64,
+        blk: u64,
+        loc: u64,
+        page: &[u8],
+    ) -> Result<()> {
         let want = log::write_page_crc(&self.m, loc, blk);
         let ok = match want {
             Ok(Some(c)) => log::page_crc(i.seed, page) == c,

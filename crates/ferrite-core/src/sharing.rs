@@ -595,8 +595,7 @@ impl<M: Medium> Fs<M> {
             }
         }
         for ino in 1..=self.geo.ninodes {
-            if !t.is_dirty(ino, party) && t.holder(ino) != Some(party) && !t.has_dax(ino, party)
-            {
+            if !t.is_dirty(ino, party) && t.holder(ino) != Some(party) && !t.has_dax(ino, party) {
                 continue;
             }
             out.inodes += 1;

@@ -1,0 +1,304 @@
+//! DAX mappings of files into this process: the address-space side of `mapping`.
+//! A file's range is mapped by mapping each run of its (pinned) pool blocks at its
+//! place in one reserved range of addresses, straight from the pool file: stores
+//! are the file's, with no kernel and no copy on the way. Persisting is cache-line
+//! flushes and one fence ([`Fs::persist_mapped`]).
+//!
+//! Invariants:
+//! - Every live mapping in the registry holds exactly one pin ([`Fs::dax_pin`]) of
+//!   its file; the pin ends when the last of its pages is unmapped (or replaced by
+//!   [`Fs::mremap_file`]). A mapping the program overwrote with `MAP_FIXED` outside
+//!   this module keeps its pin until it is unmapped here: pins err on the side of
+//!   keeping blocks.
+//! - Pages past the end of file at mapping time are reserved without access
+//!   (touching one is SIGSEGV; the kernel gives SIGBUS); they are never pool pages.
+//! - Mappings are not inherited across fork (MADV_DONTFORK): a child's stores could
+//!   outlive the parent's pin.
+//! - [`Fs::revoke_file_maps`] replaces every live mapping by inaccessible memory
+//!   before the process gives up its right to store to the pool (daemon gone).
+#![allow(unsafe_code)]
+
+use crate::dax::MmapMedium;
+use crate::error::{Error, Result};
+use crate::fs::Fs;
+use crate::layout::BLOCK;
+use crate::pmem;
+use std::os::unix::io::AsRawFd;
+
+/// One DAX mapping of a file.
+#[derive(Clone, Debug)]
+struct FileMap {
+    base: usize,
+    len: usize,
+    ino: u64,
+    off: u64,
+    prot: i32,
+    /// Address ranges still mapped (the program may unmap parts).
+    live: Vec<(usize, usize)>,
+}
+
+/// The DAX mappings of this process's mount of a pool.
+#[derive(Default)]
+pub struct FileMaps {
+    maps: parking_lot::Mutex<Vec<FileMap>>,
+}
+
+fn os_err(what: &str) -> Error {
+    let err = std::io::Error::last_os_error();
+    Error::Io { path: what.into(), err }
+}
+
+fn page_up(n: usize) -> usize {
+    n.div_ceil(BLOCK as usize) * BLOCK as usize
+}
+
+/// Flags of a shared mapping this module serves (others go to the kernel).
+pub const SERVED_FLAGS: i32 = libc::MAP_SHARED
+    | libc::MAP_SHARED_VALIDATE
+    | libc::MAP_FIXED
+    | libc::MAP_FIXED_NOREPLACE
+    | libc::MAP_POPULATE
+    | libc::MAP_NONBLOCK
+    | libc::MAP_SYNC
+    | libc::MAP_NORESERVE;
+
+impl FileMaps {
+    /// Replace every mapping by inaccessible memory and forget it.
+    pub(crate) fn revoke_all(&self) {
+        let mut maps = self.maps.lock();
+        for m in maps.drain(..) {
+            for (a, b) in m.live {
+                // SAFETY: a range this registry mapped and still owns.
+                unsafe {
+                    libc::mmap(
+                        a as *mut libc::c_void,
+                        b - a,
+                        libc::PROT_NONE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                        -1,
+                        0,
+                    )
+                };
+            }
+        }
+    }
+}
+
+impl Fs<MmapMedium> {
+    /// Map `len` bytes of regular file `ino` from `off` with DAX, as `mmap(2)`
+    /// with `prot` and `flags` (a shared mapping; `addr` as mmap takes it). The
+    /// caller checked the open mode allows `prot`.
+    pub fn mmap_file(
+        &self,
+        ino: u64,
+        addr: usize,
+        len: usize,
+        prot: i32,
+        flags: i32,
+        off: u64,
+    ) -> Result<usize> {
+        if len == 0 || off % BLOCK != 0 || flags & !SERVED_FLAGS != 0 {
+            return Err(Error::invalid("mmap length, offset or flags"));
+        }
+        if prot & !(libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) != 0 {
+            return Err(Error::invalid("mmap protection"));
+        }
+        let len = page_up(len);
+        let runs = self.dax_pin(ino, off, len as u64)?;
+        let placed = self.place(addr, len, prot, flags, off, &runs);
+        let base = match placed {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = self.dax_unpin(ino);
+                return Err(e);
+            }
+        };
+        let m = FileMap { base, len, ino, off, prot, live: vec![(base, base + len)] };
+        self.medium().file_maps().maps.lock().push(m);
+        Ok(base)
+    }
+
+    /// Reserve the addresses and map each run of blocks at its place.
+    fn place(
+        &self,
+        addr: usize,
+        len: usize,
+        prot: i32,
+        flags: i32,
+        off: u64,
+        runs: &crate::DaxRuns,
+    ) -> Result<usize> {
+        let fixed = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE);
+        // SAFETY: an anonymous mapping without access; with MAP_FIXED the program
+        // asked for exactly this range to be replaced, as mmap(2) would.
+        let base = unsafe {
+            libc::mmap(
+                addr as *mut libc::c_void,
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | fixed,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(os_err("reserve addresses for a DAX mapping"));
+        }
+        let base = base as usize;
+        let fd = self.medium().pool_file().as_raw_fd();
+        let share = if self.medium().is_dax() {
+            libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC
+        } else {
+            libc::MAP_SHARED
+        };
+        let pg0 = off / BLOCK;
+        for &(pg, blk, n) in runs {
+            let at = base + ((pg - pg0) * BLOCK) as usize;
+            let bytes = ((n * BLOCK) as usize).min(base + len - at);
+            // SAFETY: inside the range reserved above, which this call owns; the
+            // pool range is a pinned block run of the file, inside the pool.
+            let p = unsafe {
+                libc::mmap(
+                    at as *mut libc::c_void,
+                    bytes,
+                    prot,
+                    share | libc::MAP_FIXED,
+                    fd,
+                    (blk * BLOCK) as libc::off_t,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                let e = os_err("map pool blocks");
+                // SAFETY: the range reserved above.
+                unsafe { libc::munmap(base as *mut libc::c_void, len) };
+                return Err(e);
+            }
+        }
+        // SAFETY: advice on the range reserved above.
+        unsafe { libc::madvise(base as *mut libc::c_void, len, libc::MADV_DONTFORK) };
+        Ok(base)
+    }
+
+    /// Does `[addr, addr + len)` meet a DAX mapping of this process?
+    pub fn is_file_mapped(&self, addr: usize, len: usize) -> bool {
+        let end = addr.saturating_add(len.max(1));
+        let maps = self.medium().file_maps().maps.lock();
+        maps.iter().any(|m| m.live.iter().any(|&(a, b)| a < end && addr < b))
+    }
+
+    /// `munmap(2)` of a range that meets DAX mappings (`None` when it meets none:
+    /// the caller unmaps it). A mapping whose last page goes ends its pin.
+    pub fn munmap_file(&self, addr: usize, len: usize) -> Option<Result<()>> {
+        if addr % BLOCK as usize != 0 || len == 0 {
+            return None; // the kernel's EINVAL
+        }
+        let end = addr.saturating_add(page_up(len));
+        let ended: Vec<u64> = {
+            let mut maps = self.medium().file_maps().maps.lock();
+            if !maps.iter().any(|m| m.live.iter().any(|&(a, b)| a < end && addr < b)) {
+                return None;
+            }
+            // SAFETY: the program unmaps a range it names, as munmap(2).
+            if unsafe { libc::munmap(addr as *mut libc::c_void, end - addr) } != 0 {
+                return Some(Err(os_err("munmap")));
+            }
+            let mut ended = Vec::new();
+            maps.retain_mut(|m| {
+                m.live = m
+                    .live
+                    .iter()
+                    .flat_map(|&(a, b)| {
+                        [(a, b.min(addr)), (a.max(end), b)].into_iter().filter(|&(x, y)| x < y)
+                    })
+                    .collect();
+                if m.live.is_empty() {
+                    ended.push(m.ino);
+                }
+                !m.live.is_empty()
+            });
+            ended
+        };
+        for ino in ended {
+            if let Err(e) = self.dax_unpin(ino) {
+                return Some(Err(e));
+            }
+        }
+        Some(Ok(()))
+    }
+
+    /// `mremap(2)` of a whole DAX mapping at `old` (`None` when `old` starts none):
+    /// the new range is a new mapping of the file (the same blocks where they
+    /// overlap), then the old one goes. Without `may_move` only shrinking succeeds.
+    pub fn mremap_file(
+        &self,
+        old: usize,
+        old_len: usize,
+        new_len: usize,
+        may_move: bool,
+    ) -> Option<Result<usize>> {
+        let m = {
+            let maps = self.medium().file_maps().maps.lock();
+            maps.iter().find(|m| m.base == old).cloned()?
+        };
+        let (old_len, new_len) = (page_up(old_len), page_up(new_len));
+        if new_len == 0 || old_len != m.len || m.live != [(m.base, m.base + m.len)] {
+            return Some(Err(Error::invalid("mremap of part of a DAX mapping")));
+        }
+        if new_len <= old_len {
+            if new_len < old_len {
+                if let Some(Err(e)) = self.munmap_file(old + new_len, old_len - new_len) {
+                    return Some(Err(e));
+                }
+            }
+            return Some(Ok(old));
+        }
+        if !may_move {
+            return Some(Err(Error::NoSpace)); // ENOMEM as the kernel: cannot grow in place
+        }
+        let flags = libc::MAP_SHARED;
+        let new = match self.mmap_file(m.ino, 0, new_len, m.prot, flags, m.off) {
+            Ok(n) => n,
+            Err(e) => return Some(Err(e)),
+        };
+        if let Some(Err(e)) = self.munmap_file(old, old_len) {
+            return Some(Err(e));
+        }
+        Some(Ok(new))
+    }
+
+    /// Make stores into `[addr, addr + len)` of DAX mappings durable: cache-line
+    /// flushes and one fence (and an msync of the range when the pool needs one
+    /// for durability). False when the range meets no DAX mapping.
+    pub fn persist_mapped(&self, addr: usize, len: usize) -> bool {
+        if !self.is_file_mapped(addr, len) {
+            return false;
+        }
+        persist_raw(addr, len, self.medium().msync_mode());
+        true
+    }
+
+    /// Replace every DAX mapping by inaccessible memory (the process may no longer
+    /// store to the pool): a later access faults instead of changing blocks that
+    /// may belong to others by then. Pins are dropped without a commit.
+    pub fn revoke_file_maps(&self) {
+        self.medium().file_maps().revoke_all();
+    }
+
+    /// Live DAX mappings of this process.
+    pub fn file_map_count(&self) -> usize {
+        self.medium().file_maps().maps.lock().len()
+    }
+}
+
+/// Flush `[addr, addr + len)` from the caches and fence (msync it too when `msync`).
+/// The range must be mapped; this process's DAX mappings are.
+pub fn persist_raw(addr: usize, len: usize, msync: bool) {
+    // SAFETY: flushing lines of mapped memory reads nothing and writes nothing.
+    unsafe { pmem::flush_raw(addr as *const u8, len, pmem::config().flush) };
+    pmem::sfence();
+    if msync {
+        let a = addr / BLOCK as usize * BLOCK as usize;
+        // SAFETY: msync of mapped pages.
+        unsafe { libc::msync(a as *mut libc::c_void, addr + len - a, libc::MS_SYNC) };
+    }
+}

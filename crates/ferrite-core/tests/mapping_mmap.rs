@@ -1,0 +1,126 @@
+//! DAX mappings of files over a real pool file: the program's loads and stores are
+//! the file, persisting is flush + fence, unmapping ends the pin, a grown mapping
+//! keeps its bytes, and a revoked mapping faults instead of storing to the pool.
+#![allow(unsafe_code)]
+
+use ferrite_core::*;
+
+const PG: usize = 4096;
+
+fn shm_pool(size: u64) -> (tempfile::TempDir, std::path::PathBuf, Fs<MmapMedium>) {
+    let dir = tempfile::Builder::new().prefix("ferrite-map").tempdir_in("/dev/shm").unwrap();
+    let path = dir.path().join("pool");
+    let m = MmapMedium::create(&path, size, &MapOptions::default()).unwrap();
+    let fs = Fs::mkfs(m, &MkfsOptions { shards: 2, ..Default::default() }).unwrap();
+    (dir, path, fs)
+}
+
+fn slice<'a>(addr: usize, len: usize) -> &'a mut [u8] {
+    // SAFETY: the tests only name ranges of live mappings they made.
+    unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) }
+}
+
+const RW: i32 = libc::PROT_READ | libc::PROT_WRITE;
+
+#[test]
+fn loads_and_stores_are_the_file() {
+    let (_d, path, fs) = shm_pool(64 << 20);
+    let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    let content: Vec<u8> = (0..3 * PG + 100).map(|i| (i * 7 % 251) as u8).collect();
+    fs.write(f, 0, &content).unwrap();
+    fs.write(f, 10, b"embedded").unwrap();
+    let mut want = content.clone();
+    want[10..18].copy_from_slice(b"embedded");
+    let a = fs.mmap_file(f, 0, 4 * PG, RW, libc::MAP_SHARED, 0).unwrap();
+    assert_eq!(&slice(a, want.len())[..], &want[..], "loads see the file");
+    assert_eq!(slice(a + want.len(), 4 * PG - want.len()), &vec![0u8; 4 * PG - want.len()][..]);
+    slice(a + 5000, 11).copy_from_slice(b"stored here");
+    assert!(fs.persist_mapped(a + 5000, 11));
+    want[5000..5011].copy_from_slice(b"stored here");
+    assert_eq!(fs.read_all(f).unwrap(), want, "reads see the stores");
+    fs.write(f, PG as u64 * 2, b"write(2) in place").unwrap();
+    assert_eq!(&slice(a + 2 * PG, 17)[..], b"write(2) in place", "the mapping sees writes");
+    want[2 * PG..2 * PG + 17].copy_from_slice(b"write(2) in place");
+    assert!(!fs.persist_mapped(0x1000, 10), "not a DAX mapping");
+    // Part of it goes: the pin stays; the rest goes: the pin ends.
+    fs.munmap_file(a, PG).unwrap().unwrap();
+    assert!(fs.dax_pinned(f).unwrap());
+    assert!(fs.munmap_file(a, PG).is_none(), "already gone");
+    fs.munmap_file(a + PG, 3 * PG).unwrap().unwrap();
+    assert!(!fs.dax_pinned(f).unwrap());
+    assert_eq!(fs.file_map_count(), 0);
+    let m = fs.unmount().unwrap();
+    drop(m);
+    let fs =
+        Fs::mount(MmapMedium::open(&path, &MapOptions::default()).unwrap(), &Default::default())
+            .unwrap();
+    assert_eq!(fs.read_all(f).unwrap(), want, "the stores are in the pool");
+    assert!(fs.fsck().unwrap().is_clean());
+}
+
+#[test]
+fn a_mapping_grows_with_mremap_and_keeps_its_bytes() {
+    let (_d, _path, fs) = shm_pool(64 << 20);
+    let f = fs.create(fs.root(), b"log", 0o644, 0, 0).unwrap().ino;
+    fs.fallocate(f, FallocMode::default(), 0, 2 * PG as u64).unwrap();
+    let a = fs.mmap_file(f, 0, 2 * PG, RW, libc::MAP_SHARED, 0).unwrap();
+    slice(a + PG + 1, 4).copy_from_slice(b"keep");
+    fs.persist_mapped(a, 2 * PG);
+    // FLEX's growth: fallocate, then mremap.
+    fs.fallocate(f, FallocMode::default(), 0, 8 * PG as u64).unwrap();
+    let b = fs.mremap_file(a, 2 * PG, 8 * PG, true).unwrap().unwrap();
+    assert_eq!(&slice(b + PG + 1, 4)[..], b"keep");
+    slice(b + 7 * PG, 3).copy_from_slice(b"end");
+    fs.persist_mapped(b + 7 * PG, 3);
+    assert_eq!(&fs.read_all(f).unwrap()[7 * PG..7 * PG + 3], b"end");
+    assert_eq!(fs.file_map_count(), 1, "the old mapping went");
+    assert!(matches!(fs.mremap_file(b, 8 * PG, 9 * PG, false), Some(Err(_))), "no room in place");
+    let c = fs.mremap_file(b, 8 * PG, 4 * PG, false).unwrap().unwrap();
+    assert_eq!(c, b, "shrinking stays in place");
+    fs.munmap_file(c, 4 * PG).unwrap().unwrap();
+    assert!(!fs.dax_pinned(f).unwrap());
+}
+
+#[test]
+fn a_revoked_mapping_faults_instead_of_storing() {
+    let (_d, _path, fs) = shm_pool(64 << 20);
+    let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, &[5u8; PG]).unwrap();
+    let a = fs.mmap_file(f, 0, PG, RW, libc::MAP_SHARED, 0).unwrap();
+    fs.revoke_file_maps();
+    assert_eq!(fs.file_map_count(), 0);
+    // SAFETY: the child only touches the revoked page, then exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let v = unsafe { std::ptr::read_volatile(a as *const u8) };
+        unsafe { libc::_exit(v as i32) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(libc::WIFSIGNALED(status), "the child was not killed: {status:#x}");
+    assert_eq!(libc::WTERMSIG(status), libc::SIGSEGV);
+}
+
+#[test]
+fn bad_requests_are_errors_and_pin_nothing() {
+    let (_d, _path, fs) = shm_pool(64 << 20);
+    let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, &[1u8; PG]).unwrap();
+    let bad = |r: Result<usize>| r.unwrap_err().errno();
+    assert_eq!(bad(fs.mmap_file(f, 0, PG, RW, libc::MAP_SHARED, 100)), libc::EINVAL);
+    assert_eq!(bad(fs.mmap_file(f, 0, 0, RW, libc::MAP_SHARED, 0)), libc::EINVAL);
+    assert_eq!(
+        bad(fs.mmap_file(f, 0, PG, RW, libc::MAP_SHARED | libc::MAP_GROWSDOWN, 0)),
+        libc::EINVAL
+    );
+    assert_eq!(bad(fs.mmap_file(f, 0, PG, 0x100, libc::MAP_SHARED, 0)), libc::EINVAL);
+    assert_eq!(bad(fs.mmap_file(fs.root(), 0, PG, RW, libc::MAP_SHARED, 0)), libc::EISDIR);
+    // MAP_FIXED_NOREPLACE over a mapping that exists: EEXIST, as the kernel.
+    let a = fs.mmap_file(f, 0, PG, RW, libc::MAP_SHARED, 0).unwrap();
+    let r = fs.mmap_file(f, a, PG, RW, libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE, 0);
+    assert_eq!(bad(r), libc::EEXIST);
+    fs.munmap_file(a, PG).unwrap().unwrap();
+    assert!(!fs.dax_pinned(f).unwrap(), "no refused request left a pin");
+    assert_eq!(fs.open_count(f), 0);
+}
