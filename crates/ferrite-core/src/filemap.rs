@@ -97,7 +97,7 @@ impl Fs<MmapMedium> {
         flags: i32,
         off: u64,
     ) -> Result<usize> {
-        if len == 0 || off % BLOCK != 0 || flags & !SERVED_FLAGS != 0 {
+        if len == 0 || !off.is_multiple_of(BLOCK) || flags & !SERVED_FLAGS != 0 {
             return Err(Error::invalid("mmap length, offset or flags"));
         }
         if prot & !(libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) != 0 {
@@ -189,7 +189,7 @@ impl Fs<MmapMedium> {
     /// `munmap(2)` of a range that meets DAX mappings (`None` when it meets none:
     /// the caller unmaps it). A mapping whose last page goes ends its pin.
     pub fn munmap_file(&self, addr: usize, len: usize) -> Option<Result<()>> {
-        if addr % BLOCK as usize != 0 || len == 0 {
+        if !addr.is_multiple_of(BLOCK as usize) || len == 0 {
             return None; // the kernel's EINVAL
         }
         let end = addr.saturating_add(page_up(len));

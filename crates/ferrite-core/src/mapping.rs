@@ -43,7 +43,7 @@ impl<M: Medium> Fs<M> {
     /// of file, each a DAX page. Holds an open handle until [`Fs::dax_unpin`].
     pub fn dax_pin(&self, ino: u64, off: u64, len: u64) -> Result<DaxRuns> {
         self.check_writable()?;
-        if off % BLOCK != 0 || len == 0 {
+        if !off.is_multiple_of(BLOCK) || len == 0 {
             return Err(Error::invalid("DAX mapping offset not page aligned, or empty"));
         }
         let pg0 = off / BLOCK;
