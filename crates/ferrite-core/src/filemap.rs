@@ -35,6 +35,8 @@ struct FileMap {
     prot: i32,
     /// Address ranges still mapped (the program may unmap parts).
     live: Vec<(usize, usize)>,
+    /// A mapping that keeps the file's kernel handle open (see [`Fs::mmap_file`]).
+    keep: Option<(usize, usize)>,
 }
 
 /// The DAX mappings of this process's mount of a pool.
@@ -46,6 +48,26 @@ pub struct FileMaps {
 fn os_err(what: &str) -> Error {
     let err = std::io::Error::last_os_error();
     Error::Io { path: what.into(), err }
+}
+
+// The address-space calls are system calls, not the C library's functions: in a
+// process with the preload library those are hooks, which would come back here.
+
+/// mmap(2) as a system call; `MAP_FAILED` on failure (errno set).
+unsafe fn sys_mmap(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, off: u64) -> usize {
+    // SAFETY: the caller's mapping request, as mmap(2) takes it.
+    let r = unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) };
+    if r == -1 {
+        libc::MAP_FAILED as usize
+    } else {
+        r as usize
+    }
+}
+
+/// munmap(2) as a system call.
+unsafe fn sys_munmap(addr: usize, len: usize) -> i64 {
+    // SAFETY: the caller's range, as munmap(2) takes it.
+    unsafe { libc::syscall(libc::SYS_munmap, addr, len) }
 }
 
 fn page_up(n: usize) -> usize {
@@ -70,14 +92,8 @@ impl FileMaps {
             for (a, b) in m.live {
                 // SAFETY: a range this registry mapped and still owns.
                 unsafe {
-                    libc::mmap(
-                        a as *mut libc::c_void,
-                        b - a,
-                        libc::PROT_NONE,
-                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-                        -1,
-                        0,
-                    )
+                    let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED;
+                    sys_mmap(a, b - a, libc::PROT_NONE, anon, -1, 0)
                 };
             }
         }
@@ -87,7 +103,10 @@ impl FileMaps {
 impl Fs<MmapMedium> {
     /// Map `len` bytes of regular file `ino` from `off` with DAX, as `mmap(2)`
     /// with `prot` and `flags` (a shared mapping; `addr` as mmap takes it). The
-    /// caller checked the open mode allows `prot`.
+    /// caller checked the open mode allows `prot`. `keep`: a range the mapping
+    /// owns and unmaps when it ends (a front end's inaccessible kernel mapping of
+    /// the file, which keeps the kernel's handle of it open as a mapping does).
+    #[allow(clippy::too_many_arguments)]
     pub fn mmap_file(
         &self,
         ino: u64,
@@ -96,6 +115,7 @@ impl Fs<MmapMedium> {
         prot: i32,
         flags: i32,
         off: u64,
+        keep: Option<(usize, usize)>,
     ) -> Result<usize> {
         if len == 0 || !off.is_multiple_of(BLOCK) || flags & !SERVED_FLAGS != 0 {
             return Err(Error::invalid("mmap length, offset or flags"));
@@ -113,7 +133,7 @@ impl Fs<MmapMedium> {
                 return Err(e);
             }
         };
-        let m = FileMap { base, len, ino, off, prot, live: vec![(base, base + len)] };
+        let m = FileMap { base, len, ino, off, prot, live: vec![(base, base + len)], keep };
         self.medium().file_maps().maps.lock().push(m);
         Ok(base)
     }
@@ -132,8 +152,8 @@ impl Fs<MmapMedium> {
         // SAFETY: an anonymous mapping without access; with MAP_FIXED the program
         // asked for exactly this range to be replaced, as mmap(2) would.
         let base = unsafe {
-            libc::mmap(
-                addr as *mut libc::c_void,
+            sys_mmap(
+                addr,
                 len,
                 libc::PROT_NONE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | fixed,
@@ -141,10 +161,9 @@ impl Fs<MmapMedium> {
                 0,
             )
         };
-        if base == libc::MAP_FAILED {
+        if base == libc::MAP_FAILED as usize {
             return Err(os_err("reserve addresses for a DAX mapping"));
         }
-        let base = base as usize;
         let fd = self.medium().pool_file().as_raw_fd();
         let share = if self.medium().is_dax() {
             libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC
@@ -157,25 +176,16 @@ impl Fs<MmapMedium> {
             let bytes = ((n * BLOCK) as usize).min(base + len - at);
             // SAFETY: inside the range reserved above, which this call owns; the
             // pool range is a pinned block run of the file, inside the pool.
-            let p = unsafe {
-                libc::mmap(
-                    at as *mut libc::c_void,
-                    bytes,
-                    prot,
-                    share | libc::MAP_FIXED,
-                    fd,
-                    (blk * BLOCK) as libc::off_t,
-                )
-            };
-            if p == libc::MAP_FAILED {
+            let p = unsafe { sys_mmap(at, bytes, prot, share | libc::MAP_FIXED, fd, blk * BLOCK) };
+            if p == libc::MAP_FAILED as usize {
                 let e = os_err("map pool blocks");
                 // SAFETY: the range reserved above.
-                unsafe { libc::munmap(base as *mut libc::c_void, len) };
+                unsafe { sys_munmap(base, len) };
                 return Err(e);
             }
         }
         // SAFETY: advice on the range reserved above.
-        unsafe { libc::madvise(base as *mut libc::c_void, len, libc::MADV_DONTFORK) };
+        unsafe { libc::syscall(libc::SYS_madvise, base, len, libc::MADV_DONTFORK) };
         Ok(base)
     }
 
@@ -199,7 +209,7 @@ impl Fs<MmapMedium> {
                 return None;
             }
             // SAFETY: the program unmaps a range it names, as munmap(2).
-            if unsafe { libc::munmap(addr as *mut libc::c_void, end - addr) } != 0 {
+            if unsafe { sys_munmap(addr, end - addr) } != 0 {
                 return Some(Err(os_err("munmap")));
             }
             let mut ended = Vec::new();
@@ -213,6 +223,10 @@ impl Fs<MmapMedium> {
                     .collect();
                 if m.live.is_empty() {
                     ended.push(m.ino);
+                    if let Some((a, n)) = m.keep.take() {
+                        // SAFETY: the range handed to this mapping to own.
+                        unsafe { sys_munmap(a, n) };
+                    }
                 }
                 !m.live.is_empty()
             });
@@ -256,10 +270,18 @@ impl Fs<MmapMedium> {
             return Some(Err(Error::NoSpace)); // ENOMEM as the kernel: cannot grow in place
         }
         let flags = libc::MAP_SHARED;
-        let new = match self.mmap_file(m.ino, 0, new_len, m.prot, flags, m.off) {
+        let new = match self.mmap_file(m.ino, 0, new_len, m.prot, flags, m.off, None) {
             Ok(n) => n,
             Err(e) => return Some(Err(e)),
         };
+        // The kept range moves to the new mapping.
+        {
+            let mut maps = self.medium().file_maps().maps.lock();
+            let keep = maps.iter_mut().find(|x| x.base == old).and_then(|x| x.keep.take());
+            if let Some(x) = maps.iter_mut().find(|x| x.base == new) {
+                x.keep = keep;
+            }
+        }
         if let Some(Err(e)) = self.munmap_file(old, old_len) {
             return Some(Err(e));
         }
@@ -299,6 +321,6 @@ pub fn persist_raw(addr: usize, len: usize, msync: bool) {
     if msync {
         let a = addr / BLOCK as usize * BLOCK as usize;
         // SAFETY: msync of mapped pages.
-        unsafe { libc::msync(a as *mut libc::c_void, addr + len - a, libc::MS_SYNC) };
+        unsafe { libc::syscall(libc::SYS_msync, a, addr + len - a, libc::MS_SYNC) };
     }
 }

@@ -31,7 +31,7 @@ fn loads_and_stores_are_the_file() {
     fs.write(f, 10, b"embedded").unwrap();
     let mut want = content.clone();
     want[10..18].copy_from_slice(b"embedded");
-    let a = fs.mmap_file(f, 0, 4 * PG, RW, libc::MAP_SHARED, 0).unwrap();
+    let a = fs.mmap_file(f, 0, 4 * PG, RW, libc::MAP_SHARED, 0, None).unwrap();
     assert_eq!(&slice(a, want.len())[..], &want[..], "loads see the file");
     assert_eq!(slice(a + want.len(), 4 * PG - want.len()), &vec![0u8; 4 * PG - want.len()][..]);
     slice(a + 5000, 11).copy_from_slice(b"stored here");
@@ -63,7 +63,7 @@ fn a_mapping_grows_with_mremap_and_keeps_its_bytes() {
     let (_d, _path, fs) = shm_pool(64 << 20);
     let f = fs.create(fs.root(), b"log", 0o644, 0, 0).unwrap().ino;
     fs.fallocate(f, FallocMode::default(), 0, 2 * PG as u64).unwrap();
-    let a = fs.mmap_file(f, 0, 2 * PG, RW, libc::MAP_SHARED, 0).unwrap();
+    let a = fs.mmap_file(f, 0, 2 * PG, RW, libc::MAP_SHARED, 0, None).unwrap();
     slice(a + PG + 1, 4).copy_from_slice(b"keep");
     fs.persist_mapped(a, 2 * PG);
     // FLEX's growth: fallocate, then mremap.
@@ -86,7 +86,7 @@ fn a_revoked_mapping_faults_instead_of_storing() {
     let (_d, _path, fs) = shm_pool(64 << 20);
     let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
     fs.write(f, 0, &[5u8; PG]).unwrap();
-    let a = fs.mmap_file(f, 0, PG, RW, libc::MAP_SHARED, 0).unwrap();
+    let a = fs.mmap_file(f, 0, PG, RW, libc::MAP_SHARED, 0, None).unwrap();
     fs.revoke_file_maps();
     assert_eq!(fs.file_map_count(), 0);
     // SAFETY: the child only touches the revoked page, then exits.
@@ -108,17 +108,17 @@ fn bad_requests_are_errors_and_pin_nothing() {
     let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
     fs.write(f, 0, &[1u8; PG]).unwrap();
     let bad = |r: Result<usize>| r.unwrap_err().errno();
-    assert_eq!(bad(fs.mmap_file(f, 0, PG, RW, libc::MAP_SHARED, 100)), libc::EINVAL);
-    assert_eq!(bad(fs.mmap_file(f, 0, 0, RW, libc::MAP_SHARED, 0)), libc::EINVAL);
+    assert_eq!(bad(fs.mmap_file(f, 0, PG, RW, libc::MAP_SHARED, 100, None)), libc::EINVAL);
+    assert_eq!(bad(fs.mmap_file(f, 0, 0, RW, libc::MAP_SHARED, 0, None)), libc::EINVAL);
     assert_eq!(
-        bad(fs.mmap_file(f, 0, PG, RW, libc::MAP_SHARED | libc::MAP_GROWSDOWN, 0)),
+        bad(fs.mmap_file(f, 0, PG, RW, libc::MAP_SHARED | libc::MAP_GROWSDOWN, 0, None)),
         libc::EINVAL
     );
-    assert_eq!(bad(fs.mmap_file(f, 0, PG, 0x100, libc::MAP_SHARED, 0)), libc::EINVAL);
-    assert_eq!(bad(fs.mmap_file(fs.root(), 0, PG, RW, libc::MAP_SHARED, 0)), libc::EISDIR);
+    assert_eq!(bad(fs.mmap_file(f, 0, PG, 0x100, libc::MAP_SHARED, 0, None)), libc::EINVAL);
+    assert_eq!(bad(fs.mmap_file(fs.root(), 0, PG, RW, libc::MAP_SHARED, 0, None)), libc::EISDIR);
     // MAP_FIXED_NOREPLACE over a mapping that exists: EEXIST, as the kernel.
-    let a = fs.mmap_file(f, 0, PG, RW, libc::MAP_SHARED, 0).unwrap();
-    let r = fs.mmap_file(f, a, PG, RW, libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE, 0);
+    let a = fs.mmap_file(f, 0, PG, RW, libc::MAP_SHARED, 0, None).unwrap();
+    let r = fs.mmap_file(f, a, PG, RW, libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE, 0, None);
     assert_eq!(bad(r), libc::EEXIST);
     fs.munmap_file(a, PG).unwrap().unwrap();
     assert!(!fs.dax_pinned(f).unwrap(), "no refused request left a pin");
