@@ -841,3 +841,156 @@ fn a_direct_write_is_seen_by_stat_in_plain_processes() {
     let s = direct_stats(&stats);
     assert!(s.iter().any(|s| s.direct >= STEPS + 2), "the writes went direct: {s:?}");
 }
+
+// ------------------------------------------------------------- DAX mappings
+
+/// `mmap` of `len` bytes of `fd` at `off`, shared, read-write.
+fn map_shared(fd: i32, len: usize, off: i64) -> Result<&'static mut [u8], i32> {
+    // SAFETY: a new mapping wherever the kernel (or the preload) puts it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            off,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
+    }
+    // SAFETY: the mapping just made, `len` bytes, alive until unmapped below.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) })
+}
+
+/// msync of `m[at..at + len]` (from the start of its page, as msync wants).
+fn msync(m: &[u8], at: usize, len: usize) {
+    let a = at / 4096 * 4096;
+    // SAFETY: a live mapping of this process.
+    let r = unsafe { libc::msync(m[a..].as_ptr() as *mut _, at + len - a, libc::MS_SYNC) };
+    assert_eq!(r, 0, "msync: {}", std::io::Error::last_os_error());
+}
+
+fn unmap(m: &mut [u8]) {
+    // SAFETY: the whole of a mapping made by `map_shared`, not used after.
+    assert_eq!(unsafe { libc::munmap(m.as_mut_ptr() as *mut _, m.len()) }, 0);
+}
+
+fn errno_of<T>(r: std::io::Result<T>) -> i32 {
+    r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
+}
+
+#[test]
+#[ignore = "run by a_shared_mapping_is_the_files_pool_blocks"]
+fn child_dax_mapper() {
+    use std::os::fd::AsRawFd;
+    let p = PathBuf::from(env("FT_PATH"));
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    f.write_all_at(b"before the mapping", 0).unwrap();
+    f.set_len(3 * 4096).unwrap();
+    let m = map_shared(f.as_raw_fd(), 3 * 4096, 0).unwrap();
+    assert_eq!(&m[..18], b"before the mapping", "loads see the file");
+    m[5000..5011].copy_from_slice(b"stored here");
+    msync(m, 5000, 11);
+    let mut b = [0u8; 11];
+    f.read_exact_at(&mut b, 5000).unwrap();
+    assert_eq!(&b, b"stored here", "reads see stores");
+    f.write_all_at(b"written in place", 9000).unwrap();
+    assert_eq!(&m[9000..9016], b"written in place", "the mapping sees writes");
+    assert_eq!(errno_of(f.set_len(4096)), libc::EBUSY, "no shrinking under a mapping");
+    // The mapping outlives the descriptor, as the kernel's does.
+    drop(f);
+    m[12000..12005].copy_from_slice(b"after");
+    msync(m, 12000, 5);
+    // A read-only descriptor cannot give a writable shared mapping.
+    let ro = std::fs::File::open(&p).unwrap();
+    assert_eq!(map_shared(ro.as_raw_fd(), 4096, 0).err(), Some(libc::EACCES));
+    say("mapped");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    if line.trim() == "unmap" {
+        unmap(m);
+        say("unmapped");
+        std::io::stdin().read_line(&mut line).unwrap();
+    }
+}
+
+fn dax_child(p: &Path, stats: &Path) -> (Child, BufReader<ChildStdout>) {
+    let mut c = child("child_dax_mapper")
+        .env("FT_PATH", p)
+        .env("FERRITE_DIRECT_STATS", stats)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let last = listen(&mut out, |msg| msg != "mapped");
+    if last != "mapped" {
+        let mut err = String::new();
+        let _ = c.stderr.take().unwrap().read_to_string(&mut err);
+        panic!("the mapping child failed:\n{err}");
+    }
+    (c, out)
+}
+
+fn dax_model() -> Vec<u8> {
+    let mut want = vec![0u8; 3 * 4096];
+    want[..18].copy_from_slice(b"before the mapping");
+    want[5000..5011].copy_from_slice(b"stored here");
+    want[9000..9016].copy_from_slice(b"written in place");
+    want[12000..12005].copy_from_slice(b"after");
+    want
+}
+
+#[test]
+fn a_shared_mapping_is_the_files_pool_blocks() {
+    let mut m = Mount::new("direct-dax", "256M", "");
+    let stats = m.scratch().join("stats");
+    let p = m.path("mapped");
+    let (mut c, mut out) = dax_child(&p, &stats);
+    // A plain process reads the stores through the mount, and may not shrink the
+    // file while it is mapped.
+    assert!(std::fs::read(&p).unwrap() == dax_model(), "the stores are not in the file");
+    let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    assert_eq!(errno_of(f.set_len(10)), libc::EBUSY);
+    writeln!(c.stdin.as_mut().unwrap(), "unmap").unwrap();
+    assert_eq!(listen(&mut out, |msg| msg != "unmapped"), "unmapped");
+    f.set_len(10).unwrap();
+    drop((f, c.stdin.take()));
+    wait_ok(c, "mapping child");
+    let s = direct_stats(&stats);
+    assert_eq!(s.len(), 1, "{s:?}");
+    assert!(s[0].direct >= 5, "mmap and msync were served directly: {s:?}");
+    m.umount();
+    let (_, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "{:?}", fsck.errors);
+}
+
+#[test]
+fn a_mapping_process_killed_leaves_its_stores_and_no_pin() {
+    let mut m = Mount::new("direct-dax-kill", "256M", "");
+    let stats = m.scratch().join("stats");
+    let p = m.path("mapped");
+    let (mut c, _out) = dax_child(&p, &stats);
+    c.kill().unwrap();
+    c.wait().unwrap();
+    assert!(
+        wait_for(30, || m.log_text().contains("ended without detaching")),
+        "the daemon did not notice the client's death:\n{}",
+        m.log_text()
+    );
+    assert!(std::fs::read(&p).unwrap() == dax_model(), "the stores are not in the file");
+    // The daemon dropped the dead process's pin: the file shrinks again.
+    std::fs::OpenOptions::new().write(true).open(&p).unwrap().set_len(0).unwrap();
+    m.umount();
+    let (_, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "{:?}", fsck.errors);
+}

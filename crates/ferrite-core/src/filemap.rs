@@ -89,6 +89,10 @@ impl FileMaps {
     pub(crate) fn revoke_all(&self) {
         let mut maps = self.maps.lock();
         for m in maps.drain(..) {
+            if let Some((a, n)) = m.keep {
+                // SAFETY: the range handed to this mapping to own.
+                unsafe { sys_munmap(a, n) };
+            }
             for (a, b) in m.live {
                 // SAFETY: a range this registry mapped and still owns.
                 unsafe {
@@ -290,13 +294,44 @@ impl Fs<MmapMedium> {
 
     /// Make stores into `[addr, addr + len)` of DAX mappings durable: cache-line
     /// flushes and one fence (and an msync of the range when the pool needs one
-    /// for durability). False when the range meets no DAX mapping.
-    pub fn persist_mapped(&self, addr: usize, len: usize) -> bool {
-        if !self.is_file_mapped(addr, len) {
-            return false;
-        }
-        persist_raw(addr, len, self.medium().msync_mode());
-        true
+    /// for durability). `None` when the range meets no DAX mapping, else whether
+    /// DAX mappings cover all of it (if not, the caller syncs the rest).
+    pub fn persist_mapped(&self, addr: usize, len: usize) -> Option<bool> {
+        let end = addr.saturating_add(len.max(1));
+        let msync = self.medium().msync_mode();
+        let flush = pmem::config().flush;
+        let covered = {
+            // Flushes under the lock (a concurrent munmap cannot pull the pages
+            // away); the fence after it. No allocation: one pass to flush, one
+            // walk to see whether the parts join up.
+            let maps = self.medium().file_maps().maps.lock();
+            let parts = || {
+                maps.iter()
+                    .flat_map(|m| m.live.iter().copied())
+                    .filter(|&(a, b)| a < end && addr < b)
+                    .map(|(a, b)| (a.max(addr), b.min(end)))
+            };
+            let mut any = false;
+            for (a, b) in parts() {
+                any = true;
+                // SAFETY: a live DAX range (mapped while the lock is held);
+                // flushing lines reads and writes nothing.
+                unsafe { pmem::flush_raw(a as *const u8, b - a, flush) };
+                if msync {
+                    sync_pages(a, b);
+                }
+            }
+            if !any {
+                return None;
+            }
+            let mut at = addr;
+            while let Some((_, b)) = parts().find(|&(a, b)| a <= at && at < b) {
+                at = b;
+            }
+            at >= end
+        };
+        pmem::sfence();
+        Some(covered)
     }
 
     /// Replace every DAX mapping by inaccessible memory (the process may no longer
@@ -319,8 +354,13 @@ pub fn persist_raw(addr: usize, len: usize, msync: bool) {
     unsafe { pmem::flush_raw(addr as *const u8, len, pmem::config().flush) };
     pmem::sfence();
     if msync {
-        let a = addr / BLOCK as usize * BLOCK as usize;
-        // SAFETY: msync of mapped pages.
-        unsafe { libc::syscall(libc::SYS_msync, a, addr + len - a, libc::MS_SYNC) };
+        sync_pages(addr, addr + len);
     }
+}
+
+/// msync(MS_SYNC) of the pages of `[a, b)`.
+fn sync_pages(a: usize, b: usize) {
+    let a0 = a / BLOCK as usize * BLOCK as usize;
+    // SAFETY: msync of mapped pages changes no memory.
+    unsafe { libc::syscall(libc::SYS_msync, a0, b - a0, libc::MS_SYNC) };
 }

@@ -35,13 +35,15 @@ fn loads_and_stores_are_the_file() {
     assert_eq!(&slice(a, want.len())[..], &want[..], "loads see the file");
     assert_eq!(slice(a + want.len(), 4 * PG - want.len()), &vec![0u8; 4 * PG - want.len()][..]);
     slice(a + 5000, 11).copy_from_slice(b"stored here");
-    assert!(fs.persist_mapped(a + 5000, 11));
+    assert_eq!(fs.persist_mapped(a + 5000, 11), Some(true));
     want[5000..5011].copy_from_slice(b"stored here");
     assert_eq!(fs.read_all(f).unwrap(), want, "reads see the stores");
     fs.write(f, PG as u64 * 2, b"write(2) in place").unwrap();
     assert_eq!(&slice(a + 2 * PG, 17)[..], b"write(2) in place", "the mapping sees writes");
     want[2 * PG..2 * PG + 17].copy_from_slice(b"write(2) in place");
-    assert!(!fs.persist_mapped(0x1000, 10), "not a DAX mapping");
+    assert_eq!(fs.persist_mapped(0x1000, 10), None, "not a DAX mapping");
+    assert_eq!(fs.persist_mapped(a + 4 * PG - 8, 16), Some(false), "runs past the mapping");
+    assert_eq!(fs.persist_mapped(a - 8, 8 + 4 * PG), Some(false), "starts before it");
     // Part of it goes: the pin stays; the rest goes: the pin ends.
     fs.munmap_file(a, PG).unwrap().unwrap();
     assert!(fs.dax_pinned(f).unwrap());

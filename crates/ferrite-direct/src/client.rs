@@ -319,6 +319,9 @@ impl Client {
         if let Some(w) = self.watcher.take() {
             let _ = w.join();
         }
+        // Stores through DAX mappings end before the daemon may hand their
+        // blocks to anyone else.
+        fs.revoke_file_maps();
         if let Ok(fs) = Arc::try_unwrap(fs) {
             if !self.dead.load(Ordering::Acquire) {
                 let m = fs.detach();
@@ -404,6 +407,9 @@ fn watch(
             }
         }
     }
+    // The daemon takes our pins back once it holds our lock: no store through a
+    // DAX mapping may reach the pool after that.
+    fs.revoke_file_maps();
     dead.store(true, Ordering::Release);
     fs.medium().release_client_lock();
 }

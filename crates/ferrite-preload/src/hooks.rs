@@ -1103,15 +1103,25 @@ pub unsafe extern "C" fn mmap(
     off: off64_t,
 ) -> *mut c_void {
     if flags & libc::MAP_SHARED != 0 {
+        let dax = |d: &Desc, c: &'static Client| {
+            ops::mmap(c, d, fd, addr as usize, len, prot, flags, off)
+        };
+        match direct(fd, dax) {
+            Some(Ok(p)) => return p as *mut c_void,
+            Some(Err(e)) => {
+                set_errno(e);
+                return libc::MAP_FAILED;
+            }
+            None => {}
+        }
         if let Some((e, d, c)) = lookup(fd) {
             // The kernel's page cache now holds the file for this mapping: every
             // client writes it through the kernel until its last handle closes.
             c.note_kernel_mapping(d.ino);
             d.kernel_io.store(true, Ordering::Relaxed);
-            stats::kernel();
-            drop(e);
-            // The kernel's size of the file predates the direct writes: have it ask
-            // the daemon again, or the mapping would fault (SIGBUS) past its old end.
+            drop(e); // counted as a kernel call by `direct` above
+                     // The kernel's size of the file predates the direct writes: have it ask
+                     // the daemon again, or the mapping would fault (SIGBUS) past its old end.
             real::refresh_kernel_attrs(fd);
         }
     }
@@ -1128,6 +1138,72 @@ pub unsafe extern "C" fn mmap64(
     off: off64_t,
 ) -> *mut c_void {
     unsafe { mmap(addr, len, prot, flags, fd, off) }
+}
+
+/// The first answer of `f` from an attached client's DAX mappings, when this
+/// process made any and the call does not come from this library.
+fn dax_maps<T>(f: impl FnMut(&'static Client) -> Option<T>) -> Option<T> {
+    if !ops::DAX_USED.load(Ordering::Acquire) {
+        return None;
+    }
+    let _e = table::enter()?;
+    catch_unwind(AssertUnwindSafe(|| crate::mounts::find_attached(f))).ok().flatten()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+    match dax_maps(|c| c.fs().munmap_file(addr as usize, len)) {
+        Some(r) => int(r.map(|_| 0).map_err(|e| e.errno())),
+        None => forward!(munmap(addr, len), -1),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int {
+    let known = libc::MS_ASYNC | libc::MS_SYNC | libc::MS_INVALIDATE;
+    let both = libc::MS_ASYNC | libc::MS_SYNC;
+    let valid = addr as usize % 4096 == 0 && flags & !known == 0 && flags & both != both;
+    // Stores through DAX mappings are made durable here, with flushes and a
+    // fence; a range that also covers other mappings goes to the kernel after.
+    if valid && dax_maps(|c| c.fs().persist_mapped(addr as usize, len)) == Some(true) {
+        stats::direct();
+        return 0;
+    }
+    forward!(msync(addr, len, flags), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mremap(
+    old: *mut c_void,
+    old_len: size_t,
+    new_len: size_t,
+    flags: c_int,
+    new_addr: *mut c_void,
+) -> *mut c_void {
+    let o = old as usize;
+    let r = dax_maps(|c| {
+        if !c.fs().is_file_mapped(o, old_len) {
+            return None;
+        }
+        if flags & !libc::MREMAP_MAYMOVE != 0 {
+            return Some(Err(libc::EINVAL)); // fixed or kept places: not for DAX
+        }
+        let may_move = flags & libc::MREMAP_MAYMOVE != 0;
+        Some(match c.fs().mremap_file(o, old_len, new_len, may_move) {
+            None => Err(libc::EINVAL), // meets a DAX mapping but starts none
+            Some(Ok(p)) => Ok(p),
+            Some(Err(ferrite_core::Error::NoSpace)) => Err(libc::ENOMEM),
+            Some(Err(e)) => Err(e.errno()),
+        })
+    });
+    match r {
+        Some(Ok(p)) => p as *mut c_void,
+        Some(Err(e)) => {
+            set_errno(e);
+            libc::MAP_FAILED
+        }
+        None => forward!(mremap(old, old_len, new_len, flags, new_addr), libc::MAP_FAILED),
+    }
 }
 
 // ------------------------------------------------------------------- stdio

@@ -209,6 +209,11 @@ pub fn any_attached() -> bool {
     MOUNTS.get().is_some_and(|ms| ms.iter().any(|m| m.attached().is_some()))
 }
 
+/// The first `Some` of `f` over the attached clients.
+pub fn find_attached<T>(mut f: impl FnMut(&'static Client) -> Option<T>) -> Option<T> {
+    MOUNTS.get()?.iter().find_map(|m| f(m.attached()?))
+}
+
 /// In a child after fork.
 pub fn after_fork_child() {
     if let Some(ms) = MOUNTS.get() {

@@ -327,3 +327,61 @@ pub fn copy(
     }
     Ok(done)
 }
+
+/// Any DAX mapping made in this process (the address-space hooks look further
+/// only then).
+pub static DAX_USED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `FERRITE_DAX=0` turns DAX mappings off (shared mappings go through the kernel).
+fn dax_enabled() -> bool {
+    static D: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *D.get_or_init(|| std::env::var_os("FERRITE_DAX").is_none_or(|v| v != "0"))
+}
+
+/// `mmap(2)` of a direct descriptor: a shared mapping is the file's pool blocks
+/// mapped into the process (DAX) when it can be, with the kernel's checks of the
+/// open mode first; anything else (private mappings, flags the core does not
+/// serve, files the kernel's page cache may hold) goes to the kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn mmap(
+    c: &Client,
+    d: &Desc,
+    fd: i32,
+    addr: usize,
+    len: usize,
+    prot: i32,
+    flags: i32,
+    off: i64,
+) -> R<Do<usize>> {
+    use ferrite_core::filemap::SERVED_FLAGS;
+    if !dax_enabled()
+        || flags & libc::MAP_SHARED == 0
+        || flags & !SERVED_FLAGS != 0
+        || !c.may_write_direct(d.ino)
+    {
+        return Ok(Do::Kernel);
+    }
+    if len == 0 || off < 0 || off % 4096 != 0 {
+        return Err(libc::EINVAL);
+    }
+    if !d.readable() || prot & libc::PROT_WRITE != 0 && (!d.writable() || d.append()) {
+        return Err(libc::EACCES);
+    }
+    let validate = flags & libc::MAP_SHARED_VALIDATE == libc::MAP_SHARED_VALIDATE;
+    if validate && flags & libc::MAP_SYNC != 0 && c.fs().medium().msync_mode() {
+        // Stores to this pool are durable only after msync: MAP_SYNC's promise
+        // (flushes suffice) would be false.
+        return Err(libc::EOPNOTSUPP);
+    }
+    let keep = real::keep_mapping(fd)?;
+    match c.fs().mmap_file(d.ino, addr, len, prot, flags, off as u64, Some(keep)) {
+        Ok(p) => {
+            DAX_USED.store(true, Ordering::Release);
+            Ok(Do::Done(p))
+        }
+        Err(err) => {
+            real::unmap_own(keep);
+            Err(e(err))
+        }
+    }
+}

@@ -77,6 +77,9 @@ reals! {
     copy_file_range: fn(c_int, *mut off64_t, c_int, *mut off64_t, size_t, c_uint) -> ssize_t;
     sendfile64: fn(c_int, c_int, *mut off64_t, size_t) -> ssize_t;
     mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void;
+    munmap: fn(*mut c_void, size_t) -> c_int;
+    msync: fn(*mut c_void, size_t, c_int) -> c_int;
+    mremap: fn(*mut c_void, size_t, size_t, c_int, *mut c_void) -> *mut c_void;
     fdopen: fn(c_int, *const c_char) -> *mut FILE;
     fclose: fn(*mut FILE) -> c_int;
     freopen64: fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
@@ -238,6 +241,30 @@ pub fn refresh_kernel_attrs(fd: c_int) {
             &mut st,
         )
     };
+}
+
+/// An inaccessible private mapping of one page of `fd`: it holds the kernel's
+/// handle of the file open as long as it lasts (what a mapping of the file does),
+/// and it never reaches the page cache. Returns (address, length).
+pub fn keep_mapping(fd: c_int) -> Result<(usize, usize), c_int> {
+    let f = need!(mmap64);
+    let n = 4096;
+    let flags = libc::MAP_PRIVATE | libc::MAP_NORESERVE;
+    // SAFETY: a new mapping wherever the kernel puts it; nothing is overwritten.
+    let p = unsafe { f(std::ptr::null_mut(), n, libc::PROT_NONE, flags, fd, 0) };
+    if p == libc::MAP_FAILED {
+        Err(errno())
+    } else {
+        Ok((p as usize, n))
+    }
+}
+
+/// The real `munmap` of a range this crate mapped itself.
+pub fn unmap_own(range: (usize, usize)) {
+    if let Some(f) = real().munmap {
+        // SAFETY: a range from `keep_mapping`, owned by the caller.
+        unsafe { f(range.0 as *mut c_void, range.1) };
+    }
 }
 
 /// Enumerate this process's open descriptors (from /proc/self/fd).
