@@ -1162,7 +1162,7 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
 pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int {
     let known = libc::MS_ASYNC | libc::MS_SYNC | libc::MS_INVALIDATE;
     let both = libc::MS_ASYNC | libc::MS_SYNC;
-    let valid = addr as usize % 4096 == 0 && flags & !known == 0 && flags & both != both;
+    let valid = (addr as usize).is_multiple_of(4096) && flags & !known == 0 && flags & both != both;
     // Stores through DAX mappings are made durable here, with flushes and a
     // fence; a range that also covers other mappings goes to the kernel after.
     if valid && dax_maps(|c| c.fs().persist_mapped(addr as usize, len)) == Some(true) {
