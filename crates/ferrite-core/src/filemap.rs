@@ -74,6 +74,18 @@ fn page_up(n: usize) -> usize {
     n.div_ceil(BLOCK as usize) * BLOCK as usize
 }
 
+/// An inaccessible private mapping of one page of `fd`: (address, length).
+fn keep_open(fd: i32) -> Result<(usize, usize)> {
+    let n = BLOCK as usize;
+    // SAFETY: a new mapping wherever the kernel puts it; it replaces nothing.
+    let p =
+        unsafe { sys_mmap(0, n, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_NORESERVE, fd, 0) };
+    if p == libc::MAP_FAILED as usize {
+        return Err(os_err("hold the file open for a DAX mapping"));
+    }
+    Ok((p, n))
+}
+
 /// Flags of a shared mapping this module serves (others go to the kernel).
 pub const SERVED_FLAGS: i32 = libc::MAP_SHARED
     | libc::MAP_SHARED_VALIDATE
@@ -107,9 +119,10 @@ impl FileMaps {
 impl Fs<MmapMedium> {
     /// Map `len` bytes of regular file `ino` from `off` with DAX, as `mmap(2)`
     /// with `prot` and `flags` (a shared mapping; `addr` as mmap takes it). The
-    /// caller checked the open mode allows `prot`. `keep`: a range the mapping
-    /// owns and unmaps when it ends (a front end's inaccessible kernel mapping of
-    /// the file, which keeps the kernel's handle of it open as a mapping does).
+    /// caller checked the open mode allows `prot`. `keep`: the file's descriptor
+    /// through a mount, held open while the mapping lives as a kernel mapping
+    /// would hold it (by an inaccessible private mapping of one page of it, which
+    /// never reaches the page cache), so an unlinked file stays while mapped.
     #[allow(clippy::too_many_arguments)]
     pub fn mmap_file(
         &self,
@@ -119,7 +132,7 @@ impl Fs<MmapMedium> {
         prot: i32,
         flags: i32,
         off: u64,
-        keep: Option<(usize, usize)>,
+        keep: Option<std::os::fd::BorrowedFd<'_>>,
     ) -> Result<usize> {
         if len == 0 || !off.is_multiple_of(BLOCK) || flags & !SERVED_FLAGS != 0 {
             return Err(Error::invalid("mmap length, offset or flags"));
@@ -128,12 +141,26 @@ impl Fs<MmapMedium> {
             return Err(Error::invalid("mmap protection"));
         }
         let len = page_up(len);
-        let runs = self.dax_pin(ino, off, len as u64)?;
-        let placed = self.place(addr, len, prot, flags, off, &runs);
+        let keep = match keep {
+            Some(fd) => Some(keep_open(fd.as_raw_fd())?),
+            None => None,
+        };
+        let placed = self.dax_pin(ino, off, len as u64).and_then(|runs| {
+            match self.place(addr, len, prot, flags, off, &runs) {
+                Ok(b) => Ok(b),
+                Err(e) => {
+                    let _ = self.dax_unpin(ino);
+                    Err(e)
+                }
+            }
+        });
         let base = match placed {
             Ok(b) => b,
             Err(e) => {
-                let _ = self.dax_unpin(ino);
+                if let Some((a, n)) = keep {
+                    // SAFETY: the range made above, owned here.
+                    unsafe { sys_munmap(a, n) };
+                }
                 return Err(e);
             }
         };

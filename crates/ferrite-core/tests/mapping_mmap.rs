@@ -126,3 +126,32 @@ fn bad_requests_are_errors_and_pin_nothing() {
     assert!(!fs.dax_pinned(f).unwrap(), "no refused request left a pin");
     assert_eq!(fs.open_count(f), 0);
 }
+
+/// Lines of /proc/self/maps naming `path`.
+fn maps_of(path: &std::path::Path) -> usize {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines().filter(|l| l.ends_with(path.to_str().unwrap())).count()
+}
+
+#[test]
+fn a_kept_descriptor_is_held_while_the_mapping_lives() {
+    use std::os::fd::AsFd;
+    let (d, _path, fs) = shm_pool(64 << 20);
+    let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, &[1u8; 2 * PG]).unwrap();
+    let other = d.path().join("held");
+    let open = || std::fs::File::options().read(true).write(true).create(true).open(&other);
+    let h = open().unwrap();
+    let a = fs.mmap_file(f, 0, 2 * PG, RW, libc::MAP_SHARED, 0, Some(h.as_fd())).unwrap();
+    drop(h);
+    assert_eq!(maps_of(&other), 1, "the file is held by a mapping of it");
+    fs.munmap_file(a, PG).unwrap().unwrap();
+    assert_eq!(maps_of(&other), 1, "held while part of the mapping lives");
+    fs.munmap_file(a + PG, PG).unwrap().unwrap();
+    assert_eq!(maps_of(&other), 0, "let go with the mapping");
+    // A refused request holds nothing.
+    let h = open().unwrap();
+    assert!(fs.mmap_file(f, 0, PG, RW, libc::MAP_SHARED, 1, Some(h.as_fd())).is_err());
+    assert!(fs.mmap_file(fs.root(), 0, PG, RW, libc::MAP_SHARED, 0, Some(h.as_fd())).is_err());
+    assert_eq!(maps_of(&other), 0);
+}

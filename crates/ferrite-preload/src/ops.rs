@@ -373,15 +373,8 @@ pub fn mmap(
         // (flushes suffice) would be false.
         return Err(libc::EOPNOTSUPP);
     }
-    let keep = real::keep_mapping(fd)?;
-    match c.fs().mmap_file(d.ino, addr, len, prot, flags, off as u64, Some(keep)) {
-        Ok(p) => {
-            DAX_USED.store(true, Ordering::Release);
-            Ok(Do::Done(p))
-        }
-        Err(err) => {
-            real::unmap_own(keep);
-            Err(e(err))
-        }
-    }
+    let keep = real::borrow(fd);
+    let p = c.fs().mmap_file(d.ino, addr, len, prot, flags, off as u64, Some(keep)).map_err(e)?;
+    DAX_USED.store(true, Ordering::Release);
+    Ok(Do::Done(p))
 }

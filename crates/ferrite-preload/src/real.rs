@@ -243,28 +243,11 @@ pub fn refresh_kernel_attrs(fd: c_int) {
     };
 }
 
-/// An inaccessible private mapping of one page of `fd`: it holds the kernel's
-/// handle of the file open as long as it lasts (what a mapping of the file does),
-/// and it never reaches the page cache. Returns (address, length).
-pub fn keep_mapping(fd: c_int) -> Result<(usize, usize), c_int> {
-    let f = need!(mmap64);
-    let n = 4096;
-    let flags = libc::MAP_PRIVATE | libc::MAP_NORESERVE;
-    // SAFETY: a new mapping wherever the kernel puts it; nothing is overwritten.
-    let p = unsafe { f(std::ptr::null_mut(), n, libc::PROT_NONE, flags, fd, 0) };
-    if p == libc::MAP_FAILED {
-        Err(errno())
-    } else {
-        Ok((p as usize, n))
-    }
-}
-
-/// The real `munmap` of a range this crate mapped itself.
-pub fn unmap_own(range: (usize, usize)) {
-    if let Some(f) = real().munmap {
-        // SAFETY: a range from `keep_mapping`, owned by the caller.
-        unsafe { f(range.0 as *mut c_void, range.1) };
-    }
+/// `fd` borrowed for the length of a call the program made with it.
+pub fn borrow<'a>(fd: c_int) -> std::os::fd::BorrowedFd<'a> {
+    // SAFETY: the program's descriptor, open for the call it passed it to (the
+    // borrow does not outlive the hook).
+    unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }
 }
 
 /// Enumerate this process's open descriptors (from /proc/self/fd).
