@@ -140,7 +140,8 @@ fn a_kept_descriptor_is_held_while_the_mapping_lives() {
     let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
     fs.write(f, 0, &[1u8; 2 * PG]).unwrap();
     let other = d.path().join("held");
-    let open = || std::fs::File::options().read(true).write(true).create(true).open(&other);
+    let open =
+        || std::fs::File::options().read(true).write(true).create(true).truncate(true).open(&other);
     let h = open().unwrap();
     let a = fs.mmap_file(f, 0, 2 * PG, RW, libc::MAP_SHARED, 0, Some(h.as_fd())).unwrap();
     drop(h);
