@@ -24,7 +24,7 @@ static const char *need_env(const char *name) {
   return v;
 }
 
-static int count_entry(void *ctx, const char *name, uint64_t ino, uint8_t type) {
+static inline int count_entry(void *ctx, const char *name, uint64_t ino, uint8_t type) {
   (void)ino;
   (void)type;
   if (strcmp(name, "data.bin") == 0) {

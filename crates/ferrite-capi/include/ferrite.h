@@ -89,6 +89,26 @@ ptrdiff_t ferrite_pwrite(struct ferrite *f, int fd, const void *b, size_t n, int
 // lseek(2) with SEEK_SET, SEEK_CUR or SEEK_END: the new offset, or -1.
 int64_t ferrite_lseek(struct ferrite *f, int fd, int64_t off, int whence);
 
+// Map `len` bytes of open file `fd` from `off` (a multiple of 4096) into this
+// process, shared: loads and stores are the file's pool blocks, with no kernel
+// on the way (DAX). `prot`: PROT_READ, optionally PROT_WRITE (the file must be
+// open for reading, and for writing without O_APPEND, to store). Stores are
+// durable after `ferrite_persist`. Pages past the end of the file at mapping
+// time fault. While a file is mapped it cannot shrink (EBUSY). The address, or
+// NULL and errno (EACCES, EINVAL, ENOSPC; EBUSY: a plain process holds the file
+// in the kernel's page cache).
+void *ferrite_mmap(struct ferrite *f, int fd, size_t len, int prot, int64_t off);
+
+// Unmap (part of) a mapping of `ferrite_mmap`; the file may shrink again once
+// none of its mappings is left. 0, or -1 and errno.
+int ferrite_munmap(struct ferrite *f, void *addr, size_t len);
+
+// Make the stores to `[addr, addr + len)` of mappings of `ferrite_mmap` durable
+// (cache-line flushes and one fence: no system call on a DAX or /dev/shm pool).
+// Any address and length; 0, or -1 and EINVAL when part of the range is not
+// such a mapping.
+int ferrite_persist(struct ferrite *f, const void *addr, size_t len);
+
 // fsync(2): every write was durable already; 0.
 int ferrite_fsync(struct ferrite *f, int fd);
 

@@ -298,6 +298,43 @@ impl Handle {
         }
     }
 
+    /// A shared mapping of `len` bytes of open file `fd` from `off` (a multiple of
+    /// 4096): the file's pool blocks in this process (DAX). `prot` as mmap(2)'s.
+    pub fn mmap(&self, fd: i32, len: usize, prot: i32, off: i64) -> R<usize> {
+        let f = self.file(fd)?;
+        if len == 0 || off < 0 || off % 4096 != 0 {
+            return Err(libc::EINVAL);
+        }
+        if !f.readable || prot & libc::PROT_WRITE != 0 && (!f.writable || f.append) {
+            return Err(libc::EACCES);
+        }
+        if let Backend::Client(c) = &self.backend {
+            if !c.may_write_direct(f.ino) {
+                // The kernel's page cache holds the file (a plain process has it
+                // open or mapped): stores here would not reach it.
+                return Err(libc::EBUSY);
+            }
+        }
+        let keep = f.kernel.as_ref().map(std::os::fd::AsFd::as_fd);
+        let flags = libc::MAP_SHARED;
+        self.fs().mmap_file(f.ino, 0, len, prot, flags, off as u64, keep).map_err(e)
+    }
+
+    /// munmap(2) of (part of) a mapping of `mmap`; EINVAL for a range that meets
+    /// none.
+    pub fn munmap(&self, addr: usize, len: usize) -> R<()> {
+        self.fs().munmap_file(addr, len).ok_or(libc::EINVAL)?.map_err(e)
+    }
+
+    /// Make stores to `[addr, addr + len)` of mappings of `mmap` durable; EINVAL
+    /// when the range is not all inside such mappings (their part is persisted).
+    pub fn persist(&self, addr: usize, len: usize) -> R<()> {
+        match self.fs().persist_mapped(addr, len) {
+            Some(true) => Ok(()),
+            _ => Err(libc::EINVAL),
+        }
+    }
+
     /// pread(2).
     pub fn pread(&self, fd: i32, buf: &mut [u8], off: i64) -> R<usize> {
         let f = self.file(fd)?;

@@ -193,6 +193,50 @@ pub unsafe extern "C" fn ferrite_lseek(f: *mut ferrite, fd: c_int, off: i64, whe
     guard(-1, || unsafe { handle(f)?.lseek(fd, off, whence) })
 }
 
+/// Map `len` bytes of open file `fd` from `off` (a multiple of 4096) into this
+/// process, shared: loads and stores are the file's pool blocks, with no kernel
+/// on the way (DAX). `prot`: PROT_READ, optionally PROT_WRITE (the file must be
+/// open for reading, and for writing without O_APPEND, to store). Stores are
+/// durable after `ferrite_persist`. Pages past the end of the file at mapping
+/// time fault. While a file is mapped it cannot shrink (EBUSY). The address, or
+/// NULL and errno (EACCES, EINVAL, ENOSPC; EBUSY: a plain process holds the file
+/// in the kernel's page cache).
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_mmap(
+    f: *mut ferrite,
+    fd: c_int,
+    len: usize,
+    prot: c_int,
+    off: i64,
+) -> *mut c_void {
+    // SAFETY: the caller's handle.
+    guard(std::ptr::null_mut(), || unsafe {
+        handle(f)?.mmap(fd, len, prot, off).map(|a| a as *mut c_void)
+    })
+}
+
+/// Unmap (part of) a mapping of `ferrite_mmap`; the file may shrink again once
+/// none of its mappings is left. 0, or -1 and errno.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_munmap(f: *mut ferrite, addr: *mut c_void, len: usize) -> c_int {
+    // SAFETY: the caller's handle; the range is only compared and unmapped.
+    guard(-1, || unsafe { handle(f)?.munmap(addr as usize, len).map(|()| 0) })
+}
+
+/// Make the stores to `[addr, addr + len)` of mappings of `ferrite_mmap` durable
+/// (cache-line flushes and one fence: no system call on a DAX or /dev/shm pool).
+/// Any address and length; 0, or -1 and EINVAL when part of the range is not
+/// such a mapping.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_persist(
+    f: *mut ferrite,
+    addr: *const c_void,
+    len: usize,
+) -> c_int {
+    // SAFETY: the caller's handle; the range is flushed only where it is mapped.
+    guard(-1, || unsafe { handle(f)?.persist(addr as usize, len).map(|()| 0) })
+}
+
 /// fsync(2): every write was durable already; 0.
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_fsync(f: *mut ferrite, fd: c_int) -> c_int {

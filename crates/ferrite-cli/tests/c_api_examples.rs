@@ -69,6 +69,10 @@ fn c_examples_build_with_pkg_config_and_run() {
     let own = m.scratch().join("own_pool");
     compile(&prefix, "direct_client", &direct);
     compile(&prefix, "own_pool", &own);
+    let dax = m.scratch().join("dax_map");
+    compile(&prefix, "dax_map", &dax);
+    let out = run(Command::new(&dax).env("FERRITE_MOUNT", &m.mnt));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("dax map: ok"));
     let out = run(Command::new(&direct).env("FERRITE_MOUNT", &m.mnt));
     assert!(String::from_utf8_lossy(&out.stdout).contains("direct client: ok"));
     let pool = m.scratch().join("own.pool");
