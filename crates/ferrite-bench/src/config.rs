@@ -8,8 +8,18 @@
 use std::path::PathBuf;
 
 /// Experiments, in the order they run.
-pub const EXPERIMENTS: [&str; 9] =
-    ["micro", "append", "meta", "filebench", "programs", "real-work", "recovery", "gc", "memory"];
+pub const EXPERIMENTS: [&str; 10] = [
+    "micro",
+    "append",
+    "mmap",
+    "meta",
+    "filebench",
+    "programs",
+    "real-work",
+    "recovery",
+    "gc",
+    "memory",
+];
 /// Target selectors.
 pub const TARGETS: [&str; 6] = ["lib", "fuse", "direct", "tmpfs", "ext4", "hw"];
 /// Micro access patterns.
@@ -26,7 +36,8 @@ pub struct BenchArgs {
     /// its numbers mean nothing.
     #[arg(long)]
     pub smoke: bool,
-    /// Experiments to run, comma-separated: micro, append, meta, filebench, programs
+    /// Experiments to run, comma-separated: micro, append, mmap (stores into
+    /// shared mappings: DAX through the direct target), meta, filebench, programs
     /// (real fio and sqlite3), real-work (cp, tar, git, find, stat, rm of a source
     /// tree), recovery, gc, memory [default: all]. Write amplification
     /// is measured with micro and append.

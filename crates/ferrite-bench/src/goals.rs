@@ -5,7 +5,7 @@
 //! measured in this run; otherwise it is `NotMeasured` with what was missing.
 
 use crate::config::fmt_size;
-use crate::exp::{append, micro};
+use crate::exp::{append, micro, mmap};
 use crate::report::{num, ratio};
 use crate::results::{Goal, GoalStatus, Results, TextTable};
 
@@ -258,6 +258,28 @@ pub fn evaluate(res: &mut Results) -> Vec<Goal> {
             "open/t1",
             "ferrite-fuse",
             1.0 / 1.2,
+        ),
+    ]);
+    // DAX mappings (issue 13): a persisted 64 B store costs a flush and a fence.
+    let st = mmap::store_key();
+    g.extend([
+        vs_of(
+            res,
+            d,
+            "64 B store + msync through a DAX mapping, direct at most half tmpfs's time",
+            "mmap",
+            &st,
+            "tmpfs",
+            2.0,
+        ),
+        vs_of(
+            res,
+            d,
+            "64 B store + msync through a DAX mapping, direct within 1.5x hw-ntstore's time",
+            "mmap",
+            &st,
+            "hw-ntstore",
+            1.0 / 1.5,
         ),
     ]);
     // The mount at everyday speed (issue 10): real work within 3x tmpfs's time, the

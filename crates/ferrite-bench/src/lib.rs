@@ -18,7 +18,7 @@
 //!   fails is reported as failed, never as a number.
 //! - Mounts and scratch files this run created are removed at the end, also after a
 //!   panic inside an experiment.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)] // allowed only in target::mapped (fenced)
 #![warn(missing_docs)]
 
 pub mod config;
@@ -423,6 +423,7 @@ pub fn run(args: &BenchArgs) -> i32 {
             match e.as_str() {
                 "micro" => exp::micro::run(&mut ctx),
                 "append" => exp::append::run(&mut ctx),
+                "mmap" => exp::mmap::run(&mut ctx),
                 "meta" => exp::meta::run(&mut ctx),
                 "filebench" => exp::filebench::run(&mut ctx),
                 "programs" => exp::programs::run(&mut ctx),

@@ -1147,6 +1147,16 @@ fn dax_maps<T>(f: impl FnMut(&'static Client) -> Option<T>) -> Option<T> {
         return None;
     }
     let _e = table::enter()?;
+    dax_maps_unguarded(f)
+}
+
+/// [`dax_maps`] without entering the hook: for calls this library never makes
+/// itself and whose work takes no lock a forked child could inherit held (the
+/// registry of DAX mappings is the parent's alone).
+fn dax_maps_unguarded<T>(f: impl FnMut(&'static Client) -> Option<T>) -> Option<T> {
+    if !ops::DAX_USED.load(Ordering::Acquire) {
+        return None;
+    }
     catch_unwind(AssertUnwindSafe(|| crate::mounts::find_attached(f))).ok().flatten()
 }
 
@@ -1165,7 +1175,7 @@ pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> 
     let valid = (addr as usize).is_multiple_of(4096) && flags & !known == 0 && flags & both != both;
     // Stores through DAX mappings are made durable here, with flushes and a
     // fence; a range that also covers other mappings goes to the kernel after.
-    if valid && dax_maps(|c| c.fs().persist_mapped(addr as usize, len)) == Some(true) {
+    if valid && dax_maps_unguarded(|c| c.fs().persist_mapped(addr as usize, len)) == Some(true) {
         stats::direct();
         return 0;
     }

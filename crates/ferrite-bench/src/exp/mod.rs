@@ -15,6 +15,7 @@ pub mod gc;
 pub mod memory;
 pub mod meta;
 pub mod micro;
+pub mod mmap;
 pub mod programs;
 pub mod realwork;
 pub mod recovery;

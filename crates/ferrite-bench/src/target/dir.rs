@@ -301,10 +301,18 @@ impl Drop for DirTarget {
                 let _ = std::fs::remove_dir(&self.root);
             }
             Backing::Fuse { child, pool } => {
-                if is_mounted(&self.root)
-                    && run(Command::new("fusermount3").arg("-u").arg(&self.root)).is_err()
-                {
-                    let _ = run(Command::new("fusermount3").args(["-u", "-z"]).arg(&self.root));
+                // fusermount3 (fuse3) where installed, else umount(8) (as root).
+                let tries: [(&str, &[&str]); 4] = [
+                    ("fusermount3", &["-u"]),
+                    ("umount", &[]),
+                    ("fusermount3", &["-u", "-z"]),
+                    ("umount", &["-l"]),
+                ];
+                for (cmd, args) in tries {
+                    if !is_mounted(&self.root) {
+                        break;
+                    }
+                    let _ = run(Command::new(cmd).args(args).arg(&self.root));
                 }
                 if let Some(mut c) = child.take() {
                     let t0 = Instant::now();
@@ -329,6 +337,11 @@ impl Drop for DirTarget {
 impl Target for DirTarget {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn map_fd<'a>(&self, h: &'a Handle) -> Option<std::os::fd::BorrowedFd<'a>> {
+        use std::os::fd::AsFd;
+        Self::file(h).ok().map(|f| f.as_fd())
     }
 
     fn dir(&self) -> Option<&Path> {

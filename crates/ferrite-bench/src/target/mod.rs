@@ -18,6 +18,7 @@
 pub mod dir;
 pub mod hw;
 pub mod lib;
+pub mod mapped;
 
 use std::sync::Arc;
 
@@ -146,6 +147,11 @@ pub trait Target: Send + Sync {
     fn readdir_count(&self, path: &str) -> TResult<usize>;
 
     /// Space in use, for targets with a bounded capacity.
+    /// The descriptor of a handle's file, for targets whose files can be mapped
+    /// with mmap(2) (the kernel's file systems and FerriteFS mounts).
+    fn map_fd<'a>(&self, _h: &'a Handle) -> Option<std::os::fd::BorrowedFd<'a>> {
+        None
+    }
     /// The directory a file-system target works in (for the experiments that run
     /// real programs: fio, sqlite3).
     fn dir(&self) -> Option<&std::path::Path> {

@@ -1,0 +1,245 @@
+//! Stores through shared mappings (issue 13's DAX-mmap goals and FLEX's Figure 5,
+//! Xu et al., ASPLOS '19): "store" is a 64 B store into a mapped file and an msync
+//! of it; "append" appends records of each size to a file with stores into a
+//! mapping, grown FLEX's way (fallocate of a large chunk, then mremap), with an
+//! msync after each record. On a FerriteFS mount in the preloaded run the mapping
+//! is DAX (msync is flushes and a fence); on the kernel's file systems it is the
+//! page cache. The hardware targets do the same durable stores with their own
+//! copy and fence (the limit), through write + fsync of their regions.
+//!
+//! Invariants: the store file is written in full before it is measured; the
+//! append file is recreated (empty) before each repetition, outside the measured
+//! phase; a target that can neither map files nor is hardware is not measured.
+
+use super::{io_sample, parallel, pattern, prefill, say, Ctx, Phase};
+use crate::config::{fmt_size, Config};
+use crate::results::{Plot, Row, Series, Table};
+use crate::target::mapped::{fallocate, SharedMap};
+use crate::target::{Kind, TResult, Target};
+use std::time::Duration;
+
+/// Bytes per store of the "store" case.
+pub const STORE: u64 = 64;
+/// The file the "store" case maps.
+const STORE_FILE: u64 = 1 << 20;
+
+/// Case key of the store case.
+pub fn store_key() -> String {
+    format!("store/{}", fmt_size(STORE))
+}
+
+/// Case key of an append size.
+pub fn append_key(size: u64) -> String {
+    format!("append/{}", fmt_size(size))
+}
+
+fn measurable(t: &dyn Target) -> bool {
+    t.kind() == Kind::Hardware || t.dir().is_some()
+}
+
+fn store_cell(t: &dyn Target, cfg: &Config, cap: Duration) -> TResult<Phase> {
+    let buf = pattern(STORE as usize, 5);
+    let ops = cfg.ops_for(STORE);
+    let h = t.open("m/store", false)?;
+    // A stride of 67 lines: each store a new page and line, wrapping around.
+    let at = |i: u64| (i * STORE * 67) % STORE_FILE;
+    let ph = match t.map_fd(&h) {
+        Some(fd) => parallel(1, |_, gate| {
+            let mut m = SharedMap::new(fd, STORE_FILE as usize)?;
+            let t0 = gate.start();
+            let mut done = 0;
+            for i in 0..ops {
+                m.store(at(i) as usize, &buf);
+                m.sync(at(i) as usize, buf.len())?;
+                done += 1;
+                if i & 63 == 63 && t0.elapsed() >= cap {
+                    break;
+                }
+            }
+            gate.stop();
+            Ok((done, done * STORE))
+        }),
+        None => parallel(1, |_, gate| {
+            let t0 = gate.start();
+            let mut done = 0;
+            for i in 0..ops {
+                t.write_at(&h, at(i), &buf)?;
+                t.fsync(&h)?;
+                done += 1;
+                if i & 63 == 63 && t0.elapsed() >= cap {
+                    break;
+                }
+            }
+            gate.stop();
+            Ok((done, done * STORE))
+        }),
+    };
+    t.close(h)?;
+    ph
+}
+
+fn append_cell(t: &dyn Target, size: u64, cfg: &Config, cap: Duration) -> TResult<Phase> {
+    let buf = pattern(size as usize, 9);
+    let ops = cfg.ops_for(size);
+    let h = t.create("m/append", false)?;
+    let ph = match t.map_fd(&h) {
+        Some(fd) => {
+            // FLEX grows the file by large chunks, each a fallocate and an mremap.
+            let chunk = (1u64 << 20).max(16 * size);
+            parallel(1, |_, gate| {
+                fallocate(fd, 0, chunk)?;
+                let mut m = SharedMap::new(fd, chunk as usize)?;
+                let t0 = gate.start();
+                let (mut done, mut end) = (0, 0usize);
+                for i in 0..ops {
+                    if end + buf.len() > m.len() {
+                        let n = m.len() as u64 + chunk;
+                        fallocate(fd, 0, n)?;
+                        m.resize(n as usize)?;
+                    }
+                    m.store(end, &buf);
+                    m.sync(end, buf.len())?;
+                    end += buf.len();
+                    done += 1;
+                    if i & 7 == 7 && t0.elapsed() >= cap {
+                        break;
+                    }
+                }
+                gate.stop();
+                Ok((done, done * size))
+            })
+        }
+        None => parallel(1, |_, gate| {
+            let t0 = gate.start();
+            let mut done = 0;
+            for i in 0..ops {
+                t.append(&h, &buf)?;
+                t.fsync(&h)?;
+                done += 1;
+                if i & 7 == 7 && t0.elapsed() >= cap {
+                    break;
+                }
+            }
+            gate.stop();
+            Ok((done, done * size))
+        }),
+    };
+    t.close(h)?;
+    ph
+}
+
+/// Run the mmap experiment.
+pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
+    let cfg = ctx.cfg;
+    let mut cases = vec![(store_key(), 0)];
+    cases.extend(cfg.append_sizes.iter().map(|&s| (append_key(s), s)));
+    let pb = ctx.bar("mmap", (cases.len() * ctx.targets.len()) as u64);
+    let mut live: Vec<usize> = Vec::new();
+    for (i, t) in ctx.targets.iter_mut().enumerate() {
+        if !measurable(t.as_ref()) {
+            pb.inc(cases.len() as u64);
+            continue;
+        }
+        t.reset()?;
+        let r = t.mkdir("m").and_then(|()| prefill(t.as_ref(), "m/store", STORE_FILE));
+        match r {
+            Ok(()) => live.push(i),
+            Err(e) => {
+                ctx.res.fail("mmap", &store_key(), t.name(), &format!("setup: {e}"));
+                pb.inc(cases.len() as u64);
+            }
+        }
+    }
+    let cap = Duration::from_secs_f64(cfg.rep_secs);
+    let warm = Duration::from_secs_f64(cfg.rep_secs / 4.0);
+    for (key, size) in &cases {
+        pb.set_message(key.clone());
+        let mut on = live.clone();
+        for rep in 0..=cfg.reps {
+            let mut still = Vec::new();
+            for &i in &on {
+                let t = ctx.targets[i].as_ref();
+                let before = t.persist_counters();
+                let c = if rep == 0 { warm } else { cap };
+                let r =
+                    if *size == 0 { store_cell(t, cfg, c) } else { append_cell(t, *size, cfg, c) };
+                match r {
+                    Ok(ph) => {
+                        still.push(i);
+                        if rep > 0 {
+                            ctx.res.push(io_sample("mmap", key, t, rep - 1, ph, 1, before));
+                        }
+                    }
+                    Err(e) => {
+                        say(&pb, &format!("  mmap {key} on {}: {e}", t.name()));
+                        ctx.res.fail("mmap", key, t.name(), &e.to_string());
+                        pb.inc(1);
+                    }
+                }
+            }
+            on = still;
+        }
+        pb.inc(on.len() as u64);
+    }
+    pb.finish_and_clear();
+    ctx.res.tables.push(Table {
+        experiment: "mmap".into(),
+        title: "Stores into a shared mapping, msync after each".into(),
+        unit: "MB/s".into(),
+        higher_is_better: true,
+        note: format!(
+            "One thread. store: {} B at a stride of 67 lines in a {} file; append: records \
+             appended by stores into a mapping grown by fallocate + mremap (FLEX). The \
+             hardware targets store with their own copy and fence. Up to {} operations or \
+             {:.2} s per repetition.",
+            STORE,
+            fmt_size(STORE_FILE),
+            cfg.max_ops,
+            cfg.rep_secs
+        ),
+        rows: cases.iter().map(|(k, _)| Row { label: k.clone(), case: k.clone() }).collect(),
+    });
+    flex_plot(ctx);
+    Ok(())
+}
+
+/// FLEX's Figure 5: appends + sync through mappings against write + fsync (from
+/// the append experiment, when it ran), MB/s by append size.
+fn flex_plot(ctx: &mut Ctx<'_>) {
+    let sizes = ctx.cfg.append_sizes.clone();
+    let mut series = Vec::new();
+    let lines = [("mmap", "mmap + msync"), ("append", "write + fsync")];
+    for (exp, how) in lines {
+        for t in ctx.res.targets_in(exp) {
+            let points: Vec<(f64, f64)> = sizes
+                .iter()
+                .filter_map(|&s| {
+                    let key = if exp == "mmap" {
+                        append_key(s)
+                    } else {
+                        super::append::case_key("extend", s)
+                    };
+                    ctx.res.summary(exp, &key, &t).map(|x| (s as f64, x.median))
+                })
+                .collect();
+            let hw = t.starts_with("hw-");
+            if !points.is_empty() && !(hw && exp == "append") {
+                let name = if hw { t.clone() } else { format!("{t} ({how})") };
+                series.push(Series { name, points });
+            }
+        }
+    }
+    ctx.res.plots.push((
+        "mmap".into(),
+        Plot {
+            id: "flex-append-vs-size".into(),
+            title: "Appends with a sync after each: mapped (fallocate + mremap) vs write".into(),
+            x_label: "append size (bytes)".into(),
+            y_label: "MB/s".into(),
+            log_x: true,
+            log_y: true,
+            categories: vec![],
+            series,
+        },
+    ));
+}
