@@ -144,9 +144,10 @@ fn table_md(res: &mut Results, t: &Table, out: &mut String) {
 }
 
 /// Experiment titles, in report order.
-pub const SECTIONS: [(&str, &str); 10] = [
+pub const SECTIONS: [(&str, &str); 11] = [
     ("micro", "fio-style micro benchmarks"),
     ("append", "Appends with a sync after each (FLEX, Figure 5)"),
+    ("mmap", "Stores into mapped files (DAX through the direct target; FLEX, Figure 5)"),
     ("wa", "Write amplification and fences (counted in software)"),
     ("meta", "Metadata"),
     ("filebench", "Filebench-style personalities"),

@@ -37,6 +37,47 @@ struct FileMap {
     live: Vec<(usize, usize)>,
     /// A mapping that keeps the file's kernel handle open (see [`Fs::mmap_file`]).
     keep: Option<(usize, usize)>,
+    /// The pool runs mapped (file page, block, pages), ascending and contiguous
+    /// from the mapping's first page; the pages after them are inaccessible.
+    runs: crate::DaxRuns,
+}
+
+impl FileMap {
+    /// Drop the runs (and parts of runs) past `len`.
+    fn trim_runs(&mut self) {
+        let end = self.off / BLOCK + (self.len as u64).div_ceil(BLOCK);
+        self.runs.retain(|&(p, _, _)| p < end);
+        if let Some((p, _, n)) = self.runs.last_mut() {
+            *n = (*n).min(end - *p);
+        }
+    }
+}
+
+/// Move each mapped run of `m` from `old` to the same place in `new` (mremap
+/// with its page tables); on failure, back again.
+fn move_runs(old: usize, new: usize, m: &FileMap) -> Result<()> {
+    let pg0 = m.off / BLOCK;
+    let part = |&(pg, _, n): &(u64, u64, u64)| {
+        let at = ((pg - pg0) * BLOCK) as usize;
+        (at, ((n * BLOCK) as usize).min(m.len - at))
+    };
+    for (k, r) in m.runs.iter().enumerate() {
+        let (at, bytes) = part(r);
+        let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
+        // SAFETY: a run this registry mapped, to its place in a range this call
+        // reserved.
+        let p = unsafe { libc::syscall(libc::SYS_mremap, old + at, bytes, bytes, flags, new + at) };
+        if p == -1 {
+            let e = os_err("move a DAX mapping");
+            for r in &m.runs[..k] {
+                let (at, bytes) = part(r);
+                // SAFETY: back to where it was (unmapped by the move).
+                unsafe { libc::syscall(libc::SYS_mremap, new + at, bytes, bytes, flags, old + at) };
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
 }
 
 /// The DAX mappings of this process's mount of a pool.
@@ -147,14 +188,14 @@ impl Fs<MmapMedium> {
         };
         let placed = self.dax_pin(ino, off, len as u64).and_then(|runs| {
             match self.place(addr, len, prot, flags, off, &runs) {
-                Ok(b) => Ok(b),
+                Ok(b) => Ok((b, runs)),
                 Err(e) => {
                     let _ = self.dax_unpin(ino);
                     Err(e)
                 }
             }
         });
-        let base = match placed {
+        let (base, runs) = match placed {
             Ok(b) => b,
             Err(e) => {
                 if let Some((a, n)) = keep {
@@ -164,7 +205,8 @@ impl Fs<MmapMedium> {
                 return Err(e);
             }
         };
-        let m = FileMap { base, len, ino, off, prot, live: vec![(base, base + len)], keep };
+        let live = vec![(base, base + len)];
+        let m = FileMap { base, len, ino, off, prot, live, keep, runs };
         self.medium().file_maps().maps.lock().push(m);
         Ok(base)
     }
@@ -195,6 +237,26 @@ impl Fs<MmapMedium> {
         if base == libc::MAP_FAILED as usize {
             return Err(os_err("reserve addresses for a DAX mapping"));
         }
+        if let Err(e) = self.map_runs(base, len, prot, off, runs) {
+            // SAFETY: the range reserved above.
+            unsafe { sys_munmap(base, len) };
+            return Err(e);
+        }
+        // SAFETY: advice on the range reserved above.
+        unsafe { libc::syscall(libc::SYS_madvise, base, len, libc::MADV_DONTFORK) };
+        Ok(base)
+    }
+
+    /// Map each run of pool blocks at its place in the range `[base, base + len)`
+    /// (reserved by the caller) that maps the file from `off`.
+    fn map_runs(
+        &self,
+        base: usize,
+        len: usize,
+        prot: i32,
+        off: u64,
+        runs: &crate::DaxRuns,
+    ) -> Result<()> {
         let fd = self.medium().pool_file().as_raw_fd();
         let share = if self.medium().is_dax() {
             libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC
@@ -205,19 +267,18 @@ impl Fs<MmapMedium> {
         for &(pg, blk, n) in runs {
             let at = base + ((pg - pg0) * BLOCK) as usize;
             let bytes = ((n * BLOCK) as usize).min(base + len - at);
-            // SAFETY: inside the range reserved above, which this call owns; the
-            // pool range is a pinned block run of the file, inside the pool.
-            let p = unsafe { sys_mmap(at, bytes, prot, share | libc::MAP_FIXED, fd, blk * BLOCK) };
+            // Populated: the pool's pages are in memory already, so this only
+            // builds page-table entries, and stores to new pages (appends) take
+            // no fault each.
+            let flags = share | libc::MAP_FIXED | libc::MAP_POPULATE;
+            // SAFETY: inside the caller's reserved range; the pool range is a
+            // pinned block run of the file, inside the pool.
+            let p = unsafe { sys_mmap(at, bytes, prot, flags, fd, blk * BLOCK) };
             if p == libc::MAP_FAILED as usize {
-                let e = os_err("map pool blocks");
-                // SAFETY: the range reserved above.
-                unsafe { sys_munmap(base, len) };
-                return Err(e);
+                return Err(os_err("map pool blocks"));
             }
         }
-        // SAFETY: advice on the range reserved above.
-        unsafe { libc::syscall(libc::SYS_madvise, base, len, libc::MADV_DONTFORK) };
-        Ok(base)
+        Ok(())
     }
 
     /// Does `[addr, addr + len)` meet a DAX mapping of this process?
@@ -271,9 +332,12 @@ impl Fs<MmapMedium> {
         Some(Ok(()))
     }
 
-    /// `mremap(2)` of a whole DAX mapping at `old` (`None` when `old` starts none):
-    /// the new range is a new mapping of the file (the same blocks where they
-    /// overlap), then the old one goes. Without `may_move` only shrinking succeeds.
+    /// `mremap(2)` of a whole DAX mapping at `old` (`None` when `old` starts none).
+    /// Shrinking unmaps the tail in place. Growing pins and maps only the pages
+    /// not mapped yet (the added range, and pages that were past the end of file
+    /// when they were mapped): in place when the addresses after the mapping are
+    /// free, else, with `may_move`, at a new place the mapped runs move to with
+    /// their page tables (as the kernel's mremap moves a mapping).
     pub fn mremap_file(
         &self,
         old: usize,
@@ -294,29 +358,88 @@ impl Fs<MmapMedium> {
                 if let Some(Err(e)) = self.munmap_file(old + new_len, old_len - new_len) {
                     return Some(Err(e));
                 }
+                let mut maps = self.medium().file_maps().maps.lock();
+                if let Some(x) = maps.iter_mut().find(|x| x.base == old) {
+                    x.len = new_len;
+                    x.trim_runs();
+                }
             }
             return Some(Ok(old));
         }
-        if !may_move {
-            return Some(Err(Error::NoSpace)); // ENOMEM as the kernel: cannot grow in place
-        }
-        let flags = libc::MAP_SHARED;
-        let new = match self.mmap_file(m.ino, 0, new_len, m.prot, flags, m.off, None) {
-            Ok(n) => n,
-            Err(e) => return Some(Err(e)),
+        Some(self.grow(m, new_len, may_move))
+    }
+
+    fn grow(&self, m: FileMap, new_len: usize, may_move: bool) -> Result<usize> {
+        let pg0 = m.off / BLOCK;
+        // Pages from `mapped` on are not pool pages yet (past EOF when mapped).
+        let mapped = m.runs.last().map_or(pg0, |&(p, _, n)| p + n);
+        let end = m.off + new_len as u64;
+        let runs = self.dax_pin(m.ino, mapped * BLOCK, end - mapped * BLOCK)?;
+        let r = self.grow_pinned(&m, new_len, may_move, &runs);
+        // The mapping keeps its one pin; this one only held the new pages.
+        let u = self.dax_unpin(m.ino);
+        let base = r?;
+        u?;
+        Ok(base)
+    }
+
+    /// The address-space part of [`Fs::mremap_file`]'s growth, with the new
+    /// pages pinned (`runs`).
+    fn grow_pinned(
+        &self,
+        m: &FileMap,
+        new_len: usize,
+        may_move: bool,
+        runs: &crate::DaxRuns,
+    ) -> Result<usize> {
+        let (old, old_len) = (m.base, m.len);
+        let mut maps = self.medium().file_maps().maps.lock();
+        let Some(x) = maps.iter_mut().find(|x| x.base == old && x.len == old_len) else {
+            return Err(Error::invalid("the DAX mapping changed during mremap"));
         };
-        // The kept range moves to the new mapping.
-        {
-            let mut maps = self.medium().file_maps().maps.lock();
-            let keep = maps.iter_mut().find(|x| x.base == old).and_then(|x| x.keep.take());
-            if let Some(x) = maps.iter_mut().find(|x| x.base == new) {
-                x.keep = keep;
+        let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        let add = new_len - old_len;
+        // SAFETY: a new inaccessible mapping right after the old one, only where
+        // nothing is mapped (MAP_FIXED_NOREPLACE).
+        let ext = unsafe {
+            sys_mmap(old + old_len, add, libc::PROT_NONE, anon | libc::MAP_FIXED_NOREPLACE, -1, 0)
+        };
+        let base = if ext == old + old_len {
+            old
+        } else {
+            if ext != libc::MAP_FAILED as usize {
+                // SAFETY: a kernel without MAP_FIXED_NOREPLACE put it elsewhere.
+                unsafe { sys_munmap(ext, add) };
             }
+            if !may_move {
+                return Err(Error::NoSpace); // ENOMEM, as the kernel: no room in place
+            }
+            // SAFETY: a new inaccessible range wherever the kernel puts it.
+            let nb = unsafe { sys_mmap(0, new_len, libc::PROT_NONE, anon, -1, 0) };
+            if nb == libc::MAP_FAILED as usize {
+                return Err(os_err("reserve addresses for a DAX mapping"));
+            }
+            if let Err(e) = move_runs(old, nb, m) {
+                // SAFETY: the new range, which this call owns.
+                unsafe { sys_munmap(nb, new_len) };
+                return Err(e);
+            }
+            // SAFETY: what is left of the old range (its inaccessible pages).
+            unsafe { sys_munmap(old, old_len) };
+            nb
+        };
+        let placed = self.map_runs(base, new_len, m.prot, m.off, runs);
+        x.base = base;
+        x.len = new_len;
+        x.live = vec![(base, base + new_len)];
+        if let Err(e) = placed {
+            // The new pages stay inaccessible; the mapping is whole otherwise.
+            return Err(e);
         }
-        if let Some(Err(e)) = self.munmap_file(old, old_len) {
-            return Some(Err(e));
-        }
-        Some(Ok(new))
+        x.runs.extend_from_slice(runs);
+        // SAFETY: advice on the range this mapping owns.
+        unsafe { libc::syscall(libc::SYS_madvise, base, new_len, libc::MADV_DONTFORK) };
+        Ok(base)
     }
 
     /// Make stores into `[addr, addr + len)` of DAX mappings durable: cache-line

@@ -735,6 +735,7 @@ impl<M: Medium> Fs<M> {
         let mut blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
         let mut k = 0;
         let mut pairs = Vec::new();
+        let dax = self.pinned(&i);
         for &pg in &holes {
             let b = blocks.next().expect("allocated");
             self.m.zero_nt(b * BLOCK, BLOCK);
@@ -749,9 +750,15 @@ impl<M: Medium> Fs<M> {
             {
                 n += 1;
             }
-            // Zeroed blocks: their checksums are known without reading them.
-            let crcs = vec![log::zero_page_crc(i.seed); n];
-            entries.push(EntryBuf::write_crcs(pg0, b0, size, now, None, &crcs));
+            if dax {
+                // A DAX-mapped file grows by DAX pages (no checksums: stores
+                // will change them), which its mappings take as they are.
+                entries.push(EntryBuf::write(pg0, b0, n as u32, size, now, None));
+            } else {
+                // Zeroed blocks: their checksums are known without reading them.
+                let crcs = vec![log::zero_page_crc(i.seed); n];
+                entries.push(EntryBuf::write_crcs(pg0, b0, size, now, None, &crcs));
+            }
             k += n;
         }
         if pairs.is_empty() {

@@ -199,3 +199,34 @@ fn crashes_inside_a_pin_and_an_in_place_write() {
     });
     assert!(seen.contains(&true), "the new content is reached");
 }
+
+#[test]
+fn a_pinned_file_grows_by_dax_pages_that_later_pins_take_as_they_are() {
+    let fs = fresh_sim(32 * MB, 1);
+    let f = file(&fs, b"grow");
+    fs.write(f, 0, &pattern(1, 0, PG as usize)).unwrap();
+    assert_eq!(fs.dax_pin(f, 0, PG).unwrap().len(), 1);
+    fs.fallocate(f, FallocMode::default(), 0, 64 * PG).unwrap();
+    // The growth's pages need no copy to be mapped: pinning them writes no data.
+    let before = fs.medium().stats().snapshot();
+    let runs = fs.dax_pin(f, 0, 64 * PG).unwrap();
+    let after = fs.medium().stats().snapshot();
+    assert_eq!(runs.iter().map(|r| r.2).sum::<u64>(), 64);
+    assert!(
+        after.nt_bytes - before.nt_bytes < PG,
+        "pinning fallocated pages of a pinned file copied {} bytes",
+        after.nt_bytes - before.nt_bytes
+    );
+    // Unpinned, a file's fallocated pages carry checksums: a pin copies them.
+    let g = file(&fs, b"plain");
+    fs.fallocate(g, FallocMode::default(), 0, 16 * PG).unwrap();
+    let before = fs.medium().stats().snapshot();
+    fs.dax_pin(g, 0, 16 * PG).unwrap();
+    let after = fs.medium().stats().snapshot();
+    assert!(after.nt_bytes - before.nt_bytes >= 16 * PG);
+    for ino in [f, f, g] {
+        fs.dax_unpin(ino).unwrap();
+    }
+    assert_eq!(fs.read_all(f).unwrap()[..PG as usize], pattern(1, 0, PG as usize)[..]);
+    assert_fsck_clean(&fs, "after growth under a pin");
+}

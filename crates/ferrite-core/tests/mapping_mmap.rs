@@ -22,8 +22,17 @@ fn slice<'a>(addr: usize, len: usize) -> &'a mut [u8] {
 
 const RW: i32 = libc::PROT_READ | libc::PROT_WRITE;
 
+/// The tests change this process's address space around their mappings (one
+/// frees the addresses after a mapping, one blocks them): one test at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn loads_and_stores_are_the_file() {
+    let _s = serial();
     let (_d, path, fs) = shm_pool(64 << 20);
     let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
     let content: Vec<u8> = (0..3 * PG + 100).map(|i| (i * 7 % 251) as u8).collect();
@@ -62,6 +71,7 @@ fn loads_and_stores_are_the_file() {
 
 #[test]
 fn a_mapping_grows_with_mremap_and_keeps_its_bytes() {
+    let _s = serial();
     let (_d, _path, fs) = shm_pool(64 << 20);
     let f = fs.create(fs.root(), b"log", 0o644, 0, 0).unwrap().ino;
     fs.fallocate(f, FallocMode::default(), 0, 2 * PG as u64).unwrap();
@@ -76,7 +86,6 @@ fn a_mapping_grows_with_mremap_and_keeps_its_bytes() {
     fs.persist_mapped(b + 7 * PG, 3);
     assert_eq!(&fs.read_all(f).unwrap()[7 * PG..7 * PG + 3], b"end");
     assert_eq!(fs.file_map_count(), 1, "the old mapping went");
-    assert!(matches!(fs.mremap_file(b, 8 * PG, 9 * PG, false), Some(Err(_))), "no room in place");
     let c = fs.mremap_file(b, 8 * PG, 4 * PG, false).unwrap().unwrap();
     assert_eq!(c, b, "shrinking stays in place");
     fs.munmap_file(c, 4 * PG).unwrap().unwrap();
@@ -85,6 +94,7 @@ fn a_mapping_grows_with_mremap_and_keeps_its_bytes() {
 
 #[test]
 fn a_revoked_mapping_faults_instead_of_storing() {
+    let _s = serial();
     let (_d, _path, fs) = shm_pool(64 << 20);
     let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
     fs.write(f, 0, &[5u8; PG]).unwrap();
@@ -106,6 +116,7 @@ fn a_revoked_mapping_faults_instead_of_storing() {
 
 #[test]
 fn bad_requests_are_errors_and_pin_nothing() {
+    let _s = serial();
     let (_d, _path, fs) = shm_pool(64 << 20);
     let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
     fs.write(f, 0, &[1u8; PG]).unwrap();
@@ -135,6 +146,7 @@ fn maps_of(path: &std::path::Path) -> usize {
 
 #[test]
 fn a_kept_descriptor_is_held_while_the_mapping_lives() {
+    let _s = serial();
     use std::os::fd::AsFd;
     let (d, _path, fs) = shm_pool(64 << 20);
     let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
@@ -155,4 +167,80 @@ fn a_kept_descriptor_is_held_while_the_mapping_lives() {
     assert!(fs.mmap_file(f, 0, PG, RW, libc::MAP_SHARED, 1, Some(h.as_fd())).is_err());
     assert!(fs.mmap_file(fs.root(), 0, PG, RW, libc::MAP_SHARED, 0, Some(h.as_fd())).is_err());
     assert_eq!(maps_of(&other), 0);
+}
+
+#[test]
+fn growth_maps_the_new_pages_in_place_or_moved() {
+    let _s = serial();
+    let (_d, _path, fs) = shm_pool(64 << 20);
+    let f = fs.create(fs.root(), b"log", 0o644, 0, 0).unwrap().ino;
+    fs.write(f, 0, b"head").unwrap();
+    // Two pages mapped, one past the end of file (inaccessible until it grows),
+    // at the start of 8 pages of addresses this test holds.
+    // SAFETY: a new inaccessible anonymous range.
+    let r = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            8 * PG,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    } as usize;
+    let fixed = libc::MAP_SHARED | libc::MAP_FIXED;
+    let a = fs.mmap_file(f, r, 2 * PG, RW, fixed, 0, None).unwrap();
+    assert_eq!(a, r);
+    slice(a + 100, 5).copy_from_slice(b"first");
+    // Grow in place: the addresses after the mapping are free (made so here).
+    // SAFETY: the rest of the range reserved above.
+    unsafe { libc::munmap((a + 2 * PG) as *mut _, 6 * PG) };
+    fs.fallocate(f, FallocMode::default(), 0, 8 * PG as u64).unwrap();
+    let b = fs.mremap_file(a, 2 * PG, 8 * PG, false).unwrap().unwrap();
+    assert_eq!(b, a, "grown in place");
+    slice(b + PG + 1, 6).copy_from_slice(b"second");
+    slice(b + 7 * PG, 5).copy_from_slice(b"third");
+    assert_eq!(fs.persist_mapped(b, 8 * PG), Some(true));
+    let data = fs.read_all(f).unwrap();
+    assert_eq!(&data[..4], b"head");
+    assert_eq!(&data[100..105], b"first");
+    assert_eq!(&data[PG + 1..PG + 7], b"second", "the page past EOF became the file's");
+    assert_eq!(&data[7 * PG..7 * PG + 5], b"third");
+    // Block the addresses after it: growth moves it, with its bytes.
+    // SAFETY: an inaccessible anonymous page right after the mapping.
+    let blocker = unsafe {
+        libc::mmap(
+            (b + 8 * PG) as *mut _,
+            PG,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    // (Where something is mapped there already, that blocks it as well.)
+    let ours = blocker as usize == b + 8 * PG;
+    fs.fallocate(f, FallocMode::default(), 0, 16 * PG as u64).unwrap();
+    assert!(matches!(fs.mremap_file(b, 8 * PG, 16 * PG, false), Some(Err(_))), "no room");
+    let c = fs.mremap_file(b, 8 * PG, 16 * PG, true).unwrap().unwrap();
+    assert_ne!(c, b, "moved");
+    assert_eq!(&slice(c + 100, 5)[..], b"first");
+    assert_eq!(&slice(c + 7 * PG, 5)[..], b"third");
+    slice(c + 15 * PG, 4).copy_from_slice(b"last");
+    fs.persist_mapped(c + 15 * PG, 4);
+    assert_eq!(&fs.read_all(f).unwrap()[15 * PG..15 * PG + 4], b"last");
+    assert!(!fs.is_file_mapped(b, 8 * PG), "the old addresses are not a mapping any more");
+    // Shrink, then grow again.
+    assert_eq!(fs.mremap_file(c, 16 * PG, 4 * PG, false).unwrap().unwrap(), c);
+    let d = fs.mremap_file(c, 4 * PG, 12 * PG, true).unwrap().unwrap();
+    assert_eq!(&slice(d + 7 * PG, 5)[..], b"third");
+    assert_eq!(fs.file_map_count(), 1);
+    fs.munmap_file(d, 12 * PG).unwrap().unwrap();
+    assert!(!fs.dax_pinned(f).unwrap(), "one pin per mapping, through every growth");
+    assert_eq!(fs.open_count(f), 0);
+    assert!(fs.fsck().unwrap().is_clean());
+    if ours {
+        // SAFETY: the blocker page made above.
+        unsafe { libc::munmap(blocker, PG) };
+    }
 }
