@@ -432,10 +432,9 @@ impl Fs<MmapMedium> {
         x.base = base;
         x.len = new_len;
         x.live = vec![(base, base + new_len)];
-        if let Err(e) = placed {
-            // The new pages stay inaccessible; the mapping is whole otherwise.
-            return Err(e);
-        }
+        // On failure the new pages stay inaccessible; the mapping is whole
+        // otherwise.
+        placed?;
         x.runs.extend_from_slice(runs);
         // SAFETY: advice on the range this mapping owns.
         unsafe { libc::syscall(libc::SYS_madvise, base, new_len, libc::MADV_DONTFORK) };
