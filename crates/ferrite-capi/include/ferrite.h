@@ -99,12 +99,22 @@ int64_t ferrite_lseek(struct ferrite *f, int fd, int64_t off, int whence);
 // in the kernel's page cache).
 void *ferrite_mmap(struct ferrite *f, int fd, size_t len, int prot, int64_t off);
 
-// Unmap (part of) a mapping of `ferrite_mmap`; the file may shrink again once
-// none of its mappings is left. 0, or -1 and errno.
+// Map `len` bytes of open file `fd` from `off` (a multiple of 4096, inside the
+// file's pages) **atomically** (NOVA's atomic-mmap): the process gets its own copy,
+// and `ferrite_persist` of a range of it commits every page of the range changed
+// since the last commit as one atomic update: after a crash the file shows all of
+// those pages or none. Others' writes after the mapping are not seen in it; a
+// commit writes whole changed pages. EBUSY at commit while the file is DAX-mapped.
+// `ferrite_munmap` of the whole mapping ends it. The address, or NULL and errno.
+void *ferrite_mmap_atomic(struct ferrite *f, int fd, size_t len, int prot, int64_t off);
+
+// Unmap (part of) a mapping of `ferrite_mmap` (the whole of an atomic one); the
+// file may shrink again once none of its mappings is left. 0, or -1 and errno.
 int ferrite_munmap(struct ferrite *f, void *addr, size_t len);
 
 // Make the stores to `[addr, addr + len)` of mappings of `ferrite_mmap` durable
-// (cache-line flushes and one fence: no system call on a DAX or /dev/shm pool).
+// (cache-line flushes and one fence: no system call on a DAX or /dev/shm pool);
+// of a mapping of `ferrite_mmap_atomic`, commit its changed pages atomically.
 // Any address and length; 0, or -1 and EINVAL when part of the range is not
 // such a mapping.
 int ferrite_persist(struct ferrite *f, const void *addr, size_t len);

@@ -320,15 +320,32 @@ impl Handle {
         self.fs().mmap_file(f.ino, 0, len, prot, flags, off as u64, keep).map_err(e)
     }
 
+    /// An atomic mapping of `len` bytes of open file `fd` from `off`: a private
+    /// copy whose changed pages `persist` commits as one atomic update.
+    pub fn mmap_atomic(&self, fd: i32, len: usize, prot: i32, off: i64) -> R<usize> {
+        let f = self.file(fd)?;
+        if off < 0 {
+            return Err(libc::EINVAL);
+        }
+        if !f.readable || prot & libc::PROT_WRITE != 0 && (!f.writable || f.append) {
+            return Err(libc::EACCES);
+        }
+        self.fs().mmap_atomic(f.ino, len, prot, off as u64).map_err(e)
+    }
+
     /// munmap(2) of (part of) a mapping of `mmap`; EINVAL for a range that meets
     /// none.
     pub fn munmap(&self, addr: usize, len: usize) -> R<()> {
         self.fs().munmap_file(addr, len).ok_or(libc::EINVAL)?.map_err(e)
     }
 
-    /// Make stores to `[addr, addr + len)` of mappings of `mmap` durable; EINVAL
-    /// when the range is not all inside such mappings (their part is persisted).
+    /// Make stores to `[addr, addr + len)` of mappings of `mmap` durable (of an
+    /// atomic mapping: commit its changed pages atomically); EINVAL when the range
+    /// is not all inside such mappings (their part is persisted).
     pub fn persist(&self, addr: usize, len: usize) -> R<()> {
+        if let Some(r) = self.fs().persist_atomic(addr, len) {
+            return r.map_err(e);
+        }
         match self.fs().persist_mapped(addr, len) {
             Some(true) => Ok(()),
             _ => Err(libc::EINVAL),

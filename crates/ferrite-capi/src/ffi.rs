@@ -215,8 +215,29 @@ pub unsafe extern "C" fn ferrite_mmap(
     })
 }
 
-/// Unmap (part of) a mapping of `ferrite_mmap`; the file may shrink again once
-/// none of its mappings is left. 0, or -1 and errno.
+/// Map `len` bytes of open file `fd` from `off` (a multiple of 4096, inside the
+/// file's pages) **atomically** (NOVA's atomic-mmap): the process gets its own copy,
+/// and `ferrite_persist` of a range of it commits every page of the range changed
+/// since the last commit as one atomic update: after a crash the file shows all of
+/// those pages or none. Others' writes after the mapping are not seen in it; a
+/// commit writes whole changed pages. EBUSY at commit while the file is DAX-mapped.
+/// `ferrite_munmap` of the whole mapping ends it. The address, or NULL and errno.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_mmap_atomic(
+    f: *mut ferrite,
+    fd: c_int,
+    len: usize,
+    prot: c_int,
+    off: i64,
+) -> *mut c_void {
+    // SAFETY: the caller's handle.
+    guard(std::ptr::null_mut(), || unsafe {
+        handle(f)?.mmap_atomic(fd, len, prot, off).map(|a| a as *mut c_void)
+    })
+}
+
+/// Unmap (part of) a mapping of `ferrite_mmap` (the whole of an atomic one); the
+/// file may shrink again once none of its mappings is left. 0, or -1 and errno.
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_munmap(f: *mut ferrite, addr: *mut c_void, len: usize) -> c_int {
     // SAFETY: the caller's handle; the range is only compared and unmapped.
@@ -224,7 +245,8 @@ pub unsafe extern "C" fn ferrite_munmap(f: *mut ferrite, addr: *mut c_void, len:
 }
 
 /// Make the stores to `[addr, addr + len)` of mappings of `ferrite_mmap` durable
-/// (cache-line flushes and one fence: no system call on a DAX or /dev/shm pool).
+/// (cache-line flushes and one fence: no system call on a DAX or /dev/shm pool);
+/// of a mapping of `ferrite_mmap_atomic`, commit its changed pages atomically.
 /// Any address and length; 0, or -1 and EINVAL when part of the range is not
 /// such a mapping.
 #[no_mangle]

@@ -78,6 +78,10 @@ fn c_examples_build_with_pkg_config_and_run() {
     let pool = m.scratch().join("own.pool");
     let out = run(Command::new(&own).env("FERRITE_POOL", &pool));
     assert!(String::from_utf8_lossy(&out.stdout).contains("own pool: ok"));
+    let atomic = m.scratch().join("atomic_map");
+    compile(&prefix, "atomic_map", &atomic);
+    let out = run(Command::new(&atomic).env("FERRITE_POOL", &pool));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("atomic map: ok"));
     let (_, fsck) = check_pool(&pool);
     assert!(fsck.is_clean(), "{:?}", fsck.errors);
     // The installed `ferrite run` finds the installed preload library.

@@ -87,6 +87,60 @@ impl<M: Medium> Fs<M> {
         self.release(ino)
     }
 
+    /// Replace whole pages of regular file `ino` in one commit (NOVA's atomic
+    /// mmap: an atomic mapping's msync): each `(file page, 4096 bytes)` is copied
+    /// into a fresh block with its page checksum, and one WRITE entry per run of
+    /// them commits with one tail store, so after a crash the file shows all of
+    /// them or none. Pages ascending and distinct, below the end of file (the size
+    /// does not change). EBUSY (`DaxMapped`) while the file is DAX-mapped: its
+    /// blocks may not move.
+    pub fn write_pages_atomic(&self, ino: u64, pages: &[(u64, &[u8])]) -> Result<()> {
+        self.check_writable()?;
+        let i = self.inode(ino)?;
+        self.check_regular(&i)?;
+        let (Some(first), Some(last)) = (pages.first(), pages.last()) else {
+            return Ok(());
+        };
+        let ordered = pages.windows(2).all(|w| w[0].0 < w[1].0);
+        if !ordered || pages.iter().any(|p| p.1.len() != BLOCK as usize) {
+            return Err(Error::invalid("pages not ascending, or not whole"));
+        }
+        let _h = self.hold(&i)?;
+        let _r = i.ranges.lock(first.0, last.0 + 1);
+        if self.pinned(&i) {
+            return Err(Error::DaxMapped);
+        }
+        let past_end = |size: u64| last.0 >= size.div_ceil(BLOCK);
+        if past_end(i.st.read().attr.size) {
+            return Err(Error::invalid("atomic page write past the end of file"));
+        }
+        let runs = self.alloc_blocks(self.shard(), pages.len() as u64, false)?;
+        let mut blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
+        let mut cow: Vec<(u64, u64, u32)> = Vec::with_capacity(pages.len());
+        for &(pg, data) in pages {
+            let b = blocks.next().expect("allocated");
+            cow.push((pg, b, self.m.write_nt_crc(b * BLOCK, data) ^ i.seed));
+        }
+        let mut st = i.st.write();
+        let size = st.attr.size;
+        if past_end(size) {
+            // Truncated meanwhile (outside this range lock).
+            drop(st);
+            self.free_runs(&runs);
+            return Err(Error::invalid("atomic page write past the end of file"));
+        }
+        let (now, _) = self.stamp(&i);
+        let mut entries: SmallVec<[EntryBuf; 2]> = SmallVec::new();
+        crate::ops::cow_entries(i.seed, &cow, size, now, true, &mut entries);
+        // Checksummed pages: data, entries and tail under one fence.
+        if let Err(e) = self.commit_single(&i, &mut st, &mut entries, false, false) {
+            drop(st);
+            self.free_runs(&runs);
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// Does some process (this one, or a party of the pool) have a live DAX mapping
     /// of `i`?
     pub(crate) fn pinned(&self, i: &Inode) -> bool {

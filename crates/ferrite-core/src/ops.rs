@@ -447,29 +447,7 @@ impl<M: Medium> Fs<M> {
         let mut entries: SmallVec<[EntryBuf; 2]> = SmallVec::new();
         // Privileges the write takes away go first, in the same commit.
         Self::remove_privs_entries(&st, now, lacks_fsetid, &mut entries);
-        let mut k = 0;
-        let mut crcs: SmallVec<[u32; 4]> = SmallVec::new();
-        while k < cow.len() {
-            let (pg0, b0, c0) = cow[k];
-            let mut acc = log::data_crc(seed, c0);
-            crcs.clear();
-            crcs.push(c0);
-            let mut n = 1;
-            while k + n < cow.len()
-                && n < log::PCRC_MAX_PAGES as usize
-                && (cow[k + n].0, cow[k + n].1) == (pg0 + n as u64, b0 + n as u64)
-            {
-                acc = log::data_crc(acc, cow[k + n].2);
-                crcs.push(cow[k + n].2);
-                n += 1;
-            }
-            entries.push(if checked {
-                EntryBuf::write_crcs(pg0, b0, size, now, Some(acc), &crcs)
-            } else {
-                EntryBuf::write(pg0, b0, n as u32, size, now, None)
-            });
-            k += n;
-        }
+        cow_entries(seed, &cow, size, now, checked, &mut entries);
         for p in &pieces {
             if let Piece::Inline { off, src, len } = p {
                 entries.push(EntryBuf::inline(*off, size, now, &data[*src..*src + *len]));
@@ -1700,5 +1678,41 @@ impl<M: Medium> Fs<M> {
     #[allow(dead_code)]
     pub(crate) fn body_is_dir(st: &InodeState) -> bool {
         matches!(st.body, Body::Dir(_))
+    }
+}
+
+/// WRITE entries for copy-on-write pages `cow` (file page, block, page checksum;
+/// ascending pages), one per run of consecutive pages in consecutive blocks (at
+/// most `PCRC_MAX_PAGES` each), with page checksums unless `checked` is false.
+pub(crate) fn cow_entries<A: smallvec::Array<Item = EntryBuf>>(
+    seed: u32,
+    cow: &[(u64, u64, u32)],
+    size: u64,
+    now: Ts,
+    checked: bool,
+    entries: &mut SmallVec<A>,
+) {
+    let mut k = 0;
+    let mut crcs: SmallVec<[u32; 4]> = SmallVec::new();
+    while k < cow.len() {
+        let (pg0, b0, c0) = cow[k];
+        let mut acc = log::data_crc(seed, c0);
+        crcs.clear();
+        crcs.push(c0);
+        let mut n = 1;
+        while k + n < cow.len()
+            && n < log::PCRC_MAX_PAGES as usize
+            && (cow[k + n].0, cow[k + n].1) == (pg0 + n as u64, b0 + n as u64)
+        {
+            acc = log::data_crc(acc, cow[k + n].2);
+            crcs.push(cow[k + n].2);
+            n += 1;
+        }
+        entries.push(if checked {
+            EntryBuf::write_crcs(pg0, b0, size, now, Some(acc), &crcs)
+        } else {
+            EntryBuf::write(pg0, b0, n as u32, size, now, None)
+        });
+        k += n;
     }
 }

@@ -230,3 +230,44 @@ fn a_pinned_file_grows_by_dax_pages_that_later_pins_take_as_they_are() {
     assert_eq!(fs.read_all(f).unwrap()[..PG as usize], pattern(1, 0, PG as usize)[..]);
     assert_fsck_clean(&fs, "after growth under a pin");
 }
+
+#[test]
+fn an_atomic_page_write_is_all_or_nothing_at_every_crash_point() {
+    let fs = fresh_sim(32 * MB, 1);
+    let (f, want) = mixed(&fs);
+    let pages: Vec<(u64, Vec<u8>)> =
+        [0u64, 1, 3, 5].iter().map(|&pg| (pg, pattern(9 + pg, 0, PG as usize))).collect();
+    let refs: Vec<(u64, &[u8])> = pages.iter().map(|(p, d)| (*p, &d[..])).collect();
+    let mut new = want.clone();
+    for (pg, d) in &pages {
+        let at = (*pg * PG) as usize;
+        let n = (new.len() - at).min(PG as usize);
+        new[at..at + n].copy_from_slice(&d[..n]);
+    }
+    let (r, points) = record_fences(&fs, || fs.write_pages_atomic(f, &refs));
+    r.unwrap();
+    assert_eq!(points.len(), 1, "one fence: checksummed pages, one tail store");
+    assert!(fs.read_all(f).unwrap() == new);
+    let mut seen = std::collections::BTreeSet::new();
+    for_each_crash_image(&points, 40, 13, |k, c| {
+        let got = c.read_all(f).unwrap();
+        assert!(got == want || got == new, "crash {k}: neither before nor after");
+        seen.insert(got == new);
+        assert_fsck_clean(&c, "after a crash inside an atomic page write");
+    });
+    assert!(seen.contains(&false) && seen.contains(&true), "both outcomes reached: {seen:?}");
+    // Refusals leave the file as it was.
+    let page = vec![1u8; PG as usize];
+    assert_eq!(errno(&fs.write_pages_atomic(f, &[(6, &page[..])])), libc::EINVAL, "past EOF");
+    assert_eq!(
+        errno(&fs.write_pages_atomic(f, &[(1, &page[..]), (0, &page[..])])),
+        libc::EINVAL,
+        "not ascending"
+    );
+    assert_eq!(errno(&fs.write_pages_atomic(f, &[(0, &page[..10])])), libc::EINVAL);
+    fs.dax_pin(f, 0, PG).unwrap();
+    assert_eq!(errno(&fs.write_pages_atomic(f, &[(0, &page[..])])), libc::EBUSY, "DAX-mapped");
+    fs.dax_unpin(f).unwrap();
+    assert!(fs.read_all(f).unwrap() == new);
+    assert_fsck_clean(&fs, "after refused atomic writes");
+}

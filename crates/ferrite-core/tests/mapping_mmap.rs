@@ -244,3 +244,40 @@ fn growth_maps_the_new_pages_in_place_or_moved() {
         unsafe { libc::munmap(blocker, PG) };
     }
 }
+
+#[test]
+fn an_atomic_mapping_commits_its_changed_pages_at_persist() {
+    let _s = serial();
+    let (_d, _path, fs) = shm_pool(64 << 20);
+    let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    let old: Vec<u8> = (0..4 * PG).map(|i| (i % 199) as u8).collect();
+    fs.write(f, 0, &old).unwrap();
+    let a = fs.mmap_atomic(f, 4 * PG, RW, 0).unwrap();
+    assert_eq!(&slice(a, 4 * PG)[..], &old[..], "the mapping starts as the file");
+    slice(a + 10, 5).copy_from_slice(b"first");
+    slice(a + 3 * PG + 7, 6).copy_from_slice(b"second");
+    assert!(fs.read_all(f).unwrap() == old, "nothing reaches the file before persist");
+    fs.persist_atomic(a, 4 * PG).unwrap().unwrap();
+    let mut new = old.clone();
+    new[10..15].copy_from_slice(b"first");
+    new[3 * PG + 7..3 * PG + 13].copy_from_slice(b"second");
+    assert!(fs.read_all(f).unwrap() == new, "both pages committed");
+    // Another writer's page is not overwritten by pages the mapping did not change.
+    fs.write(f, PG as u64, b"other writer").unwrap();
+    slice(a + 2 * PG, 5).copy_from_slice(b"third");
+    fs.persist_atomic(a + 2 * PG, 5).unwrap().unwrap();
+    let got = fs.read_all(f).unwrap();
+    assert_eq!(&got[PG..PG + 12], b"other writer");
+    assert_eq!(&got[2 * PG..2 * PG + 5], b"third");
+    assert_eq!(errno(fs.persist_atomic(a + 3 * PG, 2 * PG).unwrap()), libc::EINVAL);
+    assert!(fs.persist_atomic(0x1000, 1).is_none(), "not an atomic mapping");
+    assert_eq!(errno(fs.munmap_file(a, PG).unwrap()), libc::EINVAL, "part of it");
+    assert_eq!(errno(fs.mmap_atomic(f, 5 * PG, RW, 0)), libc::EINVAL, "past the end");
+    fs.munmap_file(a, 4 * PG).unwrap().unwrap();
+    assert_eq!(fs.open_count(f), 0, "the mapping's handle went with it");
+    assert!(fs.fsck().unwrap().is_clean());
+}
+
+fn errno<T>(r: Result<T>) -> i32 {
+    r.err().map(|e| e.errno()).unwrap_or(0)
+}
