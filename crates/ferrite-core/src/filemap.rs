@@ -84,7 +84,13 @@ fn move_runs(old: usize, new: usize, m: &FileMap) -> Result<()> {
 #[derive(Default)]
 pub struct FileMaps {
     maps: parking_lot::Mutex<Vec<FileMap>>,
-    atomics: parking_lot::Mutex<Vec<std::sync::Arc<AtomicMap>>>,
+}
+
+/// The atomic mappings of this process's mount of a pool (any medium: they are
+/// the process's own memory and commit through the core).
+#[derive(Default)]
+pub struct AtomicMaps {
+    all: parking_lot::Mutex<Vec<std::sync::Arc<AtomicMap>>>,
 }
 
 /// An atomic mapping (NOVA's atomic-mmap): the process's private copy of a file
@@ -154,8 +160,6 @@ pub const SERVED_FLAGS: i32 = libc::MAP_SHARED
 impl FileMaps {
     /// Replace every mapping by inaccessible memory and forget it.
     pub(crate) fn revoke_all(&self) {
-        // Atomic mappings are private memory: they stay, and commit nothing more.
-        self.atomics.lock().clear();
         let mut maps = self.maps.lock();
         for m in maps.drain(..) {
             if let Some((a, n)) = m.keep {
@@ -311,7 +315,7 @@ impl Fs<MmapMedium> {
             return None; // the kernel's EINVAL
         }
         let end = addr.saturating_add(page_up(len));
-        if let Some(r) = self.munmap_atomic(addr, end) {
+        if let Some(r) = self.munmap_atomic(addr, end - addr) {
             return Some(r);
         }
         let ended: Vec<u64> = {
@@ -460,129 +464,6 @@ impl Fs<MmapMedium> {
         Ok(base)
     }
 
-    /// An atomic mapping of `len` bytes of regular file `ino` from `off` (a
-    /// multiple of 4096; the range inside the file's pages): the process's private
-    /// copy, whose changes [`Fs::persist_atomic`] commits as one atomic update.
-    /// `prot`: PROT_READ, optionally PROT_WRITE. Holds an open handle of the file
-    /// while it lives.
-    pub fn mmap_atomic(&self, ino: u64, len: usize, prot: i32, off: u64) -> Result<usize> {
-        if len == 0 || !off.is_multiple_of(BLOCK) {
-            return Err(Error::invalid("atomic mapping length or offset"));
-        }
-        if prot & !(libc::PROT_READ | libc::PROT_WRITE) != 0 || prot & libc::PROT_READ == 0 {
-            return Err(Error::invalid("atomic mapping protection"));
-        }
-        let len = page_up(len);
-        self.open(ino)?;
-        let r = self.atomic_copy(ino, len, prot, off);
-        if r.is_err() {
-            let _ = self.release(ino);
-        }
-        r
-    }
-
-    fn atomic_copy(&self, ino: u64, len: usize, prot: i32, off: u64) -> Result<usize> {
-        let a = self.getattr(ino)?;
-        if a.ftype != crate::FileType::Regular {
-            return Err(Error::IsDir);
-        }
-        if off + len as u64 > a.size.div_ceil(BLOCK) * BLOCK {
-            return Err(Error::invalid("atomic mapping past the end of file"));
-        }
-        let rw = libc::PROT_READ | libc::PROT_WRITE;
-        let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-        // SAFETY: a new private anonymous mapping wherever the kernel puts it.
-        let base = unsafe { sys_mmap(0, len, rw, anon, -1, 0) };
-        if base == libc::MAP_FAILED as usize {
-            return Err(os_err("atomic mapping"));
-        }
-        // SAFETY: the mapping made above, `len` bytes, not yet known to anyone.
-        let view = unsafe { std::slice::from_raw_parts_mut(base as *mut u8, len) };
-        let copied = self.read(ino, off, view).map(|_| view.to_vec());
-        let shadow = match copied {
-            Ok(v) => v,
-            Err(e) => {
-                // SAFETY: the mapping made above.
-                unsafe { sys_munmap(base, len) };
-                return Err(e);
-            }
-        };
-        if prot != rw {
-            // SAFETY: protection of the mapping made above.
-            unsafe { libc::syscall(libc::SYS_mprotect, base, len, prot) };
-        }
-        let m = AtomicMap { base, len, ino, off, shadow: parking_lot::Mutex::new(shadow) };
-        self.medium().file_maps().atomics.lock().push(std::sync::Arc::new(m));
-        Ok(base)
-    }
-
-    /// Commit the pages of `[addr, addr + len)` of an atomic mapping that changed
-    /// since its last commit, as one atomic update (all of them or none after a
-    /// crash; [`Fs::write_pages_atomic`]). `None` when the range meets no atomic
-    /// mapping; EINVAL when it is not inside one.
-    pub fn persist_atomic(&self, addr: usize, len: usize) -> Option<Result<()>> {
-        let end = addr.saturating_add(len.max(1));
-        let m = {
-            let all = self.medium().file_maps().atomics.lock();
-            let m = all.iter().find(|m| m.base < end && addr < m.base + m.len)?.clone();
-            if addr < m.base || end > m.base + m.len {
-                return Some(Err(Error::invalid("range not inside one atomic mapping")));
-            }
-            m
-        };
-        let mut shadow = m.shadow.lock();
-        let pg = BLOCK as usize;
-        let (first, last) = ((addr - m.base) / pg, (end - m.base).div_ceil(pg));
-        // The program's pages as they are now (a store racing this commit lands in
-        // this one or the next).
-        let mut dirty: Vec<(u64, Vec<u8>)> = Vec::new();
-        for k in first..last {
-            // SAFETY: page k of the live mapping (the registry holds it until it
-            // is unmapped through `munmap_file`).
-            let now = unsafe { std::slice::from_raw_parts((m.base + k * pg) as *const u8, pg) };
-            if now != &shadow[k * pg..(k + 1) * pg] {
-                dirty.push((m.off / BLOCK + k as u64, now.to_vec()));
-            }
-        }
-        let refs: Vec<(u64, &[u8])> = dirty.iter().map(|(p, d)| (*p, &d[..])).collect();
-        if let Err(e) = self.write_pages_atomic(m.ino, &refs) {
-            return Some(Err(e));
-        }
-        for (p, d) in &dirty {
-            let k = (p - m.off / BLOCK) as usize;
-            shadow[k * pg..(k + 1) * pg].copy_from_slice(d);
-        }
-        Some(Ok(()))
-    }
-
-    /// munmap of whole atomic mappings in `[addr, end)`: `None` when it meets none.
-    fn munmap_atomic(&self, addr: usize, end: usize) -> Option<Result<()>> {
-        let gone: Vec<std::sync::Arc<AtomicMap>> = {
-            let mut all = self.medium().file_maps().atomics.lock();
-            if !all.iter().any(|m| m.base < end && addr < m.base + m.len) {
-                return None;
-            }
-            if all.iter().any(|m| {
-                m.base < end && addr < m.base + m.len && (m.base < addr || m.base + m.len > end)
-            }) {
-                return Some(Err(Error::invalid("unmapping part of an atomic mapping")));
-            }
-            let (gone, keep) = all.drain(..).partition(|m| m.base < end && addr < m.base + m.len);
-            *all = keep;
-            gone
-        };
-        // SAFETY: the program unmaps a range it names, as munmap(2).
-        if unsafe { sys_munmap(addr, end - addr) } != 0 {
-            return Some(Err(os_err("munmap")));
-        }
-        for m in gone {
-            if let Err(e) = self.release(m.ino) {
-                return Some(Err(e));
-            }
-        }
-        Some(Ok(()))
-    }
-
     /// Make stores into `[addr, addr + len)` of DAX mappings durable: cache-line
     /// flushes and one fence (and an msync of the range when the pool needs one
     /// for durability). `None` when the range meets no DAX mapping, else whether
@@ -654,4 +535,131 @@ fn sync_pages(a: usize, b: usize) {
     let a0 = a / BLOCK as usize * BLOCK as usize;
     // SAFETY: msync of mapped pages changes no memory.
     unsafe { libc::syscall(libc::SYS_msync, a0, b - a0, libc::MS_SYNC) };
+}
+
+impl<M: crate::pmem::Medium> Fs<M> {
+    /// An atomic mapping of `len` bytes of regular file `ino` from `off` (a
+    /// multiple of 4096; the range inside the file's pages): the process's private
+    /// copy, whose changes [`Fs::persist_atomic`] commits as one atomic update.
+    /// `prot`: PROT_READ, optionally PROT_WRITE. Holds an open handle of the file
+    /// while it lives.
+    pub fn mmap_atomic(&self, ino: u64, len: usize, prot: i32, off: u64) -> Result<usize> {
+        if len == 0 || !off.is_multiple_of(BLOCK) {
+            return Err(Error::invalid("atomic mapping length or offset"));
+        }
+        if prot & !(libc::PROT_READ | libc::PROT_WRITE) != 0 || prot & libc::PROT_READ == 0 {
+            return Err(Error::invalid("atomic mapping protection"));
+        }
+        let len = page_up(len);
+        self.open(ino)?;
+        let r = self.atomic_copy(ino, len, prot, off);
+        if r.is_err() {
+            let _ = self.release(ino);
+        }
+        r
+    }
+
+    fn atomic_copy(&self, ino: u64, len: usize, prot: i32, off: u64) -> Result<usize> {
+        let a = self.getattr(ino)?;
+        if a.ftype != crate::FileType::Regular {
+            return Err(Error::IsDir);
+        }
+        if off + len as u64 > a.size.div_ceil(BLOCK) * BLOCK {
+            return Err(Error::invalid("atomic mapping past the end of file"));
+        }
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        // SAFETY: a new private anonymous mapping wherever the kernel puts it.
+        let base = unsafe { sys_mmap(0, len, rw, anon, -1, 0) };
+        if base == libc::MAP_FAILED as usize {
+            return Err(os_err("atomic mapping"));
+        }
+        // SAFETY: the mapping made above, `len` bytes, not yet known to anyone.
+        let view = unsafe { std::slice::from_raw_parts_mut(base as *mut u8, len) };
+        let copied = self.read(ino, off, view).map(|_| view.to_vec());
+        let shadow = match copied {
+            Ok(v) => v,
+            Err(e) => {
+                // SAFETY: the mapping made above.
+                unsafe { sys_munmap(base, len) };
+                return Err(e);
+            }
+        };
+        if prot != rw {
+            // SAFETY: protection of the mapping made above.
+            unsafe { libc::syscall(libc::SYS_mprotect, base, len, prot) };
+        }
+        let m = AtomicMap { base, len, ino, off, shadow: parking_lot::Mutex::new(shadow) };
+        self.atomics.all.lock().push(std::sync::Arc::new(m));
+        Ok(base)
+    }
+
+    /// Commit the pages of `[addr, addr + len)` of an atomic mapping that changed
+    /// since its last commit, as one atomic update (all of them or none after a
+    /// crash; [`Fs::write_pages_atomic`]). `None` when the range meets no atomic
+    /// mapping; EINVAL when it is not inside one.
+    pub fn persist_atomic(&self, addr: usize, len: usize) -> Option<Result<()>> {
+        let end = addr.saturating_add(len.max(1));
+        let m = {
+            let all = self.atomics.all.lock();
+            let m = all.iter().find(|m| m.base < end && addr < m.base + m.len)?.clone();
+            if addr < m.base || end > m.base + m.len {
+                return Some(Err(Error::invalid("range not inside one atomic mapping")));
+            }
+            m
+        };
+        let mut shadow = m.shadow.lock();
+        let pg = BLOCK as usize;
+        let (first, last) = ((addr - m.base) / pg, (end - m.base).div_ceil(pg));
+        // The program's pages as they are now (a store racing this commit lands in
+        // this one or the next).
+        let mut dirty: Vec<(u64, Vec<u8>)> = Vec::new();
+        for k in first..last {
+            // SAFETY: page k of the live mapping (the registry holds it until it
+            // is unmapped through `munmap_file`).
+            let now = unsafe { std::slice::from_raw_parts((m.base + k * pg) as *const u8, pg) };
+            if now != &shadow[k * pg..(k + 1) * pg] {
+                dirty.push((m.off / BLOCK + k as u64, now.to_vec()));
+            }
+        }
+        let refs: Vec<(u64, &[u8])> = dirty.iter().map(|(p, d)| (*p, &d[..])).collect();
+        if let Err(e) = self.write_pages_atomic(m.ino, &refs) {
+            return Some(Err(e));
+        }
+        for (p, d) in &dirty {
+            let k = (p - m.off / BLOCK) as usize;
+            shadow[k * pg..(k + 1) * pg].copy_from_slice(d);
+        }
+        Some(Ok(()))
+    }
+
+    /// munmap of whole atomic mappings in `[addr, addr + len)`: `None` when it
+    /// meets none; EINVAL when it would unmap part of one.
+    pub fn munmap_atomic(&self, addr: usize, len: usize) -> Option<Result<()>> {
+        let end = addr.saturating_add(page_up(len));
+        let gone: Vec<std::sync::Arc<AtomicMap>> = {
+            let mut all = self.atomics.all.lock();
+            if !all.iter().any(|m| m.base < end && addr < m.base + m.len) {
+                return None;
+            }
+            if all.iter().any(|m| {
+                m.base < end && addr < m.base + m.len && (m.base < addr || m.base + m.len > end)
+            }) {
+                return Some(Err(Error::invalid("unmapping part of an atomic mapping")));
+            }
+            let (gone, keep) = all.drain(..).partition(|m| m.base < end && addr < m.base + m.len);
+            *all = keep;
+            gone
+        };
+        // SAFETY: the program unmaps a range it names, as munmap(2).
+        if unsafe { sys_munmap(addr, end - addr) } != 0 {
+            return Some(Err(os_err("munmap")));
+        }
+        for m in gone {
+            if let Err(e) = self.release(m.ino) {
+                return Some(Err(e));
+            }
+        }
+        Some(Ok(()))
+    }
 }

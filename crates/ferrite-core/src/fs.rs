@@ -484,6 +484,8 @@ pub struct Fs<M: Medium> {
     pub(crate) verify: crate::verify::VerifyMode,
     /// Blocks verified since mount (see `verify`).
     pub(crate) verified: crate::verify::Verified,
+    /// This process's atomic mappings of the pool's files (`filemap`).
+    pub(crate) atomics: crate::filemap::AtomicMaps,
 }
 
 /// GC counters.

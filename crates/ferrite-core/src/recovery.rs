@@ -248,6 +248,7 @@ impl<M: Medium> Fs<M> {
             time_floor: Default::default(),
             verify: opts.verify,
             verified,
+            atomics: Default::default(),
         };
         let root = match fs.inode(ROOT_INO) {
             Ok(r) => r,

@@ -481,6 +481,7 @@ impl<M: Medium> Fs<M> {
             time_floor: Default::default(),
             verify: Default::default(),
             verified,
+            atomics: Default::default(),
         })
     }
 

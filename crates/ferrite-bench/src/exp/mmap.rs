@@ -14,8 +14,8 @@
 use super::{io_sample, parallel, pattern, prefill, say, Ctx, Phase};
 use crate::config::{fmt_size, Config};
 use crate::results::{Plot, Row, Series, Table};
-use crate::target::mapped::{fallocate, SharedMap};
-use crate::target::{Kind, TResult, Target};
+use crate::target::mapped::{fallocate, Region, SharedMap};
+use crate::target::{Kind, TResult, Target, TargetError};
 use std::time::Duration;
 
 /// Bytes per store of the "store" case.
@@ -28,13 +28,36 @@ pub fn store_key() -> String {
     format!("store/{}", fmt_size(STORE))
 }
 
+/// Dirty pages per commit of the atomic-msync cases.
+pub const ATOMIC_PAGES: [u64; 3] = [1, 16, 256];
+
+/// Case key of an atomic-msync case.
+pub fn atomic_key(pages: u64) -> String {
+    format!("msync/{pages} dirty page{}", if pages == 1 { "" } else { "s" })
+}
+
+/// One case of the experiment.
+#[derive(Clone, Copy)]
+enum Case {
+    Store,
+    Append(u64),
+    Msync(u64),
+}
+
 /// Case key of an append size.
 pub fn append_key(size: u64) -> String {
     format!("append/{}", fmt_size(size))
 }
 
-fn measurable(t: &dyn Target) -> bool {
-    t.kind() == Kind::Hardware || t.dir().is_some()
+/// Does `case` apply to `t`? Stores and appends: file systems that map files,
+/// and the hardware targets (their limit); msync cases: FerriteFS's library
+/// targets (atomic mappings) and file systems that map files.
+fn applies(t: &dyn Target, case: Case) -> bool {
+    let hw = t.kind() == Kind::Hardware;
+    match case {
+        Case::Store | Case::Append(_) => hw || t.dir().is_some(),
+        Case::Msync(_) => !hw,
+    }
 }
 
 fn store_cell(t: &dyn Target, cfg: &Config, cap: Duration) -> TResult<Phase> {
@@ -74,6 +97,41 @@ fn store_cell(t: &dyn Target, cfg: &Config, cap: Duration) -> TResult<Phase> {
             Ok((done, done * STORE))
         }),
     };
+    t.close(h)?;
+    ph
+}
+
+/// Change `pages` pages spread over the mapped store file, then persist all of
+/// it at once: an atomic mapping's commit (library targets) or msync of a shared
+/// mapping (file systems). Hardware targets have no such case.
+fn msync_cell(t: &dyn Target, pages: u64, cfg: &Config, cap: Duration) -> TResult<Phase> {
+    let h = t.open("m/store", false)?;
+    let len = STORE_FILE as usize;
+    let ops = cfg.ops_for(pages * 4096);
+    let ph = parallel(1, |_, gate| {
+        let mut r: Box<dyn Region + '_> = match t.map_atomic(&h, len) {
+            Some(r) => r?,
+            None => match t.map_fd(&h) {
+                Some(fd) => Box::new(SharedMap::new(fd, len)?),
+                None => return Err(TargetError::Unsupported("mapping")),
+            },
+        };
+        let stride = (STORE_FILE / 4096 / pages) as usize * 4096;
+        let t0 = gate.start();
+        let mut done = 0;
+        for i in 0..ops {
+            for k in 0..pages as usize {
+                r.store(k * stride + (i as usize % 500) * 8, &i.to_le_bytes());
+            }
+            r.persist(0, len)?;
+            done += 1;
+            if t0.elapsed() >= cap {
+                break;
+            }
+        }
+        gate.stop();
+        Ok((done, done * pages * 4096))
+    });
     t.close(h)?;
     ph
 }
@@ -131,12 +189,13 @@ fn append_cell(t: &dyn Target, size: u64, cfg: &Config, cap: Duration) -> TResul
 /// Run the mmap experiment.
 pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
     let cfg = ctx.cfg;
-    let mut cases = vec![(store_key(), 0)];
-    cases.extend(cfg.append_sizes.iter().map(|&s| (append_key(s), s)));
+    let mut cases = vec![(store_key(), Case::Store)];
+    cases.extend(cfg.append_sizes.iter().map(|&s| (append_key(s), Case::Append(s))));
+    cases.extend(ATOMIC_PAGES.iter().map(|&n| (atomic_key(n), Case::Msync(n))));
     let pb = ctx.bar("mmap", (cases.len() * ctx.targets.len()) as u64);
     let mut live: Vec<usize> = Vec::new();
     for (i, t) in ctx.targets.iter_mut().enumerate() {
-        if !measurable(t.as_ref()) {
+        if !cases.iter().any(|&(_, c)| applies(t.as_ref(), c)) {
             pb.inc(cases.len() as u64);
             continue;
         }
@@ -152,22 +211,34 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
     }
     let cap = Duration::from_secs_f64(cfg.rep_secs);
     let warm = Duration::from_secs_f64(cfg.rep_secs / 4.0);
-    for (key, size) in &cases {
+    for (key, case) in &cases {
         pb.set_message(key.clone());
         let mut on = live.clone();
         for rep in 0..=cfg.reps {
             let mut still = Vec::new();
             for &i in &on {
                 let t = ctx.targets[i].as_ref();
+                if !applies(t, *case) {
+                    still.push(i);
+                    continue;
+                }
                 let before = t.persist_counters();
                 let c = if rep == 0 { warm } else { cap };
-                let r =
-                    if *size == 0 { store_cell(t, cfg, c) } else { append_cell(t, *size, cfg, c) };
+                let r = match *case {
+                    Case::Store => store_cell(t, cfg, c),
+                    Case::Append(size) => append_cell(t, size, cfg, c),
+                    Case::Msync(n) => msync_cell(t, n, cfg, c),
+                };
                 match r {
                     Ok(ph) => {
                         still.push(i);
                         if rep > 0 {
-                            ctx.res.push(io_sample("mmap", key, t, rep - 1, ph, 1, before));
+                            let mut smp = io_sample("mmap", key, t, rep - 1, ph, 1, before);
+                            if let Case::Msync(_) = case {
+                                // Time per msync (the table's unit).
+                                smp.value = ph.secs / ph.ops.max(1) as f64 * 1e6;
+                            }
+                            ctx.res.push(smp);
                         }
                     }
                     Err(e) => {
@@ -197,7 +268,27 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
             cfg.max_ops,
             cfg.rep_secs
         ),
-        rows: cases.iter().map(|(k, _)| Row { label: k.clone(), case: k.clone() }).collect(),
+        rows: cases
+            .iter()
+            .filter(|(_, c)| !matches!(c, Case::Msync(_)))
+            .map(|(k, _)| Row { label: k.clone(), case: k.clone() })
+            .collect(),
+    });
+    ctx.res.tables.push(Table {
+        experiment: "mmap".into(),
+        title: "msync of a 1 MiB mapping after changing some of its pages".into(),
+        unit: "µs per msync".into(),
+        higher_is_better: false,
+        note: "One thread; 8 bytes changed in each of n pages spread over the mapping, then \
+               one msync of all of it. FerriteFS library targets: an atomic mapping, whose \
+               msync commits the changed pages as one atomic update (ferrite_mmap_atomic); \
+               file systems: a shared mapping and msync (DAX on ferrite-direct)."
+            .into(),
+        rows: cases
+            .iter()
+            .filter(|(_, c)| matches!(c, Case::Msync(_)))
+            .map(|(k, _)| Row { label: k.clone(), case: k.clone() })
+            .collect(),
     });
     flex_plot(ctx);
     Ok(())

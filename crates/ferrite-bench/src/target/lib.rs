@@ -161,6 +161,21 @@ impl<M: CountedMedium> Target for LibTarget<M> {
         Ok(self.fs()?.release(Self::ino(&h)?)?)
     }
 
+    fn map_atomic<'a>(
+        &'a self,
+        h: &Handle,
+        len: usize,
+    ) -> Option<TResult<Box<dyn super::mapped::Region + 'a>>> {
+        let r = (|| {
+            let fs = self.fs()?;
+            let rw = libc::PROT_READ | libc::PROT_WRITE;
+            let a = fs.mmap_atomic(Self::ino(h)?, len, rw, 0)?;
+            let raw = super::mapped::RawRegion::new(a, len);
+            Ok(Box::new(AtomicRegion { fs, raw }) as Box<dyn super::mapped::Region + 'a>)
+        })();
+        Some(r)
+    }
+
     fn write_at(&self, h: &Handle, off: u64, data: &[u8]) -> TResult<()> {
         self.fs()?.write(Self::ino(h)?, off, data)?;
         Ok(())
@@ -289,5 +304,29 @@ mod tests {
         assert!(t.persist_counters().unwrap().fences > 0);
         t.reset().unwrap();
         assert!(t.stat("a").is_err());
+    }
+}
+
+/// An atomic mapping of the library: persist is the atomic commit.
+struct AtomicRegion<'a, M: CountedMedium> {
+    fs: &'a Fs<M>,
+    raw: super::mapped::RawRegion,
+}
+
+impl<M: CountedMedium> super::mapped::Region for AtomicRegion<'_, M> {
+    fn store(&mut self, off: usize, data: &[u8]) {
+        self.raw.store(off, data)
+    }
+    fn persist(&mut self, off: usize, len: usize) -> TResult<()> {
+        match self.fs.persist_atomic(self.raw.addr() + off, len) {
+            Some(r) => Ok(r?),
+            None => Err(TargetError::Other("not an atomic mapping".into())),
+        }
+    }
+}
+
+impl<M: CountedMedium> Drop for AtomicRegion<'_, M> {
+    fn drop(&mut self) {
+        let _ = self.fs.munmap_atomic(self.raw.addr(), self.raw.len());
     }
 }

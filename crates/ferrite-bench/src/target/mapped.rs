@@ -11,6 +11,49 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+/// A mapped range a workload stores into and persists: a shared mapping (msync)
+/// or a FerriteFS atomic mapping (an atomic commit of its changed pages).
+pub trait Region {
+    /// Store `data` at `off` (plain stores).
+    fn store(&mut self, off: usize, data: &[u8]);
+    /// Persist `[off, off + len)` (msync, or the atomic commit).
+    fn persist(&mut self, off: usize, len: usize) -> crate::target::TResult<()>;
+}
+
+/// Memory of a mapping someone else owns (an atomic mapping of the library):
+/// stores bounds-checked against its length.
+pub struct RawRegion {
+    addr: usize,
+    len: usize,
+}
+
+impl RawRegion {
+    /// `len` bytes at `addr`, which the caller keeps mapped while this lives.
+    pub fn new(addr: usize, len: usize) -> RawRegion {
+        RawRegion { addr, len }
+    }
+    /// Start address.
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+    /// Length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Is it empty?
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Store `data` at `off`.
+    pub fn store(&mut self, off: usize, data: &[u8]) {
+        assert!(off + data.len() <= self.len, "store past the mapping");
+        // SAFETY: inside the mapping, which the owner keeps while this lives.
+        let dst =
+            unsafe { std::slice::from_raw_parts_mut((self.addr + off) as *mut u8, data.len()) };
+        dst.copy_from_slice(data);
+    }
+}
+
 const PAGE: usize = 4096;
 
 /// A shared read-write mapping of the start of a file.
@@ -84,6 +127,15 @@ impl SharedMap {
         self.addr = p as usize;
         self.len = len;
         Ok(())
+    }
+}
+
+impl Region for SharedMap {
+    fn store(&mut self, off: usize, data: &[u8]) {
+        SharedMap::store(self, off, data)
+    }
+    fn persist(&mut self, off: usize, len: usize) -> crate::target::TResult<()> {
+        Ok(self.sync(off, len)?)
     }
 }
 

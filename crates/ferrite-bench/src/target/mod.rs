@@ -152,6 +152,15 @@ pub trait Target: Send + Sync {
     fn map_fd<'a>(&self, _h: &'a Handle) -> Option<std::os::fd::BorrowedFd<'a>> {
         None
     }
+    /// An atomic mapping of the first `len` bytes of a handle's file (FerriteFS's
+    /// library targets): stores, then an atomic commit of the changed pages.
+    fn map_atomic<'a>(
+        &'a self,
+        _h: &Handle,
+        _len: usize,
+    ) -> Option<TResult<Box<dyn mapped::Region + 'a>>> {
+        None
+    }
     /// The directory a file-system target works in (for the experiments that run
     /// real programs: fio, sqlite3).
     fn dir(&self) -> Option<&std::path::Path> {
