@@ -267,6 +267,30 @@ impl<M: CountedMedium> Target for LibTarget<M> {
     }
 }
 
+/// An atomic mapping of the library: persist is the atomic commit.
+struct AtomicRegion<'a, M: CountedMedium> {
+    fs: &'a Fs<M>,
+    raw: super::mapped::RawRegion,
+}
+
+impl<M: CountedMedium> super::mapped::Region for AtomicRegion<'_, M> {
+    fn store(&mut self, off: usize, data: &[u8]) {
+        self.raw.store(off, data)
+    }
+    fn persist(&mut self, off: usize, len: usize) -> TResult<()> {
+        match self.fs.persist_atomic(self.raw.addr() + off, len) {
+            Some(r) => Ok(r?),
+            None => Err(TargetError::Other("not an atomic mapping".into())),
+        }
+    }
+}
+
+impl<M: CountedMedium> Drop for AtomicRegion<'_, M> {
+    fn drop(&mut self) {
+        let _ = self.fs.munmap_atomic(self.raw.addr(), self.raw.len());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,29 +328,5 @@ mod tests {
         assert!(t.persist_counters().unwrap().fences > 0);
         t.reset().unwrap();
         assert!(t.stat("a").is_err());
-    }
-}
-
-/// An atomic mapping of the library: persist is the atomic commit.
-struct AtomicRegion<'a, M: CountedMedium> {
-    fs: &'a Fs<M>,
-    raw: super::mapped::RawRegion,
-}
-
-impl<M: CountedMedium> super::mapped::Region for AtomicRegion<'_, M> {
-    fn store(&mut self, off: usize, data: &[u8]) {
-        self.raw.store(off, data)
-    }
-    fn persist(&mut self, off: usize, len: usize) -> TResult<()> {
-        match self.fs.persist_atomic(self.raw.addr() + off, len) {
-            Some(r) => Ok(r?),
-            None => Err(TargetError::Other("not an atomic mapping".into())),
-        }
-    }
-}
-
-impl<M: CountedMedium> Drop for AtomicRegion<'_, M> {
-    fn drop(&mut self) {
-        let _ = self.fs.munmap_atomic(self.raw.addr(), self.raw.len());
     }
 }
