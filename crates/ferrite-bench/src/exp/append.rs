@@ -19,7 +19,14 @@ pub fn case_key(mode: &str, size: u64) -> String {
     format!("{mode}/{}", fmt_size(size))
 }
 
-fn run_cell(t: &dyn Target, mode: &str, size: u64, cfg: &Config, cap: Duration) -> TResult<Phase> {
+/// One repetition of `mode` appends of `size` bytes (shared with `mmap`).
+pub(crate) fn run_cell(
+    t: &dyn Target,
+    mode: &str,
+    size: u64,
+    cfg: &Config,
+    cap: Duration,
+) -> TResult<Phase> {
     let ops = cfg.ops_for(size);
     let buf = pattern(size as usize, 3);
     let region = cfg.circ_region / size * size;

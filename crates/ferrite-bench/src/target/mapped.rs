@@ -58,8 +58,7 @@ const PAGE: usize = 4096;
 
 /// A shared read-write mapping of the start of a file.
 pub struct SharedMap {
-    addr: usize,
-    len: usize,
+    raw: RawRegion,
 }
 
 fn last_err<T>() -> io::Result<T> {
@@ -77,36 +76,31 @@ impl SharedMap {
         if p == libc::MAP_FAILED {
             return last_err();
         }
-        Ok(SharedMap { addr: p as usize, len })
+        Ok(SharedMap { raw: RawRegion::new(p as usize, len) })
     }
 
     /// Mapped length.
     pub fn len(&self) -> usize {
-        self.len
+        self.raw.len
     }
 
     /// Is the mapping empty?
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.raw.len == 0
     }
 
     /// Store `data` at `off` (plain stores: memcpy).
     pub fn store(&mut self, off: usize, data: &[u8]) {
-        assert!(off + data.len() <= self.len, "store past the mapping");
-        // SAFETY: inside the live mapping (checked above), which this owns; `data`
-        // is a separate slice.
-        let dst =
-            unsafe { std::slice::from_raw_parts_mut((self.addr + off) as *mut u8, data.len()) };
-        dst.copy_from_slice(data);
+        self.raw.store(off, data)
     }
 
     /// msync(MS_SYNC) of `[off, off + len)` (from the start of its page).
     pub fn sync(&self, off: usize, len: usize) -> io::Result<()> {
-        assert!(off + len <= self.len, "sync past the mapping");
+        assert!(off + len <= self.raw.len, "sync past the mapping");
         let a = off / PAGE * PAGE;
         // SAFETY: msync of pages of the live mapping.
         let r = unsafe {
-            libc::msync((self.addr + a) as *mut libc::c_void, off + len - a, libc::MS_SYNC)
+            libc::msync((self.raw.addr + a) as *mut libc::c_void, off + len - a, libc::MS_SYNC)
         };
         if r != 0 {
             return last_err();
@@ -119,13 +113,17 @@ impl SharedMap {
         // SAFETY: the whole live mapping, which this owns; MREMAP_MAYMOVE lets the
         // kernel (or the preload) place it anew.
         let p = unsafe {
-            libc::mremap(self.addr as *mut libc::c_void, self.len, len, libc::MREMAP_MAYMOVE)
+            libc::mremap(
+                self.raw.addr as *mut libc::c_void,
+                self.raw.len,
+                len,
+                libc::MREMAP_MAYMOVE,
+            )
         };
         if p == libc::MAP_FAILED {
             return last_err();
         }
-        self.addr = p as usize;
-        self.len = len;
+        self.raw = RawRegion::new(p as usize, len);
         Ok(())
     }
 }
@@ -142,7 +140,7 @@ impl Region for SharedMap {
 impl Drop for SharedMap {
     fn drop(&mut self) {
         // SAFETY: the whole live mapping, not used after this.
-        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+        unsafe { libc::munmap(self.raw.addr as *mut libc::c_void, self.raw.len) };
     }
 }
 
