@@ -905,6 +905,17 @@ fn child_dax_mapper() {
     f.write_all_at(b"written in place", 9000).unwrap();
     assert_eq!(&m[9000..9016], b"written in place", "the mapping sees writes");
     assert_eq!(errno_of(f.set_len(4096)), libc::EBUSY, "no shrinking under a mapping");
+    // FLEX's growth: extend the file, then mremap the mapping.
+    f.set_len(5 * 4096).unwrap();
+    // SAFETY: the whole mapping made above, moved if need be; not used after.
+    let grown =
+        unsafe { libc::mremap(m.as_mut_ptr() as *mut _, 3 * 4096, 5 * 4096, libc::MREMAP_MAYMOVE) };
+    assert_ne!(grown, libc::MAP_FAILED, "mremap: {}", std::io::Error::last_os_error());
+    // SAFETY: the grown mapping, 5 pages.
+    let m = unsafe { std::slice::from_raw_parts_mut(grown as *mut u8, 5 * 4096) };
+    assert_eq!(&m[9000..9016], b"written in place", "the grown mapping keeps its bytes");
+    m[4 * 4096 + 1..4 * 4096 + 6].copy_from_slice(b"grown");
+    msync(m, 4 * 4096 + 1, 5);
     // The mapping outlives the descriptor, as the kernel's does.
     drop(f);
     m[12000..12005].copy_from_slice(b"after");
@@ -942,7 +953,8 @@ fn dax_child(p: &Path, stats: &Path) -> (Child, BufReader<ChildStdout>) {
 }
 
 fn dax_model() -> Vec<u8> {
-    let mut want = vec![0u8; 3 * 4096];
+    let mut want = vec![0u8; 5 * 4096];
+    want[4 * 4096 + 1..4 * 4096 + 6].copy_from_slice(b"grown");
     want[..18].copy_from_slice(b"before the mapping");
     want[5000..5011].copy_from_slice(b"stored here");
     want[9000..9016].copy_from_slice(b"written in place");
