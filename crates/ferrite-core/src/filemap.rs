@@ -16,6 +16,10 @@
 //!   outlive the parent's pin.
 //! - [`Fs::revoke_file_maps`] replaces every live mapping by inaccessible memory
 //!   before the process gives up its right to store to the pool (daemon gone).
+//! - Atomic mappings ([`Fs::mmap_atomic`], any medium) are private memory, never
+//!   pool pages: each keeps a copy of its range as last committed, and a commit
+//!   ([`Fs::persist_atomic`]) writes the pages that differ from it in one
+//!   operation ([`Fs::write_pages_atomic`]), then updates the copy.
 #![allow(unsafe_code)]
 
 use crate::dax::MmapMedium;

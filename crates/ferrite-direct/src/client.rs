@@ -304,6 +304,12 @@ impl Client {
     /// an orderly end, and let it take the blocks back itself.
     pub fn exiting(&self) {
         self.fs().tick_leases(true);
+        if self.fs().file_map_count() > 0 {
+            // Other threads may still store through DAX mappings: the daemon must
+            // not drop their pins (and let the blocks go) before the process is
+            // gone, which it sees when the connection closes with the process.
+            return;
+        }
         let _ = wire::send(self.conn.fd.as_raw_fd(), wire::BYE, &[], &[], true);
     }
 
