@@ -108,6 +108,23 @@ void *ferrite_mmap(struct ferrite *f, int fd, size_t len, int prot, int64_t off)
 // `ferrite_munmap` of the whole mapping ends it. The address, or NULL and errno.
 void *ferrite_mmap_atomic(struct ferrite *f, int fd, size_t len, int prot, int64_t off);
 
+// A persistent buffer of `len` bytes (Libpubl's idea): memory that is pool
+// blocks, for the program to fill with its own stores and then write into files
+// with `ferrite_buf_write`. Its content starts undefined. NULL and errno on
+// failure (ENOSPC).
+void *ferrite_buf_alloc(struct ferrite *f, size_t len);
+
+// pwrite(2) of `len` bytes at `buf` (inside a persistent buffer) into open file
+// `fd` at `off`, durable and atomic when it returns. The buffer's whole pages that
+// fall on whole file pages (`buf` and `off` at the same offset within a page)
+// become the file's without a copy, and the buffer gets fresh memory for them at
+// once (their content undefined); the rest is copied. No need to persist the
+// buffer first. Bytes written, or -1 and errno.
+ptrdiff_t ferrite_buf_write(struct ferrite *f, int fd, const void *buf, size_t len, int64_t off);
+
+// Free the persistent buffer that starts at `buf`. 0, or -1 and errno.
+int ferrite_buf_free(struct ferrite *f, void *buf);
+
 // Unmap (part of) a mapping of `ferrite_mmap` (the whole of an atomic one); the
 // file may shrink again once none of its mappings is left. 0, or -1 and errno.
 int ferrite_munmap(struct ferrite *f, void *addr, size_t len);

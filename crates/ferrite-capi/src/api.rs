@@ -333,6 +333,35 @@ impl Handle {
         self.fs().mmap_atomic(f.ino, len, prot, off as u64).map_err(e)
     }
 
+    /// A persistent buffer of `len` bytes: pool blocks mapped into the process.
+    pub fn buf_alloc(&self, len: usize) -> R<usize> {
+        self.fs().buf_map(len).map_err(e)
+    }
+
+    /// pwrite(2) of `len` bytes of a persistent buffer at `addr`: whole pages that
+    /// line up with file pages are adopted by reference, the rest copied.
+    pub fn buf_write(&self, fd: i32, addr: usize, len: usize, off: i64) -> R<usize> {
+        let f = self.file(fd)?;
+        if !f.writable {
+            return Err(libc::EBADF);
+        }
+        if off < 0 {
+            return Err(libc::EINVAL);
+        }
+        if let Some(k) = self.through_kernel(&f) {
+            // The kernel's page cache holds the file: a plain write through it.
+            let data = self.fs().buf_bytes(addr, len).map_err(e)?;
+            k.write_all_at(&data, off as u64).map_err(io)?;
+            return Ok(len);
+        }
+        self.fs().buf_write(f.ino, off as u64, addr, len).map_err(e)
+    }
+
+    /// Free the persistent buffer at `addr`.
+    pub fn buf_free(&self, addr: usize) -> R<()> {
+        self.fs().buf_unmap(addr).map_err(e)
+    }
+
     /// munmap(2) of (part of) a mapping of `mmap`; EINVAL for a range that meets
     /// none.
     pub fn munmap(&self, addr: usize, len: usize) -> R<()> {

@@ -236,6 +236,41 @@ pub unsafe extern "C" fn ferrite_mmap_atomic(
     })
 }
 
+/// A persistent buffer of `len` bytes (Libpubl's idea): memory that is pool
+/// blocks, for the program to fill with its own stores and then write into files
+/// with `ferrite_buf_write`. Its content starts undefined. NULL and errno on
+/// failure (ENOSPC).
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_buf_alloc(f: *mut ferrite, len: usize) -> *mut c_void {
+    // SAFETY: the caller's handle.
+    guard(std::ptr::null_mut(), || unsafe { handle(f)?.buf_alloc(len).map(|a| a as *mut c_void) })
+}
+
+/// pwrite(2) of `len` bytes at `buf` (inside a persistent buffer) into open file
+/// `fd` at `off`, durable and atomic when it returns. The buffer's whole pages that
+/// fall on whole file pages (`buf` and `off` at the same offset within a page)
+/// become the file's without a copy, and the buffer gets fresh memory for them at
+/// once (their content undefined); the rest is copied. No need to persist the
+/// buffer first. Bytes written, or -1 and errno.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_buf_write(
+    f: *mut ferrite,
+    fd: c_int,
+    buf: *const c_void,
+    len: usize,
+    off: i64,
+) -> isize {
+    // SAFETY: the caller's handle; the range is checked against its buffers.
+    guard(-1, || unsafe { handle(f)?.buf_write(fd, buf as usize, len, off).map(|n| n as isize) })
+}
+
+/// Free the persistent buffer that starts at `buf`. 0, or -1 and errno.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_buf_free(f: *mut ferrite, buf: *mut c_void) -> c_int {
+    // SAFETY: the caller's handle.
+    guard(-1, || unsafe { handle(f)?.buf_free(buf as usize).map(|()| 0) })
+}
+
 /// Unmap (part of) a mapping of `ferrite_mmap` (the whole of an atomic one); the
 /// file may shrink again once none of its mappings is left. 0, or -1 and errno.
 #[no_mangle]

@@ -73,6 +73,10 @@ fn c_examples_build_with_pkg_config_and_run() {
     compile(&prefix, "dax_map", &dax);
     let out = run(Command::new(&dax).env("FERRITE_MOUNT", &m.mnt));
     assert!(String::from_utf8_lossy(&out.stdout).contains("dax map: ok"));
+    let pbuf = m.scratch().join("pbuf_write");
+    compile(&prefix, "pbuf_write", &pbuf);
+    let out = run(Command::new(&pbuf).env("FERRITE_MOUNT", &m.mnt));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("pbuf write: ok"));
     let out = run(Command::new(&direct).env("FERRITE_MOUNT", &m.mnt));
     assert!(String::from_utf8_lossy(&out.stdout).contains("direct client: ok"));
     let pool = m.scratch().join("own.pool");

@@ -88,6 +88,8 @@ fn move_runs(old: usize, new: usize, m: &FileMap) -> Result<()> {
 #[derive(Default)]
 pub struct FileMaps {
     maps: parking_lot::Mutex<Vec<FileMap>>,
+    /// Persistent buffers mapped into the process: (address, length, buffer id).
+    bufs: parking_lot::Mutex<Vec<(usize, usize, u64)>>,
 }
 
 /// The atomic mappings of this process's mount of a pool (any medium: they are
@@ -164,6 +166,13 @@ pub const SERVED_FLAGS: i32 = libc::MAP_SHARED
 impl FileMaps {
     /// Replace every mapping by inaccessible memory and forget it.
     pub(crate) fn revoke_all(&self) {
+        for (a, n, _) in self.bufs.lock().drain(..) {
+            // SAFETY: a buffer range this registry mapped and still owns.
+            unsafe {
+                let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED;
+                sys_mmap(a, n, libc::PROT_NONE, anon, -1, 0)
+            };
+        }
         let mut maps = self.maps.lock();
         for m in maps.drain(..) {
             if let Some((a, n)) = m.keep {
@@ -303,6 +312,101 @@ impl Fs<MmapMedium> {
             }
         }
         Ok(())
+    }
+
+    /// A persistent buffer of `len` bytes (whole pages) mapped into the process
+    /// ([`crate::pbuf`]): pool blocks the program fills with stores, then writes
+    /// into files with [`Fs::buf_write`]. Its content starts undefined.
+    pub fn buf_map(&self, len: usize) -> Result<usize> {
+        if len == 0 {
+            return Err(Error::invalid("empty buffer"));
+        }
+        let len = page_up(len);
+        let (id, blocks) = self.pbuf_alloc((len as u64) / BLOCK)?;
+        let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        // SAFETY: a new inaccessible range wherever the kernel puts it.
+        let base = unsafe { sys_mmap(0, len, libc::PROT_NONE, anon, -1, 0) };
+        if base == libc::MAP_FAILED as usize {
+            let _ = self.pbuf_free(id);
+            return Err(os_err("reserve addresses for a buffer"));
+        }
+        let pages: Vec<(usize, u64)> = blocks.iter().copied().enumerate().collect();
+        if let Err(e) = self.map_buffer_pages(base, &pages) {
+            // SAFETY: the range reserved above.
+            unsafe { sys_munmap(base, len) };
+            let _ = self.pbuf_free(id);
+            return Err(e);
+        }
+        // SAFETY: advice on the range reserved above.
+        unsafe { libc::syscall(libc::SYS_madvise, base, len, libc::MADV_DONTFORK) };
+        self.medium().file_maps().bufs.lock().push((base, len, id));
+        Ok(base)
+    }
+
+    /// Map buffer pages (page index, block) at their places from `base`, one
+    /// mapping per run of consecutive pages in consecutive blocks.
+    fn map_buffer_pages(&self, base: usize, pages: &[(usize, u64)]) -> Result<()> {
+        let fd = self.medium().pool_file().as_raw_fd();
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        let flags = libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_POPULATE;
+        let mut k = 0;
+        while k < pages.len() {
+            let (p0, b0) = pages[k];
+            let mut n = 1;
+            while k + n < pages.len() && pages[k + n] == (p0 + n, b0 + n as u64) {
+                n += 1;
+            }
+            let at = base + p0 * BLOCK as usize;
+            // SAFETY: inside the buffer's reserved range; the blocks are the
+            // buffer's (allocated, named by no log).
+            let p = unsafe { sys_mmap(at, n * BLOCK as usize, rw, flags, fd, b0 * BLOCK) };
+            if p == libc::MAP_FAILED as usize {
+                return Err(os_err("map buffer blocks"));
+            }
+            k += n;
+        }
+        Ok(())
+    }
+
+    /// Write `len` bytes of a persistent buffer at `addr` into file `ino` at
+    /// `off` ([`Fs::pbuf_write`]: whole pages adopted without a copy, one commit);
+    /// the buffer's adopted pages are given fresh blocks before this returns.
+    pub fn buf_write(&self, ino: u64, off: u64, addr: usize, len: usize) -> Result<usize> {
+        let bufs = self.medium().file_maps().bufs.lock();
+        let end = addr.checked_add(len).ok_or_else(|| Error::invalid("buffer range"))?;
+        let &(base, _, id) = bufs
+            .iter()
+            .find(|&&(b, n, _)| b <= addr && end <= b + n)
+            .ok_or_else(|| Error::invalid("not inside a persistent buffer"))?;
+        let replaced = self.pbuf_write(ino, off, id, (addr - base) as u64, len as u64)?;
+        self.map_buffer_pages(base, &replaced)?;
+        Ok(len)
+    }
+
+    /// Unmap and free the persistent buffer at `addr` (its start).
+    pub fn buf_unmap(&self, addr: usize) -> Result<()> {
+        let (base, len, id) = {
+            let mut bufs = self.medium().file_maps().bufs.lock();
+            let k = bufs
+                .iter()
+                .position(|&(b, _, _)| b == addr)
+                .ok_or_else(|| Error::invalid("not the start of a persistent buffer"))?;
+            bufs.remove(k)
+        };
+        // SAFETY: the buffer's whole range, which the registry owned.
+        unsafe { sys_munmap(base, len) };
+        self.pbuf_free(id)
+    }
+
+    /// The bytes of `[addr, addr + len)` of a persistent buffer.
+    pub fn buf_bytes(&self, addr: usize, len: usize) -> Result<Vec<u8>> {
+        let bufs = self.medium().file_maps().bufs.lock();
+        let end = addr.checked_add(len).ok_or_else(|| Error::invalid("buffer range"))?;
+        if !bufs.iter().any(|&(b, n, _)| b <= addr && end <= b + n) {
+            return Err(Error::invalid("not inside a persistent buffer"));
+        }
+        // SAFETY: inside a live buffer mapping (the registry lock is held).
+        Ok(unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec())
     }
 
     /// Does `[addr, addr + len)` meet a DAX mapping of this process?

@@ -486,6 +486,8 @@ pub struct Fs<M: Medium> {
     pub(crate) verified: crate::verify::Verified,
     /// This process's atomic mappings of the pool's files (`filemap`).
     pub(crate) atomics: crate::filemap::AtomicMaps,
+    /// This process's persistent buffers (`pbuf`).
+    pub(crate) pbufs: crate::pbuf::PBufs,
 }
 
 /// GC counters.

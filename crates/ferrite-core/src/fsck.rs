@@ -190,10 +190,12 @@ impl<M: Medium> Fs<M> {
             types.insert(ino, st.ftype);
             states.insert(ino, st);
         }
+        // Live persistent buffers own their blocks (no log names them).
+        let bufs = self.pbuf_all_blocks();
         // Allocator agrees with ownership.
         let used = self.balloc.used_bitmap();
         for b in geo.data_start..geo.nblocks {
-            match (used.get(b), owner.contains_key(&b)) {
+            match (used.get(b), owner.contains_key(&b) || bufs.contains(&b)) {
                 (false, true) => r.errors.push(format!("block {b} is owned but on a free list")),
                 (true, false) => {
                     r.errors.push(format!("block {b} is marked used but nobody owns it"))

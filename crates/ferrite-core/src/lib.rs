@@ -29,6 +29,7 @@ pub mod log;
 mod mapping;
 mod ops;
 pub mod path;
+pub mod pbuf;
 pub mod pmem;
 pub mod privs;
 pub mod recovery;

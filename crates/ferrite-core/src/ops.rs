@@ -341,7 +341,7 @@ impl<M: Medium> Fs<M> {
     }
 
     /// Plan, copy and commit a write; the caller holds the range lock.
-    fn write_locked_range(
+    pub(crate) fn write_locked_range(
         &self,
         i: &Inode,
         off: u64,

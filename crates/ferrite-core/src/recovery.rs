@@ -249,6 +249,7 @@ impl<M: Medium> Fs<M> {
             verify: opts.verify,
             verified,
             atomics: Default::default(),
+            pbufs: Default::default(),
         };
         let root = match fs.inode(ROOT_INO) {
             Ok(r) => r,
@@ -268,10 +269,13 @@ impl<M: Medium> Fs<M> {
     /// Clean unmount: free unlinked-but-open inodes, checkpoint the allocators,
     /// mark the pool clean. Returns the medium.
     pub fn unmount(self) -> Result<M> {
-        self.unmounted.store(true, Ordering::Release);
         if self.read_only {
+            self.unmounted.store(true, Ordering::Release);
             return Ok(self.into_medium());
         }
+        // Buffers are free space: the saved free map must say so.
+        self.pbuf_free_all();
+        self.unmounted.store(true, Ordering::Release);
         for i in self.cached_inodes() {
             self.persist_atime_best_effort(&i);
             let mut st = i.st.write();

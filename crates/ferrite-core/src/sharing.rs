@@ -482,11 +482,13 @@ impl<M: Medium> Fs<M> {
             verify: Default::default(),
             verified,
             atomics: Default::default(),
+            pbufs: Default::default(),
         })
     }
 
     /// A client's orderly end: its free blocks go back to the daemon.
     pub fn detach(self) -> M {
+        self.pbuf_free_all();
         self.tick_leases(true);
         if let Some(p) = self.share.as_ref().filter(|p| p.is_client()) {
             let free = self.balloc.free_blocks();
