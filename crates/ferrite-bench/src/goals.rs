@@ -282,6 +282,28 @@ pub fn evaluate(res: &mut Results) -> Vec<Goal> {
             1.0 / 1.5,
         ),
     ]);
+    // Persistent buffers (issue 13): no second copy, faster than a plain write.
+    for size in mmap::BUF_SIZES {
+        let key = mmap::buf_key(size);
+        let wa = res.extra_median("mmap", &key, LIB, "pool_bytes_per_user_byte");
+        g.push(Goal {
+            goal: format!("{key}: library pool bytes written per user byte <= 1.1"),
+            measured: wa.map_or_else(|| format!("needs mmap {key} on {LIB}"), num),
+            status: match wa {
+                Some(w) if w <= 1.1 => GoalStatus::Pass,
+                Some(_) => GoalStatus::Miss,
+                None => GoalStatus::NotMeasured,
+            },
+        });
+        g.push(vs(
+            res,
+            &format!("{key}: library by reference >= 1.3x a plain write, direct"),
+            "mmap",
+            &key,
+            d,
+            1.3,
+        ));
+    }
     // The mount at everyday speed (issue 10): real work within 3x tmpfs's time, the
     // single calls it is made of within 2x (stat, fstat of a cached file) and 5x
     // (create + close).

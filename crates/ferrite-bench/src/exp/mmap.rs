@@ -36,12 +36,21 @@ pub fn atomic_key(pages: u64) -> String {
     format!("msync/{pages} dirty page{}", if pages == 1 { "" } else { "s" })
 }
 
+/// Sizes of the persistent-buffer write cases.
+pub const BUF_SIZES: [u64; 2] = [4096, 65536];
+
+/// Case key of a persistent-buffer write size.
+pub fn buf_key(size: u64) -> String {
+    format!("bufwrite/{}", fmt_size(size))
+}
+
 /// One case of the experiment.
 #[derive(Clone, Copy)]
 enum Case {
     Store,
     Append(u64),
     Msync(u64),
+    Buf(u64),
 }
 
 /// Case key of an append size.
@@ -56,7 +65,7 @@ fn applies(t: &dyn Target, case: Case) -> bool {
     let hw = t.kind() == Kind::Hardware;
     match case {
         Case::Store | Case::Append(_) => hw || t.dir().is_some(),
-        Case::Msync(_) => !hw,
+        Case::Msync(_) | Case::Buf(_) => !hw,
     }
 }
 
@@ -136,6 +145,38 @@ fn msync_cell(t: &dyn Target, pages: u64, cfg: &Config, cap: Duration) -> TResul
     ph
 }
 
+/// Writes of `size` bytes, fsync after each, in order over a 32 MiB region: through
+/// a persistent buffer on the library targets (filled with stores, written by
+/// reference), plain writes elsewhere.
+fn buf_cell(t: &dyn Target, size: u64, cfg: &Config, cap: Duration) -> TResult<Phase> {
+    let data = pattern(size as usize, 11);
+    let ops = cfg.ops_for(size);
+    let region = (32u64 << 20) / size * size;
+    let h = t.create("m/buf", false)?;
+    let ph = parallel(1, |_, gate| {
+        let t0 = gate.start();
+        let mut done = 0;
+        for i in 0..ops {
+            let off = i * size % region;
+            match t.buf_write(&h, off, &data) {
+                Some(r) => r?,
+                None => {
+                    t.write_at(&h, off, &data)?;
+                    t.fsync(&h)?;
+                }
+            }
+            done += 1;
+            if i & 7 == 7 && t0.elapsed() >= cap {
+                break;
+            }
+        }
+        gate.stop();
+        Ok((done, done * size))
+    });
+    t.close(h)?;
+    ph
+}
+
 fn append_cell(t: &dyn Target, size: u64, cfg: &Config, cap: Duration) -> TResult<Phase> {
     let buf = pattern(size as usize, 9);
     let ops = cfg.ops_for(size);
@@ -183,6 +224,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
     let mut cases = vec![(store_key(), Case::Store)];
     cases.extend(cfg.append_sizes.iter().map(|&s| (append_key(s), Case::Append(s))));
     cases.extend(ATOMIC_PAGES.iter().map(|&n| (atomic_key(n), Case::Msync(n))));
+    cases.extend(BUF_SIZES.iter().map(|&n| (buf_key(n), Case::Buf(n))));
     let pb = ctx.bar("mmap", (cases.len() * ctx.targets.len()) as u64);
     let mut live: Vec<usize> = Vec::new();
     for (i, t) in ctx.targets.iter_mut().enumerate() {
@@ -219,6 +261,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
                     Case::Store => store_cell(t, cfg, c),
                     Case::Append(size) => append_cell(t, size, cfg, c),
                     Case::Msync(n) => msync_cell(t, n, cfg, c),
+                    Case::Buf(n) => buf_cell(t, n, cfg, c),
                 };
                 match r {
                     Ok(ph) => {
@@ -261,7 +304,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
         ),
         rows: cases
             .iter()
-            .filter(|(_, c)| !matches!(c, Case::Msync(_)))
+            .filter(|(_, c)| matches!(c, Case::Store | Case::Append(_)))
             .map(|(k, _)| Row { label: k.clone(), case: k.clone() })
             .collect(),
     });
@@ -278,6 +321,23 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
         rows: cases
             .iter()
             .filter(|(_, c)| matches!(c, Case::Msync(_)))
+            .map(|(k, _)| Row { label: k.clone(), case: k.clone() })
+            .collect(),
+    });
+    ctx.res.tables.push(Table {
+        experiment: "mmap".into(),
+        title: "Writes from a persistent buffer (by reference) against plain writes".into(),
+        unit: "MB/s".into(),
+        higher_is_better: true,
+        note: "One thread; fsync after each write, in order over a 32 MiB region. FerriteFS \
+               library targets: the data is stored into a persistent buffer (pool blocks) \
+               and written by reference (ferrite_buf_write: its pages become the file's); \
+               every other target: a plain pwrite of the same bytes (the preload library's \
+               write path on ferrite-direct)."
+            .into(),
+        rows: cases
+            .iter()
+            .filter(|(_, c)| matches!(c, Case::Buf(_)))
             .map(|(k, _)| Row { label: k.clone(), case: k.clone() })
             .collect(),
     });

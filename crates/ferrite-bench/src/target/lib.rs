@@ -42,6 +42,8 @@ pub struct LibTarget<M: CountedMedium> {
     make: MediumFactory<M>,
     fs: Option<Fs<M>>,
     created: bool,
+    /// A persistent buffer for `buf_write` (id, pages), made on first use.
+    buf: parking_lot::Mutex<Option<(u64, u64)>>,
 }
 
 impl<M: CountedMedium> LibTarget<M> {
@@ -61,6 +63,7 @@ impl<M: CountedMedium> LibTarget<M> {
             make,
             fs: None,
             created: false,
+            buf: parking_lot::Mutex::new(None),
         };
         t.reset()?;
         Ok(t)
@@ -115,6 +118,7 @@ impl<M: CountedMedium> Target for LibTarget<M> {
     }
 
     fn reset(&mut self) -> TResult<()> {
+        *self.buf.get_mut() = None; // freed by the unmount
         if let Some(fs) = self.fs.take() {
             fs.unmount()?;
         }
@@ -159,6 +163,33 @@ impl<M: CountedMedium> Target for LibTarget<M> {
 
     fn close(&self, h: Handle) -> TResult<()> {
         Ok(self.fs()?.release(Self::ino(&h)?)?)
+    }
+
+    fn buf_write(&self, h: &Handle, off: u64, data: &[u8]) -> Option<TResult<()>> {
+        let r = (|| {
+            let fs = self.fs()?;
+            let pages = (data.len() as u64).div_ceil(4096);
+            let mut b = self.buf.lock();
+            let id = match *b {
+                Some((id, n)) if n >= pages => id,
+                old => {
+                    if let Some((id, _)) = old {
+                        fs.pbuf_free(id)?;
+                    }
+                    let (id, _) = fs.pbuf_alloc(pages)?;
+                    *b = Some((id, pages));
+                    id
+                }
+            };
+            // The program's stores into the buffer (the medium's plain writes).
+            let blocks = fs.pbuf_blocks(id)?;
+            for (k, chunk) in data.chunks(4096).enumerate() {
+                fs.medium().write(blocks[k] * 4096, chunk);
+            }
+            fs.pbuf_write(Self::ino(h)?, off, id, 0, data.len() as u64)?;
+            Ok(())
+        })();
+        Some(r)
     }
 
     fn map_atomic<'a>(

@@ -161,6 +161,12 @@ pub trait Target: Send + Sync {
     ) -> Option<TResult<Box<dyn mapped::Region + 'a>>> {
         None
     }
+    /// Write `data` into a handle's file at `off` through a persistent buffer
+    /// (FerriteFS's library targets): fill the buffer with stores, then write it
+    /// by reference.
+    fn buf_write(&self, _h: &Handle, _off: u64, _data: &[u8]) -> Option<TResult<()>> {
+        None
+    }
     /// The directory a file-system target works in (for the experiments that run
     /// real programs: fio, sqlite3).
     fn dir(&self) -> Option<&std::path::Path> {
