@@ -108,6 +108,12 @@ void *ferrite_mmap(struct ferrite *f, int fd, size_t len, int prot, int64_t off)
 // `ferrite_munmap` of the whole mapping ends it. The address, or NULL and errno.
 void *ferrite_mmap_atomic(struct ferrite *f, int fd, size_t len, int prot, int64_t off);
 
+// NUMA placement of open file `fd` (like the ASPLOS '19 paper's ioctl): its new
+// data goes to memory node `node`, or to the writing thread's node when `node` is
+// negative (the default). Stored as the `user.ferrite.numa` attribute. 0, or -1
+// and errno (EINVAL: no such node on this machine).
+int ferrite_set_numa_node(struct ferrite *f, int fd, int node);
+
 // A persistent buffer of `len` bytes (Libpubl's idea): memory that is pool
 // blocks, for the program to fill with its own stores and then write into files
 // with `ferrite_buf_write`. Its content starts undefined. NULL and errno on

@@ -333,6 +333,25 @@ impl Handle {
         self.fs().mmap_atomic(f.ino, len, prot, off as u64).map_err(e)
     }
 
+    /// Set the NUMA placement policy of open file `fd`: its new data goes to node
+    /// `node`, or to the writer's node when `node` is negative (the default).
+    pub fn set_numa_node(&self, fd: i32, node: i32) -> R<()> {
+        let f = self.file(fd)?;
+        let v = if node < 0 { "local".to_string() } else { node.to_string() };
+        let name = std::str::from_utf8(ferrite_core::numa::POLICY_XATTR).expect("ascii");
+        match &f.kernel {
+            // Through the mount: the daemon checks and commits it like any xattr.
+            Some(k) => {
+                rustix::fs::fsetxattr(k, name, v.as_bytes(), rustix::fs::XattrFlags::empty())
+                    .map_err(|x| x.raw_os_error())
+            }
+            None => self
+                .fs()
+                .setxattr(f.ino, name.as_bytes(), v.as_bytes(), Default::default())
+                .map_err(e),
+        }
+    }
+
     /// A persistent buffer of `len` bytes: pool blocks mapped into the process.
     pub fn buf_alloc(&self, len: usize) -> R<usize> {
         self.fs().buf_map(len).map_err(e)

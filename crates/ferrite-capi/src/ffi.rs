@@ -236,6 +236,16 @@ pub unsafe extern "C" fn ferrite_mmap_atomic(
     })
 }
 
+/// NUMA placement of open file `fd` (like the ASPLOS '19 paper's ioctl): its new
+/// data goes to memory node `node`, or to the writing thread's node when `node` is
+/// negative (the default). Stored as the `user.ferrite.numa` attribute. 0, or -1
+/// and errno (EINVAL: no such node on this machine).
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_set_numa_node(f: *mut ferrite, fd: c_int, node: c_int) -> c_int {
+    // SAFETY: the caller's handle.
+    guard(-1, || unsafe { handle(f)?.set_numa_node(fd, node).map(|()| 0) })
+}
+
 /// A persistent buffer of `len` bytes (Libpubl's idea): memory that is pool
 /// blocks, for the program to fill with its own stores and then write into files
 /// with `ferrite_buf_write`. Its content starts undefined. NULL and errno on

@@ -320,8 +320,8 @@ pub fn bmap(a: &BmapArgs) -> i32 {
         Ok(fs) => fs,
         Err(c) => return c,
     };
-    let ext = fs.resolve(a.path.as_bytes(), true).and_then(|ino| fs.bmap(ino));
-    let ext = match ext {
+    let ext = fs.resolve(a.path.as_bytes(), true).and_then(|ino| Ok((ino, fs.bmap(ino)?)));
+    let (ino, ext) = match ext {
         Ok(x) => x,
         Err(e) => {
             eprintln!("ferrite bmap: {}: {e}", a.path);
@@ -331,15 +331,28 @@ pub fn bmap(a: &BmapArgs) -> i32 {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&ext).expect("serialisable"));
     } else {
+        let numa = fs.topology().nodes() > 1;
         println!("{:>14} {:>14} {:>10}  kind", "file_offset", "pool_offset", "len");
         for e in &ext {
             let kind = match e.kind {
                 ferrite_core::inspect::ExtentKind::Data => "data",
                 ferrite_core::inspect::ExtentKind::Embedded => "embedded",
             };
-            println!("{:>14} {:>14} {:>10}  {kind}", e.file_offset, e.pool_offset, e.len);
+            let node = match e.kind {
+                ferrite_core::inspect::ExtentKind::Data if numa => {
+                    format!(" (node {})", fs.block_node(e.pool_offset / 4096))
+                }
+                _ => String::new(),
+            };
+            println!("{:>14} {:>14} {:>10}  {kind}{node}", e.file_offset, e.pool_offset, e.len);
         }
         println!("{}: {} extent(s)", a.path, ext.len());
+        if numa {
+            // NUMA placement: data pages per node (FERRITE_NUMA_NODES simulates).
+            if let Ok(per) = fs.placement(ino) {
+                println!("{}: data pages per node: {per:?}", a.path);
+            }
+        }
     }
     0
 }

@@ -86,6 +86,19 @@ fn c_examples_build_with_pkg_config_and_run() {
     compile(&prefix, "atomic_map", &atomic);
     let out = run(Command::new(&atomic).env("FERRITE_POOL", &pool));
     assert!(String::from_utf8_lossy(&out.stdout).contains("atomic map: ok"));
+    // NUMA placement on a simulated two-node topology: the policy put the data on
+    // node 1, as `ferrite bmap` shows.
+    let numa = m.scratch().join("numa_policy");
+    compile(&prefix, "numa_policy", &numa);
+    let out = run(Command::new(&numa).env("FERRITE_POOL", &pool).env("FERRITE_NUMA_NODES", "2"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("numa policy: ok"));
+    let out = run(Command::new(ferrite())
+        .args(["bmap", "--pool"])
+        .arg(&pool)
+        .arg("/placed")
+        .env("FERRITE_NUMA_NODES", "2"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("data pages per node: [0, 64]"), "{text}");
     let (_, fsck) = check_pool(&pool);
     assert!(fsck.is_clean(), "{:?}", fsck.errors);
     // The installed `ferrite run` finds the installed preload library.

@@ -488,6 +488,8 @@ pub struct Fs<M: Medium> {
     pub(crate) atomics: crate::filemap::AtomicMaps,
     /// This process's persistent buffers (`pbuf`).
     pub(crate) pbufs: crate::pbuf::PBufs,
+    /// The memory nodes data is placed on (`numa`).
+    pub(crate) topo: crate::numa::Topology,
 }
 
 /// GC counters.

@@ -27,6 +27,7 @@ pub mod journal;
 pub mod layout;
 pub mod log;
 mod mapping;
+pub mod numa;
 mod ops;
 pub mod path;
 pub mod pbuf;

@@ -114,7 +114,8 @@ impl<M: Medium> Fs<M> {
         if past_end(i.st.read().attr.size) {
             return Err(Error::invalid("atomic page write past the end of file"));
         }
-        let runs = self.alloc_blocks(self.shard(), pages.len() as u64, false)?;
+        let shard = self.data_shard(&i, &i.st.read());
+        let runs = self.alloc_blocks(shard, pages.len() as u64, false)?;
         let mut blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
         let mut cow: Vec<(u64, u64, u32)> = Vec::with_capacity(pages.len());
         for &(pg, data) in pages {
@@ -222,7 +223,8 @@ impl<M: Medium> Fs<M> {
     /// Copy pages `pgs` (ascending) into fresh blocks and commit WRITE entries
     /// without checksums for them: same content, same size and times.
     fn materialize_pages(&self, i: &Inode, pgs: &[u64]) -> Result<()> {
-        let runs = self.alloc_blocks(self.shard(), pgs.len() as u64, false)?;
+        let shard = self.data_shard(i, &i.st.read());
+        let runs = self.alloc_blocks(shard, pgs.len() as u64, false)?;
         let blocks: SmallVec<[u64; MATERIALIZE_BATCH]> =
             runs.iter().flat_map(|&(s, n)| s..s + n).collect();
         {

@@ -368,8 +368,9 @@ impl<M: Medium> Fs<M> {
         // merged into a copy-on-write page instead (net zero blocks, and the page's
         // overlays die), so log overhead cannot eat the last free blocks.
         let low_space = self.low_space();
-        let pieces = {
+        let (shard, pieces) = {
             let st = i.st.read();
+            let shard = self.data_shard(i, &st);
             let mut pieces: SmallVec<[Piece; 2]> = SmallVec::new();
             let mut pos = off;
             while pos < end {
@@ -417,10 +418,10 @@ impl<M: Medium> Fs<M> {
                 }
                 pos += b - a;
             }
-            pieces
+            (shard, pieces)
         };
         let ncow = pieces.iter().filter(|p| !matches!(p, Piece::Inline { .. })).count() as u64;
-        let runs = self.alloc_blocks(self.shard(), ncow, false)?;
+        let runs = self.alloc_blocks(shard, ncow, false)?;
         // Copy data into the new blocks (outside the inode lock), each page's
         // checksum computed right after its copy, from the source still in cache: the WRITE entries carry
         // them, so data, entries and tail persist under one fence.
@@ -701,7 +702,7 @@ impl<M: Medium> Fs<M> {
         } else {
             f.holes(off / BLOCK, end.div_ceil(BLOCK), room).ok_or(Error::NoSpace)?
         };
-        let runs = self.alloc_blocks(self.shard(), holes.len() as u64, false)?;
+        let runs = self.alloc_blocks(self.data_shard(&i, &st), holes.len() as u64, false)?;
         let size = if mode.keep_size { st.attr.size } else { st.attr.size.max(end) };
         let mut entries = Vec::new();
         if mode.zero_range && off < st.attr.size {
@@ -1530,6 +1531,9 @@ impl<M: Medium> Fs<M> {
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
         self.check_writable()?;
         Self::check_xattr_name(name)?;
+        if name == crate::numa::POLICY_XATTR {
+            self.check_policy(value)?;
+        }
         if value.len() > log::XATTR_SIZE_MAX {
             return Err(Error::TooBig);
         }

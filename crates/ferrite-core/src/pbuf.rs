@@ -45,7 +45,7 @@ impl<M: Medium> Fs<M> {
         if pages == 0 || pages > self.geo.nblocks {
             return Err(Error::invalid("persistent buffer size"));
         }
-        let runs = self.alloc_blocks(self.shard(), pages, false)?;
+        let runs = self.alloc_blocks(self.local_shard(), pages, false)?;
         let blocks: Vec<u64> = runs.iter().flat_map(|&(s, n)| s..s + n).collect();
         let id = self.pbufs.next.fetch_add(1, Ordering::Relaxed) + 1;
         self.pbufs.all.lock().insert(id, blocks.clone());
@@ -111,7 +111,7 @@ impl<M: Medium> Fs<M> {
         // Buffer page of file page `pg`.
         let bpage = |pg: u64| ((pg * BLOCK - off + boff) / BLOCK) as usize;
         let adopt: Vec<u64> = (first..last).collect();
-        let fresh = self.alloc_blocks(self.shard(), adopt.len() as u64, false)?;
+        let fresh = self.alloc_blocks(self.local_shard(), adopt.len() as u64, false)?;
         let mut edges: SmallVec<[(u64, u64, u64); 2]> = SmallVec::new(); // (pg, from, to)
         if off < first * BLOCK {
             edges.push((off / BLOCK, off, first * BLOCK));
@@ -119,7 +119,7 @@ impl<M: Medium> Fs<M> {
         if last * BLOCK < end {
             edges.push((last, last * BLOCK, end));
         }
-        let edge_runs = match self.alloc_blocks(self.shard(), edges.len() as u64, false) {
+        let edge_runs = match self.alloc_blocks(self.local_shard(), edges.len() as u64, false) {
             Ok(r) => r,
             Err(e) => {
                 self.free_runs(&fresh);

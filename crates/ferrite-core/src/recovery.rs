@@ -250,6 +250,7 @@ impl<M: Medium> Fs<M> {
             verified,
             atomics: Default::default(),
             pbufs: Default::default(),
+            topo: crate::numa::Topology::detect(),
         };
         let root = match fs.inode(ROOT_INO) {
             Ok(r) => r,

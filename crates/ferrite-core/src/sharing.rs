@@ -483,6 +483,7 @@ impl<M: Medium> Fs<M> {
             verified,
             atomics: Default::default(),
             pbufs: Default::default(),
+            topo: crate::numa::Topology::detect(),
         })
     }
 
