@@ -115,7 +115,16 @@ pub fn mkfs(a: &MkfsArgs) -> i32 {
         root_gid: current_gid(),
         uuid: None,
     };
-    match Fs::mkfs(m, &opts).and_then(|fs| fs.unmount()) {
+    let striped = |fs: Fs<MmapMedium>| {
+        // Several memory nodes: stripe the data area over them (docs/NUMA.md).
+        match fs.bind_numa() {
+            Ok(0) => {}
+            Ok(n) => eprintln!("ferrite mkfs: data area striped over {n} memory nodes"),
+            Err(e) => eprintln!("ferrite mkfs: warning: NUMA striping not applied: {e}"),
+        }
+        fs.unmount()
+    };
+    match Fs::mkfs(m, &opts).and_then(striped) {
         Ok(_) => {
             if let Some(g) = gid {
                 use std::os::unix::fs::PermissionsExt;

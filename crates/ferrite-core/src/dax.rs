@@ -306,6 +306,37 @@ impl MmapMedium {
         self.durability == Durability::Dax
     }
 
+    /// Prefer memory node `node` for the pool's pages `[off, off + len)` and move
+    /// the ones already there (mbind with MPOL_PREFERRED and MPOL_MF_MOVE): the
+    /// NUMA striping of a page-cache pool (a DAX device's memory stays where it
+    /// is). `off` and `len` are page aligned.
+    pub fn bind_node(&self, off: u64, len: u64, node: u32) -> std::io::Result<()> {
+        assert!(off.is_multiple_of(4096) && len.is_multiple_of(4096) && off + len <= self.len);
+        if node >= 64 {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let mask: u64 = 1 << node;
+        const MPOL_PREFERRED: libc::c_long = 1;
+        const MPOL_MF_MOVE: libc::c_long = 1 << 1;
+        // SAFETY: mbind of a range inside this mapping changes where its pages
+        // live, not what they hold; the node mask is a live u64 of 64 bits.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_mbind,
+                self.ptr.add(off as usize),
+                len as usize,
+                MPOL_PREFERRED,
+                &mask as *const u64,
+                64usize,
+                MPOL_MF_MOVE,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// The pool file's path.
     pub fn path(&self) -> &Path {
         &self.path

@@ -232,6 +232,31 @@ impl<M: crate::pmem::Medium> crate::fs::Fs<M> {
     }
 }
 
+impl crate::fs::Fs<crate::dax::MmapMedium> {
+    /// Stripe the pool's data area over this machine's memory nodes: each node's
+    /// shard group is bound to the node ([`crate::MmapMedium::bind_node`]; pages
+    /// already allocated move). Nothing to do on one node or a simulated topology.
+    /// Returns the nodes bound.
+    pub fn bind_numa(&self) -> crate::Result<u32> {
+        let t = &self.topo;
+        if t.nodes() <= 1 || t.is_simulated() || self.geo.nshards < t.nodes() {
+            return Ok(0);
+        }
+        for k in 0..t.nodes() {
+            let (a, b) = t.node_shards(k, self.geo.nshards);
+            let start = self.geo.shard_range(a).0;
+            let end = self.geo.shard_range(b - 1).1;
+            self.m
+                .bind_node(start * crate::layout::BLOCK, (end - start) * crate::layout::BLOCK, k)
+                .map_err(|err| crate::Error::Io {
+                    path: format!("binding to node {k}").into(),
+                    err,
+                })?;
+        }
+        Ok(t.nodes())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -84,3 +84,18 @@ fn one_node_changes_nothing() {
     assert_eq!(errno(&fs.setxattr(f, POLICY_XATTR, b"1", XattrSet::Any)), libc::EINVAL);
     fs.setxattr(f, POLICY_XATTR, b"0", XattrSet::Any).unwrap();
 }
+
+#[test]
+fn binding_pool_pages_to_a_node_works_where_the_node_exists() {
+    let dir = tempfile::Builder::new().prefix("ferrite-numa").tempdir_in("/dev/shm").unwrap();
+    let m = MmapMedium::create(&dir.path().join("pool"), 16 * MB, &MapOptions::default()).unwrap();
+    m.bind_node(MB, 4 * MB, 0).expect("node 0 exists on every machine");
+    assert!(m.bind_node(MB, 4 * MB, 64).is_err(), "past the node mask");
+    let fs = Fs::mkfs(m, &MkfsOptions { shards: 2, ..Default::default() }).unwrap();
+    // One real node (or a simulated topology): nothing to stripe.
+    let fs = fs.with_topology(Topology::single());
+    assert_eq!(fs.bind_numa().unwrap(), 0);
+    let fs = fs.with_topology(Topology::simulated(2));
+    assert_eq!(fs.bind_numa().unwrap(), 0, "a simulated topology binds nothing");
+    fs.unmount().unwrap();
+}

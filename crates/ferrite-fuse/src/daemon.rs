@@ -235,6 +235,9 @@ fn open_pool(p: &Plan) -> Result<Fs<MmapMedium>, String> {
             let _ = std::fs::remove_file(&p.pool);
             format!("formatting {}: {e}", p.pool.display())
         })?;
+        if let Err(e) = fs.bind_numa() {
+            eprintln!("ferrite: warning: NUMA striping not applied: {e}");
+        }
         fs.set_atime_mode(p.opts.atime);
         let mut fs = fs;
         fs.set_verify_mode(p.opts.verify);
