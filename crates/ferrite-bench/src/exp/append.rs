@@ -5,7 +5,7 @@
 //! Invariants: the extend file is recreated (empty) before each repetition, outside
 //! the measured phase; the circular region is written in full before it is measured.
 
-use super::{io_sample, parallel, pattern, prefill, say, Ctx, Phase};
+use super::{io_sample, parallel, pattern, prefill, say, timed_ops, Ctx, Phase};
 use crate::config::{fmt_size, Config};
 use crate::results::{Plot, Row, Series, Table};
 use crate::target::{TResult, Target};
@@ -33,22 +33,14 @@ pub(crate) fn run_cell(
     let h =
         if mode == "extend" { t.create("a/extend", true)? } else { t.open("a/circular", false)? };
     let ph = parallel(1, |_, gate| {
-        let t0 = gate.start();
-        let mut done = 0u64;
-        for i in 0..ops {
+        timed_ops(gate, ops, cap, 8, size, |i| {
             if mode == "extend" {
                 t.append(&h, &buf)?;
             } else {
                 t.write_at(&h, (i * size) % region, &buf)?;
             }
-            t.fsync(&h)?;
-            done += 1;
-            if i & 7 == 7 && t0.elapsed() >= cap {
-                break;
-            }
-        }
-        gate.stop();
-        Ok((done, done * size))
+            t.fsync(&h)
+        })
     });
     t.close(h)?;
     ph

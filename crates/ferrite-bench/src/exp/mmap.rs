@@ -11,7 +11,7 @@
 //! append file is recreated (empty) before each repetition, outside the measured
 //! phase; a target that can neither map files nor is hardware is not measured.
 
-use super::{io_sample, parallel, pattern, prefill, say, Ctx, Phase};
+use super::{io_sample, parallel, pattern, prefill, say, timed_ops, Ctx, Phase};
 use crate::config::{fmt_size, Config};
 use crate::results::{Plot, Row, Series, Table};
 use crate::target::mapped::{fallocate, Region, SharedMap};
@@ -78,32 +78,16 @@ fn store_cell(t: &dyn Target, cfg: &Config, cap: Duration) -> TResult<Phase> {
     let ph = match t.map_fd(&h) {
         Some(fd) => parallel(1, |_, gate| {
             let mut m = SharedMap::new(fd, STORE_FILE as usize)?;
-            let t0 = gate.start();
-            let mut done = 0;
-            for i in 0..ops {
+            timed_ops(gate, ops, cap, 64, STORE, |i| {
                 m.store(at(i) as usize, &buf);
-                m.sync(at(i) as usize, buf.len())?;
-                done += 1;
-                if i & 63 == 63 && t0.elapsed() >= cap {
-                    break;
-                }
-            }
-            gate.stop();
-            Ok((done, done * STORE))
+                Ok(m.sync(at(i) as usize, buf.len())?)
+            })
         }),
         None => parallel(1, |_, gate| {
-            let t0 = gate.start();
-            let mut done = 0;
-            for i in 0..ops {
+            timed_ops(gate, ops, cap, 64, STORE, |i| {
                 t.write_at(&h, at(i), &buf)?;
-                t.fsync(&h)?;
-                done += 1;
-                if i & 63 == 63 && t0.elapsed() >= cap {
-                    break;
-                }
-            }
-            gate.stop();
-            Ok((done, done * STORE))
+                t.fsync(&h)
+            })
         }),
     };
     t.close(h)?;
@@ -126,20 +110,12 @@ fn msync_cell(t: &dyn Target, pages: u64, cfg: &Config, cap: Duration) -> TResul
             },
         };
         let stride = (STORE_FILE / 4096 / pages) as usize * 4096;
-        let t0 = gate.start();
-        let mut done = 0;
-        for i in 0..ops {
+        timed_ops(gate, ops, cap, 1, pages * 4096, |i| {
             for k in 0..pages as usize {
                 r.store(k * stride + (i as usize % 500) * 8, &i.to_le_bytes());
             }
-            r.persist(0, len)?;
-            done += 1;
-            if t0.elapsed() >= cap {
-                break;
-            }
-        }
-        gate.stop();
-        Ok((done, done * pages * 4096))
+            r.persist(0, len)
+        })
     });
     t.close(h)?;
     ph
@@ -154,24 +130,16 @@ fn buf_cell(t: &dyn Target, size: u64, cfg: &Config, cap: Duration) -> TResult<P
     let region = (32u64 << 20) / size * size;
     let h = t.create("m/buf", false)?;
     let ph = parallel(1, |_, gate| {
-        let t0 = gate.start();
-        let mut done = 0;
-        for i in 0..ops {
+        timed_ops(gate, ops, cap, 8, size, |i| {
             let off = i * size % region;
             match t.buf_write(&h, off, &data) {
-                Some(r) => r?,
+                Some(r) => r,
                 None => {
                     t.write_at(&h, off, &data)?;
-                    t.fsync(&h)?;
+                    t.fsync(&h)
                 }
             }
-            done += 1;
-            if i & 7 == 7 && t0.elapsed() >= cap {
-                break;
-            }
-        }
-        gate.stop();
-        Ok((done, done * size))
+        })
     });
     t.close(h)?;
     ph
@@ -188,9 +156,8 @@ fn append_cell(t: &dyn Target, size: u64, cfg: &Config, cap: Duration) -> TResul
             parallel(1, |_, gate| {
                 fallocate(fd, 0, chunk)?;
                 let mut m = SharedMap::new(fd, chunk as usize)?;
-                let t0 = gate.start();
-                let (mut done, mut end) = (0, 0usize);
-                for i in 0..ops {
+                let mut end = 0usize;
+                timed_ops(gate, ops, cap, 8, size, |_| {
                     if end + buf.len() > m.len() {
                         let n = m.len() as u64 + chunk;
                         fallocate(fd, 0, n)?;
@@ -199,13 +166,8 @@ fn append_cell(t: &dyn Target, size: u64, cfg: &Config, cap: Duration) -> TResul
                     m.store(end, &buf);
                     m.sync(end, buf.len())?;
                     end += buf.len();
-                    done += 1;
-                    if i & 7 == 7 && t0.elapsed() >= cap {
-                        break;
-                    }
-                }
-                gate.stop();
-                Ok((done, done * size))
+                    Ok(())
+                })
             })
         }
         None => {

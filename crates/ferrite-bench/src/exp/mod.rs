@@ -169,6 +169,31 @@ where
     Ok(ph)
 }
 
+/// The measured loop of a one-thread cell: start the gate, run `op(i)` for `i` in
+/// `0..ops` until `cap` has passed (checked every `every` operations, a power of
+/// two), stop the gate; returns (operations, bytes at `size` each).
+pub fn timed_ops(
+    gate: &Gate<'_>,
+    ops: u64,
+    cap: std::time::Duration,
+    every: u64,
+    size: u64,
+    mut op: impl FnMut(u64) -> TResult<()>,
+) -> TResult<(u64, u64)> {
+    debug_assert!(every.is_power_of_two());
+    let t0 = gate.start();
+    let mut done = 0;
+    for i in 0..ops {
+        op(i)?;
+        done += 1;
+        if i & (every - 1) == every - 1 && t0.elapsed() >= cap {
+            break;
+        }
+    }
+    gate.stop();
+    Ok((done, done * size))
+}
+
 /// A sample of an I/O phase (value in MB/s) with ops/s, mean latency and, where the
 /// target counts them, persistence counters (write amplification, fences per op).
 pub fn io_sample(
