@@ -31,7 +31,31 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Default)]
 pub struct PBufs {
     all: parking_lot::Mutex<HashMap<u64, Vec<u64>>>,
+    /// Buffers a write is adopting from (one write per buffer at a time: two
+    /// would adopt the same blocks into two places).
+    busy: parking_lot::Mutex<std::collections::HashSet<u64>>,
     next: AtomicU64,
+}
+
+/// A buffer checked out by one write; back when this drops.
+struct CheckedOut<'a> {
+    bufs: &'a PBufs,
+    id: u64,
+}
+
+impl Drop for CheckedOut<'_> {
+    fn drop(&mut self) {
+        self.bufs.busy.lock().remove(&self.id);
+    }
+}
+
+impl PBufs {
+    fn check_out(&self, id: u64) -> Result<CheckedOut<'_>> {
+        if !self.busy.lock().insert(id) {
+            return Err(Error::Busy);
+        }
+        Ok(CheckedOut { bufs: self, id })
+    }
 }
 
 /// Buffer pages whose blocks a write replaced: (buffer page, new block).
@@ -54,6 +78,7 @@ impl<M: Medium> Fs<M> {
 
     /// Free buffer `id` (its blocks go back to the allocator).
     pub fn pbuf_free(&self, id: u64) -> Result<()> {
+        let _c = self.pbufs.check_out(id)?;
         let blocks = self.pbufs.all.lock().remove(&id).ok_or(Error::BadHandle)?;
         for b in blocks {
             self.free_runs(&[(b, 1)]);
@@ -88,6 +113,7 @@ impl<M: Medium> Fs<M> {
         self.check_writable()?;
         let i = self.inode(ino)?;
         self.check_regular(&i)?;
+        let _c = self.pbufs.check_out(id)?;
         let blocks = self.pbuf_blocks(id)?;
         let cap = blocks.len() as u64 * BLOCK;
         let end = off.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE).ok_or(Error::FileTooBig)?;

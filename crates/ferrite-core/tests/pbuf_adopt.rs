@@ -119,3 +119,32 @@ fn a_buffer_write_is_all_or_nothing_at_every_crash_point() {
     });
     assert!(seen.contains(&true) && seen.contains(&false), "both outcomes: {seen:?}");
 }
+
+#[test]
+fn one_write_at_a_time_per_buffer() {
+    // Two writes from one buffer at once would adopt the same blocks into two
+    // files; the second gets EBUSY instead.
+    let fs = fresh_sim(64 * MB, 2);
+    let a = file(&fs, b"a", b"");
+    let b = file(&fs, b"b", b"");
+    let (id, _) = fs.pbuf_alloc(4).unwrap();
+    let busy = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for f in [a, b] {
+            let (fs, busy) = (&fs, &busy);
+            s.spawn(move || {
+                for k in 0..2000u64 {
+                    match fs.pbuf_write(f, (k % 8) * 4 * PG, id, 0, 4 * PG) {
+                        Ok(_) => {}
+                        Err(Error::Busy) => {
+                            busy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        Err(e) => panic!("buffer write: {e}"),
+                    }
+                }
+            });
+        }
+    });
+    fs.pbuf_free(id).unwrap();
+    assert_fsck_clean(&fs, "after concurrent writes from one buffer");
+}
