@@ -151,7 +151,8 @@ impl Topology {
         if self.nodes <= 1 || nshards < self.nodes {
             return 0;
         }
-        ((s as u64 * self.nodes as u64) / nshards as u64) as u32
+        // The group whose range holds `s` (the inverse of `node_shards`).
+        (0..self.nodes).find(|&k| s < self.node_shards(k, nshards).1).unwrap_or(self.nodes - 1)
     }
 }
 
