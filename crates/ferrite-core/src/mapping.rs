@@ -231,36 +231,23 @@ impl<M: Medium> Fs<M> {
             let st = i.st.read();
             let mut page = vec![0u8; BLOCK as usize];
             for (&pg, &b) in pgs.iter().zip(&blocks) {
-                if let Some((blk, loc)) = self.block_to_verify(&st, pg) {
-                    // Damaged content must not lose its checksum silently.
-                    self.m.read(blk * BLOCK, &mut page);
-                    if let Err(e) = self.verify_page(i, pg, blk, loc, &page) {
-                        drop(st);
-                        self.free_runs(&runs);
-                        return Err(e);
-                    }
-                }
-                page.fill(0);
+                // Damaged content must not lose its checksum silently.
                 let end = (st.attr.size - pg * BLOCK).min(BLOCK) as usize;
-                st.read_page(&self.m, pg, 0, end, &mut page[..end]);
+                if let Err(e) = self.read_page_verified(i, &st, pg, &mut page, end) {
+                    drop(st);
+                    self.free_runs(&runs);
+                    return Err(e);
+                }
                 self.m.write_nt(b * BLOCK, &page);
             }
         }
         let mut st = i.st.write();
         let (size, mtime) = (st.attr.size, st.attr.mtime);
         let mut entries: SmallVec<[EntryBuf; 4]> = SmallVec::new();
-        let mut k = 0;
-        while k < pgs.len() {
-            let mut n = 1;
-            while k + n < pgs.len()
-                && pgs[k + n] == pgs[k] + n as u64
-                && blocks[k + n] == blocks[k] + n as u64
-            {
-                n += 1;
-            }
-            entries.push(EntryBuf::write(pgs[k], blocks[k], n as u32, size, mtime, None));
-            k += n;
-        }
+        let cow: SmallVec<[(u64, u64, u32); MATERIALIZE_BATCH]> =
+            pgs.iter().zip(&blocks).map(|(&pg, &b)| (pg, b, 0)).collect();
+        // No checksums: these are DAX pages.
+        crate::ops::cow_entries(i.seed, &cow, size, mtime, false, &mut entries);
         // No checksum covers the data: it is fenced before the tail.
         let r = self.commit_single(i, &mut st, &mut entries, true, false);
         if r.is_err() {

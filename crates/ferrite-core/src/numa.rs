@@ -9,7 +9,7 @@
 //! Invariants:
 //! - With one node (or fewer shards than nodes) placement is exactly the per-thread
 //!   shard choice of before: nothing changes on a one-node machine.
-//! - The topology is read once per mount: from `FERRITE_NUMA_NODES` (a simulated
+//! - The topology is read once per process: from `FERRITE_NUMA_NODES` (a simulated
 //!   topology, with CPU c on node c mod n unless a thread names its node with
 //!   [`set_thread_node`]) or from /sys/devices/system/node.
 //! - A policy names a node below the topology's count; any other value is refused
@@ -77,8 +77,14 @@ impl Topology {
         Topology { nodes: n.max(1), simulated: true, cpu_node: Vec::new() }
     }
 
-    /// This machine's topology (or the simulated one `FERRITE_NUMA_NODES` asks for).
+    /// This machine's topology (or the simulated one `FERRITE_NUMA_NODES` asks for),
+    /// read once per process: mounts do not walk /sys again.
     pub fn detect() -> Topology {
+        static T: std::sync::OnceLock<Topology> = std::sync::OnceLock::new();
+        T.get_or_init(Topology::read).clone()
+    }
+
+    fn read() -> Topology {
         if let Some(n) = std::env::var("FERRITE_NUMA_NODES").ok().and_then(|v| v.parse().ok()) {
             return Topology::simulated(n);
         }

@@ -207,6 +207,27 @@ impl<M: Medium> Fs<M> {
         Ok(n)
     }
 
+    /// Page `pg`'s content into `page` (a whole page): checked first where reads
+    /// check (damaged content must not be copied under a fresh checksum), then the
+    /// bytes below `len` as the file shows them and zeros after.
+    pub(crate) fn read_page_verified(
+        &self,
+        i: &Inode,
+        st: &InodeState,
+        pg: u64,
+        page: &mut [u8],
+        len: usize,
+    ) -> Result<()> {
+        debug_assert!(page.len() == BLOCK as usize && len <= page.len());
+        if let Some((blk, loc)) = self.block_to_verify(st, pg) {
+            self.m.read(blk * BLOCK, page);
+            self.verify_page(i, pg, blk, loc, page)?;
+        }
+        page[len..].fill(0);
+        st.read_page(&self.m, pg, 0, len, &mut page[..len]);
+        Ok(())
+    }
+
     /// The block of page `pg` and its WRITE entry, when a read must check it.
     pub(crate) fn block_to_verify(&self, st: &InodeState, pg: u64) -> Option<(u64, u64)> {
         if self.verify == crate::VerifyMode::Off {
@@ -406,12 +427,7 @@ impl<M: Medium> Fs<M> {
                         pieces.push(Piece::Inline { off: pos, src, len });
                     } else {
                         let mut page = Box::new([0u8; BLOCK as usize]);
-                        // Damaged old content must not get a fresh checksum.
-                        if let Some((blk, loc)) = self.block_to_verify(&st, pg) {
-                            self.m.read(blk * BLOCK, &mut page[..]);
-                            self.verify_page(i, pg, blk, loc, &page[..])?;
-                        }
-                        st.read_page(&self.m, pg, 0, BLOCK as usize, &mut page[..]);
+                        self.read_page_verified(i, &st, pg, &mut page[..], BLOCK as usize)?;
                         page[a as usize..b as usize].copy_from_slice(&data[src..src + len]);
                         pieces.push(Piece::Merged { pg, page });
                     }

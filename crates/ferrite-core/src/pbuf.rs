@@ -213,11 +213,7 @@ impl<M: Medium> Fs<M> {
         {
             let st = i.st.read();
             for &(pg, from, to) in edges {
-                if let Some((blk, loc)) = self.block_to_verify(&st, pg) {
-                    self.m.read(blk * BLOCK, &mut page);
-                    self.verify_page(i, pg, blk, loc, &page)?;
-                }
-                st.read_page(&self.m, pg, 0, BLOCK as usize, &mut page);
+                self.read_page_verified(i, &st, pg, &mut page, BLOCK as usize)?;
                 let a = (from % BLOCK) as usize;
                 let n = (to - from) as usize;
                 self.read_buffer(blocks, boff + (from - off), &mut page[a..a + n]);
