@@ -148,6 +148,10 @@ int ferrite_fsync(struct ferrite *f, int fd);
 // ftruncate(2).
 int ferrite_ftruncate(struct ferrite *f, int fd, int64_t len);
 
+// fallocate(2) with its mode bits (FALLOC_FL_*): allocation, KEEP_SIZE, PUNCH_HOLE,
+// ZERO_RANGE, COLLAPSE_RANGE and INSERT_RANGE.
+int ferrite_fallocate(struct ferrite *f, int fd, int mode, int64_t off, int64_t len);
+
 // fstat(2) into `st`.
 int ferrite_fstat(struct ferrite *f, int fd, struct ferrite_stat *st);
 

@@ -15,7 +15,8 @@
 
 use ferrite_core::privs::self_lacks_cap_fsetid;
 use ferrite_core::{
-    encode_rdev, FileType, Fs, MapOptions, MkfsOptions, MmapMedium, NewNode, OpenFlags, SetAttr,
+    encode_rdev, FallocMode, FileType, Fs, MapOptions, MkfsOptions, MmapMedium, NewNode, OpenFlags,
+    SetAttr,
 };
 use ferrite_direct::Client;
 use parking_lot::Mutex;
@@ -511,6 +512,26 @@ impl Handle {
         }
         let ch = SetAttr { size: Some(len as u64), ..Default::default() };
         self.fs().setattr_as(f.ino, &ch, self_lacks_cap_fsetid).map(|_| ()).map_err(e)
+    }
+
+    /// fallocate(2): every mode the core does (allocate, KEEP_SIZE, PUNCH_HOLE,
+    /// ZERO_RANGE, COLLAPSE_RANGE, INSERT_RANGE), with fallocate(2)'s errors.
+    pub fn fallocate(&self, fd: i32, mode: i32, off: i64, len: i64) -> R<()> {
+        let f = self.file(fd)?;
+        if off < 0 || len <= 0 {
+            return Err(libc::EINVAL);
+        }
+        let m = FallocMode::from_flags(mode).map_err(e)?;
+        if !f.writable {
+            return Err(libc::EBADF);
+        }
+        if let Some(k) = self.through_kernel(&f) {
+            let flags = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
+            return rustix::fs::fallocate(k, flags, off as u64, len as u64)
+                .map_err(|x| x.raw_os_error());
+        }
+        let (off, len) = (off as u64, len as u64);
+        self.fs().fallocate_as(f.ino, m, off, len, self_lacks_cap_fsetid).map_err(e)
     }
 
     /// fstat(2).

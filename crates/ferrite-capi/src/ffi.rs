@@ -318,6 +318,20 @@ pub unsafe extern "C" fn ferrite_ftruncate(f: *mut ferrite, fd: c_int, len: i64)
     guard(-1, || unsafe { handle(f)?.ftruncate(fd, len).map(|()| 0) })
 }
 
+/// fallocate(2) with its mode bits (FALLOC_FL_*): allocation, KEEP_SIZE, PUNCH_HOLE,
+/// ZERO_RANGE, COLLAPSE_RANGE and INSERT_RANGE.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_fallocate(
+    f: *mut ferrite,
+    fd: c_int,
+    mode: c_int,
+    off: i64,
+    len: i64,
+) -> c_int {
+    // SAFETY: the caller's handle.
+    guard(-1, || unsafe { handle(f)?.fallocate(fd, mode, off, len).map(|()| 0) })
+}
+
 /// fstat(2) into `st`.
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_fstat(f: *mut ferrite, fd: c_int, st: *mut ferrite_stat) -> c_int {

@@ -79,6 +79,10 @@ fn c_examples_build_with_pkg_config_and_run() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("pbuf write: ok"));
     let out = run(Command::new(&direct).env("FERRITE_MOUNT", &m.mnt));
     assert!(String::from_utf8_lossy(&out.stdout).contains("direct client: ok"));
+    let shift = m.scratch().join("shift_range");
+    compile(&prefix, "shift_range", &shift);
+    let out = run(Command::new(&shift).env("FERRITE_MOUNT", &m.mnt));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("shift range: ok"));
     let pool = m.scratch().join("own.pool");
     let out = run(Command::new(&own).env("FERRITE_POOL", &pool));
     assert!(String::from_utf8_lossy(&out.stdout).contains("own pool: ok"));

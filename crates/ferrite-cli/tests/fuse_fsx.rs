@@ -1,11 +1,17 @@
 //! An fsx equivalent (Debian 12 packages neither fsx nor xfstests): bounded random
 //! read / write / truncate / mmap read / mmap write / fallocate (allocate, keep size,
+//! collapse range, insert range,
 //! punch hole, zero range with and without keep size) / copy_file_range /
 //! fsync / reopen sequences on files of a mounted pool, every result checked against
 //! an in-memory model of the file, then the whole file checked again after a remount.
 //! Two files are exercised at once, from two threads, to keep several daemon threads
 //! busy. `FERRITE_FSX_OPS=n` sets the operations per file (default 4000),
 //! `FERRITE_FSX_SEED=s` the seed.
+//!
+//! The kernel's FUSE client refuses FALLOC_FL_COLLAPSE_RANGE and INSERT_RANGE
+//! itself (EOPNOTSUPP; the request never reaches the daemon), so the run on the mount
+//! checks that refusal, and a second run in a process with the preload library,
+//! where the core serves fallocate, exercises both modes among the others.
 
 mod fuse_util;
 
@@ -17,7 +23,7 @@ use std::path::{Path, PathBuf};
 const FILE_MAX: u64 = 600 * 1024;
 const PAGE: u64 = 4096;
 
-/// The only unsafe code of the FUSE tests: mapping a file region.
+/// Unsafe code of these tests: mapping a file region (and `copy_range` below).
 mod map {
     use rustix::mm::{self, MapFlags, MsyncFlags, ProtFlags};
     use std::os::fd::OwnedFd;
@@ -87,13 +93,28 @@ fn read_all(fd: &OwnedFd, len: usize) -> Vec<u8> {
     v
 }
 
+/// copy_file_range through libc's symbol (rustix makes the system call itself,
+/// which the preload library could not see).
+fn copy_range(fd: &OwnedFd, a: u64, b: u64, len: usize) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let (mut x, mut y) = (a as i64, b as i64);
+    // SAFETY: a descriptor we own and two offsets on this stack frame.
+    let n =
+        unsafe { libc::copy_file_range(fd.as_raw_fd(), &mut x, fd.as_raw_fd(), &mut y, len, 0) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 fn first_diff(a: &[u8], b: &[u8]) -> String {
     let i = a.iter().zip(b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
     format!("lengths {} vs {}, first difference at byte {i}", a.len(), b.len())
 }
 
 /// Run `ops` random operations on `path`; returns the model's final contents.
-fn fsx(path: &Path, seed: u64, ops: usize) -> Result<Vec<u8>, String> {
+/// `shifts`: collapse and insert ranges are served (else EOPNOTSUPP is expected).
+fn fsx(path: &Path, seed: u64, ops: usize, shifts: bool) -> Result<Vec<u8>, String> {
     let mut r = Rng(seed);
     let mut fd = open(path);
     rfs::ftruncate(&fd, 0).map_err(|e| e.to_string())?;
@@ -168,7 +189,44 @@ fn fsx(path: &Path, seed: u64, ops: usize) -> Result<Vec<u8>, String> {
                     return Err(format!("{desc}: {}", first_diff(&got, want)));
                 }
             }
-            80..=86 => {
+            80..=82 => {
+                let pages = size.div_ceil(PAGE);
+                let insert = r.pct(50);
+                let off = r.below(pages + 1) * PAGE;
+                let len = (1 + r.below(6)) * PAGE;
+                if insert && size + len > FILE_MAX {
+                    continue;
+                }
+                let (mode, what) = if insert {
+                    (FallocateFlags::INSERT_RANGE, "insert")
+                } else {
+                    (FallocateFlags::COLLAPSE_RANGE, "collapse")
+                };
+                desc = format!("{what} {off}+{len}");
+                let got = rfs::fallocate(&fd, mode, off, len);
+                let bad = if insert { off >= size } else { off + len >= size };
+                let want = if !shifts {
+                    Err(rustix::io::Errno::OPNOTSUPP)
+                } else if bad {
+                    Err(rustix::io::Errno::INVAL)
+                } else {
+                    Ok(())
+                };
+                if got != want {
+                    return Err(format!("{desc}: {got:?}, expected {want:?}"));
+                }
+                if want.is_ok() {
+                    let (o, l) = (off as usize, len as usize);
+                    if insert {
+                        let tail = model.split_off(o);
+                        model.resize(o + l, 0);
+                        model.extend(tail);
+                    } else {
+                        model.drain(o..o + l);
+                    }
+                }
+            }
+            83..=86 => {
                 let off = r.below(FILE_MAX);
                 let len = 1 + r.below(30_000).min(FILE_MAX - off);
                 let mode = *r.pick(&[
@@ -211,9 +269,7 @@ fn fsx(path: &Path, seed: u64, ops: usize) -> Result<Vec<u8>, String> {
                     (true, true) => a + len + r.below(FILE_MAX - (a + len) + 1),
                 };
                 desc = format!("copy_file_range {a}+{len} -> {b}");
-                let (mut x, mut y) = (a, b);
-                let n = rfs::copy_file_range(&fd, Some(&mut x), &fd, Some(&mut y), len as usize)
-                    .map_err(|e| format!("{desc}: {e}"))?;
+                let n = copy_range(&fd, a, b, len as usize).map_err(|e| format!("{desc}: {e}"))?;
                 let src = model[a as usize..(a + n as u64) as usize].to_vec();
                 let end = b as usize + n;
                 if model.len() < end {
@@ -265,7 +321,7 @@ fn fsx_on_a_mount(tag: &str, opts: &str, ops: usize, seed: u64) {
         let hs: Vec<_> = paths
             .iter()
             .enumerate()
-            .map(|(k, p)| s.spawn(move || fsx(p, seed + k as u64, ops)))
+            .map(|(k, p)| s.spawn(move || fsx(p, seed + k as u64, ops, false)))
             .collect();
         hs.into_iter().map(|h| h.join().expect("fsx thread")).collect()
     });
@@ -304,4 +360,55 @@ fn fsx_random_io_with_mmap_matches_a_model() {
 fn fsx_with_writeback_cache() {
     let ops = env_or("FERRITE_FSX_OPS", 4000) as usize / 2;
     fsx_on_a_mount("fsx-wb", "writeback_cache", ops, env_or("FERRITE_FSX_SEED", 20_240_601) + 100);
+}
+
+/// fsx in a process with the preload library (this binary run again): reads,
+/// writes, truncations, DAX mappings, every fallocate mode (collapse and insert
+/// included) and copy ranges are served by the core in the process; the parent
+/// then reads the file through the mount and after a remount.
+#[test]
+#[ignore = "run by fsx_direct_with_collapse_and_insert in a preloaded child"]
+fn child_fsx() {
+    let p = PathBuf::from(std::env::var("FT_PATH").unwrap());
+    let seed: u64 = std::env::var("FT_SEED").unwrap().parse().unwrap();
+    let ops: usize = std::env::var("FT_OPS").unwrap().parse().unwrap();
+    let model = fsx(&p, seed, ops, true).unwrap_or_else(|e| panic!("fsx (seed {seed}): {e}"));
+    std::fs::write(p.with_extension("model"), model).unwrap();
+}
+
+#[test]
+fn fsx_direct_with_collapse_and_insert() {
+    let ops = env_or("FERRITE_FSX_OPS", 4000) as usize;
+    let seed = env_or("FERRITE_FSX_SEED", 20_240_601) + 200;
+    let mut m = Mount::new("fsx-direct", "256M", "");
+    let p = m.path("fsx.dat");
+    let stats = m.scratch().join("stats");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["child_fsx", "--exact", "--ignored", "--nocapture", "--test-threads=1", "-q"])
+        .env("LD_PRELOAD", fuse_util::preload_lib())
+        .env_remove("FERRITE_MOUNTS")
+        .env("FERRITE_DIRECT_STATS", &stats)
+        .env("FT_PATH", &p)
+        .env("FT_SEED", seed.to_string())
+        .env("FT_OPS", ops.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "preloaded fsx failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = fuse_util::direct_stats(&stats);
+    assert!(s.iter().any(|x| x.direct > ops as u64 / 2), "served directly: {s:?}");
+    let model = std::fs::read(p.with_extension("model")).unwrap();
+    let got = std::fs::read(&p).unwrap();
+    assert!(got == model, "read through the mount: {}", first_diff(&got, &model));
+    m.umount();
+    m.mount("");
+    let got = std::fs::read(&p).unwrap();
+    assert!(got == model, "after remount: {}", first_diff(&got, &model));
+    m.umount();
+    let (_, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "{:?}", fsck.errors);
 }

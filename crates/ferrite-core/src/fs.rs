@@ -199,27 +199,59 @@ pub struct FallocMode {
     pub punch_hole: bool,
     /// FALLOC_FL_ZERO_RANGE: the range reads as zeros and is allocated.
     pub zero_range: bool,
+    /// FALLOC_FL_COLLAPSE_RANGE / FALLOC_FL_INSERT_RANGE: the pages from the
+    /// range's end (collapse) or start (insert) move by its length, down or up.
+    pub shift: Option<Shift>,
+}
+
+/// Which way FALLOC_FL_COLLAPSE_RANGE / INSERT_RANGE moves a file's pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shift {
+    /// COLLAPSE_RANGE: the range is removed, what follows moves down.
+    Collapse,
+    /// INSERT_RANGE: a hole is inserted, what follows moves up.
+    Insert,
 }
 
 impl FallocMode {
     /// fallocate(2)'s mode bits, as Linux checks them: EOPNOTSUPP for a mode that is
-    /// not done (collapse, insert, unshare) or not valid (punch without keep-size,
-    /// punch with zero-range).
+    /// not done (unshare) or not valid (punch without keep-size, punch with
+    /// zero-range), EINVAL for collapse or insert with any other bit.
     pub fn from_flags(mode: i32) -> Result<FallocMode> {
-        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
-        match mode & !libc::FALLOC_FL_KEEP_SIZE {
-            0 => Ok(FallocMode { keep_size, ..Default::default() }),
-            libc::FALLOC_FL_PUNCH_HOLE if keep_size => {
-                Ok(FallocMode { keep_size, punch_hole: true, ..Default::default() })
-            }
-            libc::FALLOC_FL_ZERO_RANGE => {
-                Ok(FallocMode { keep_size, zero_range: true, ..Default::default() })
-            }
-            libc::FALLOC_FL_PUNCH_HOLE => Err(Error::NotSupported("PUNCH_HOLE requires KEEP_SIZE")),
-            _ => Err(Error::NotSupported(
-                "fallocate mode (collapse, insert and unshare are not done)",
-            )),
+        use libc::{
+            FALLOC_FL_COLLAPSE_RANGE as COLLAPSE, FALLOC_FL_INSERT_RANGE as INSERT,
+            FALLOC_FL_KEEP_SIZE as KEEP, FALLOC_FL_PUNCH_HOLE as PUNCH,
+            FALLOC_FL_UNSHARE_RANGE as UNSHARE, FALLOC_FL_ZERO_RANGE as ZERO,
+        };
+        // vfs_fallocate's order of checks.
+        let known = KEEP | PUNCH | COLLAPSE | ZERO | INSERT | UNSHARE;
+        let has = |bit: i32| mode & bit != 0;
+        if mode & !known != 0 {
+            return Err(Error::NotSupported("unknown fallocate mode bits"));
         }
+        if has(PUNCH) && has(ZERO) {
+            return Err(Error::NotSupported("PUNCH_HOLE with ZERO_RANGE"));
+        }
+        if has(PUNCH) && !has(KEEP) {
+            return Err(Error::NotSupported("PUNCH_HOLE requires KEEP_SIZE"));
+        }
+        if (has(COLLAPSE) && mode != COLLAPSE) || (has(INSERT) && mode != INSERT) {
+            return Err(Error::invalid("COLLAPSE_RANGE and INSERT_RANGE take no other flag"));
+        }
+        if has(UNSHARE) {
+            return Err(Error::NotSupported("UNSHARE_RANGE (no extents are shared)"));
+        }
+        let shift = match mode {
+            COLLAPSE => Some(Shift::Collapse),
+            INSERT => Some(Shift::Insert),
+            _ => None,
+        };
+        Ok(FallocMode {
+            keep_size: has(KEEP),
+            punch_hole: has(PUNCH),
+            zero_range: has(ZERO),
+            shift,
+        })
     }
 }
 
@@ -1032,6 +1064,21 @@ impl<M: Medium> Fs<M> {
         data_written: bool,
         reserve: bool,
     ) -> Result<()> {
+        self.commit_single_keeping(inode, st, entries, data_written, reserve, &[])
+    }
+
+    /// [`Fs::commit_single`] for entries that map blocks they also unmap (a shift of
+    /// pages): the blocks of `keep` (sorted `(block, count)` runs) stay in use even
+    /// where an entry of the commit released them.
+    pub(crate) fn commit_single_keeping(
+        &self,
+        inode: &Inode,
+        st: &mut InodeState,
+        entries: &mut [EntryBuf],
+        data_written: bool,
+        reserve: bool,
+        keep: &[(u64, u64)],
+    ) -> Result<()> {
         if st.log.pages.is_empty() {
             return Err(Error::NotFound); // freed by a concurrent unlink/release
         }
@@ -1040,7 +1087,10 @@ impl<M: Medium> Fs<M> {
         // The DRAM state moves first (nobody sees it: the write lock is held), so the
         // blocks the commit frees are known, and marked ours, before it is durable: a
         // client that dies after the tail store leaves them to the daemon, not leaked.
-        let freed = Self::apply_committed(st, &a, entries);
+        let mut freed = Self::apply_committed(st, &a, entries);
+        if !keep.is_empty() {
+            freed = crate::alloc::subtract_runs(&freed, keep);
+        }
         if let Some(p) = &self.share {
             for &(b, n) in &freed {
                 p.own(b, n);

@@ -44,7 +44,7 @@ pub use dax::{MapOptions, MmapMedium};
 pub use error::{Error, Result};
 pub use fs::{
     encode_rdev, AtimeMode, Attr, CoreFault, DirEntry, FallocMode, Fs, MkfsOptions, MountOptions,
-    MountReport, NewNode, RenameFlags, SetAttr, SetTime, StatFs, XattrSet,
+    MountReport, NewNode, RenameFlags, SetAttr, SetTime, Shift, StatFs, XattrSet,
 };
 pub use fsck::FsckReport;
 pub use index::FileType;

@@ -1,8 +1,8 @@
 //! fallocate's modes in the core: FALLOC_FL_ZERO_RANGE (with and without KEEP_SIZE)
 //! zeroes the range and leaves it allocated, in one operation at every crash point;
 //! a random mix of writes, zero ranges, punches and truncations matches an in-memory
-//! model across remounts; the mode bits map to what is done (collapse and insert are
-//! EOPNOTSUPP, as the docs say); a range far past the pool fails at once.
+//! model across remounts; the mode bits map to what is done (unshare is EOPNOTSUPP,
+//! as the docs say); a range far past the pool fails at once.
 
 mod common;
 
@@ -10,8 +10,10 @@ use common::*;
 use ferrite_core::*;
 
 const MB: u64 = 1 << 20;
-const ZERO: FallocMode = FallocMode { keep_size: false, punch_hole: false, zero_range: true };
-const ZERO_KEEP: FallocMode = FallocMode { keep_size: true, punch_hole: false, zero_range: true };
+const ZERO: FallocMode =
+    FallocMode { keep_size: false, punch_hole: false, zero_range: true, shift: None };
+const ZERO_KEEP: FallocMode =
+    FallocMode { keep_size: true, punch_hole: false, zero_range: true, shift: None };
 
 fn file_with(fs: &Fs<SimMedium>, name: &[u8], data: &[u8]) -> u64 {
     let ino = fs.create(fs.root(), name, 0o644, 0, 0).unwrap().ino;
@@ -59,8 +61,6 @@ fn mode_bits_map_to_what_is_done() {
     assert!(ok(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE).punch_hole);
     for m in [
         FALLOC_FL_PUNCH_HOLE,
-        FALLOC_FL_COLLAPSE_RANGE,
-        FALLOC_FL_INSERT_RANGE,
         FALLOC_FL_UNSHARE_RANGE,
         FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
     ] {
@@ -105,7 +105,12 @@ fn random_zero_ranges_match_a_model_across_remounts() {
                 }
             }
             7 => {
-                let m = FallocMode { keep_size: true, punch_hole: true, zero_range: false };
+                let m = FallocMode {
+                    keep_size: true,
+                    punch_hole: true,
+                    zero_range: false,
+                    shift: None,
+                };
                 fs.fallocate(f, m, off, len).unwrap();
                 let stop = ((off + len) as usize).min(model.len());
                 if (off as usize) < stop {

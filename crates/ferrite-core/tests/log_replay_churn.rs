@@ -67,7 +67,12 @@ fn one_file_churn_keeps_dram_equal_to_the_log() {
                     fs.setxattr(f, name.as_bytes(), &vec![7; len.min(3000)], XattrSet::Any)
                 }
                 6 => {
-                    let mode = FallocMode { keep_size: true, punch_hole: true, zero_range: false };
+                    let mode = FallocMode {
+                        keep_size: true,
+                        punch_hole: true,
+                        zero_range: false,
+                        shift: None,
+                    };
                     let r = fs.fallocate(f, mode, off, len as u64);
                     if r.is_ok() {
                         let end = (off as usize + len).min(content.len());
@@ -79,7 +84,12 @@ fn one_file_churn_keeps_dram_equal_to_the_log() {
                 }
                 7 => {
                     let keep = rng.below(2) == 0;
-                    let mode = FallocMode { keep_size: keep, punch_hole: false, zero_range: false };
+                    let mode = FallocMode {
+                        keep_size: keep,
+                        punch_hole: false,
+                        zero_range: false,
+                        shift: None,
+                    };
                     let r = fs.fallocate(f, mode, off, len as u64);
                     if r.is_ok() && !keep && content.len() < off as usize + len {
                         content.resize(off as usize + len, 0);

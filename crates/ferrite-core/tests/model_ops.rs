@@ -1138,9 +1138,24 @@ impl Harness {
                 let len = Self::length(*len);
                 let mode = match mode % 8 {
                     0..=2 => FallocMode::default(),
-                    3 | 4 => FallocMode { keep_size: true, punch_hole: false, zero_range: false },
-                    5 | 6 => FallocMode { keep_size: true, punch_hole: true, zero_range: false },
-                    _ => FallocMode { keep_size: false, punch_hole: true, zero_range: false },
+                    3 | 4 => FallocMode {
+                        keep_size: true,
+                        punch_hole: false,
+                        zero_range: false,
+                        shift: None,
+                    },
+                    5 | 6 => FallocMode {
+                        keep_size: true,
+                        punch_hole: true,
+                        zero_range: false,
+                        shift: None,
+                    },
+                    _ => FallocMode {
+                        keep_size: false,
+                        punch_hole: true,
+                        zero_range: false,
+                        shift: None,
+                    },
                 };
                 let want = (|| {
                     if len == 0 || off > MAX || len > MAX {

@@ -38,7 +38,7 @@ use ferrite_core::share::{HeapRegion, P_REVOKED};
 use ferrite_core::sim::set_sim_thread;
 use ferrite_core::{
     AtimeMode, BlockSource, Error, FallocMode, Fs, MkfsOptions, MountOptions, Party, SetAttr,
-    SimMedium, Table,
+    Shift, SimMedium, Table,
 };
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -452,10 +452,14 @@ fn exec_client(fs: &Fs<Med>, ino: u64, op: &Op) -> Result<(), Error> {
         ),
         Op::Punch { off, len, .. } => fs.fallocate(
             ino,
-            FallocMode { keep_size: true, punch_hole: true, zero_range: false },
+            FallocMode { keep_size: true, punch_hole: true, zero_range: false, shift: None },
             *off,
             *len,
         ),
+        Op::Shift { off, len, insert, .. } => {
+            let shift = if *insert { Shift::Insert } else { Shift::Collapse };
+            fs.fallocate(ino, FallocMode { shift: Some(shift), ..Default::default() }, *off, *len)
+        }
         Op::Compact { .. } => fs.compact(ino),
         other => Err(Error::invalid(format!("not a client operation: {other}"))),
     }

@@ -12,7 +12,7 @@ use crate::model::{
     XattrHow,
 };
 use ferrite_core::{
-    Error, FallocMode, FileType, Fs, Medium, RenameFlags, SetAttr, SetTime, XattrSet,
+    Error, FallocMode, FileType, Fs, Medium, RenameFlags, SetAttr, SetTime, Shift, XattrSet,
 };
 use std::collections::{HashMap, HashSet};
 
@@ -105,6 +105,11 @@ pub fn exec<M: Medium>(fs: &Fs<M>, op: &Op, handles: &mut Handles) -> Result<(),
                 *off,
                 *len,
             )
+        }
+        Op::Shift { path, off, len, insert } => {
+            let ino = resolve(fs, path)?;
+            let shift = if *insert { Shift::Insert } else { Shift::Collapse };
+            fs.fallocate(ino, FallocMode { shift: Some(shift), ..Default::default() }, *off, *len)
         }
         Op::Chmod { path, perm } => {
             let ino = resolve(fs, path)?;

@@ -156,6 +156,16 @@ impl Gen {
                 let path = self.file(m)?;
                 let size = m.size_of(&path);
                 let off = self.rng.below(size + 100);
+                if self.rng.chance(1, 3) {
+                    // Collapse or insert whole pages; some ranges are refused (EINVAL).
+                    let off = self.rng.below(size / 4096 + 1) * 4096;
+                    let len = self.rng.range(1, 4) * 4096;
+                    let insert = self.rng.chance(1, 2);
+                    if heavy || (insert && size + len > self.cfg.max_file) {
+                        return None;
+                    }
+                    return Some(Op::Shift { path, off, len, insert });
+                }
                 Op::Punch { path, off, len: self.rng.range(1, 10000) }
             }
             36..=45 => {

@@ -70,6 +70,8 @@ pub enum Op {
     Fallocate { path: String, off: u64, len: u64, keep_size: bool },
     /// fallocate(PUNCH_HOLE | KEEP_SIZE).
     Punch { path: String, off: u64, len: u64 },
+    /// fallocate(COLLAPSE_RANGE), or INSERT_RANGE when `insert`.
+    Shift { path: String, off: u64, len: u64, insert: bool },
     /// chmod.
     Chmod { path: String, perm: u32 },
     /// chown.
@@ -133,6 +135,10 @@ impl fmt::Display for Op {
                 )
             }
             Op::Punch { path, off, len } => write!(f, "punch {path} off={off} len={len}"),
+            Op::Shift { path, off, len, insert } => {
+                let what = if *insert { "insert" } else { "collapse" };
+                write!(f, "{what} {path} off={off} len={len}")
+            }
             Op::Chmod { path, perm } => write!(f, "chmod {path} {perm:o}"),
             Op::Chown { path, uid, gid } => write!(f, "chown {path} {uid}:{gid}"),
             Op::Utimens { path, atime, mtime } => {
@@ -499,6 +505,30 @@ impl Model {
                 let a = (*off as usize).min(d.len());
                 let b = ((off + len) as usize).min(d.len());
                 d[a..b].fill(0);
+            }
+            Op::Shift { path, off, len, insert } => {
+                let id = self.lookup(path)?;
+                if *len == 0 {
+                    return Err(EINVAL);
+                }
+                let d = self.file_data(id)?;
+                let (off, len, size) = (*off as usize, *len as usize, d.len());
+                if off % 4096 != 0 || len % 4096 != 0 {
+                    return Err(EINVAL);
+                }
+                if *insert {
+                    if off >= size {
+                        return Err(EINVAL);
+                    }
+                    let tail = d.split_off(off);
+                    d.resize(off + len, 0);
+                    d.extend(tail);
+                } else {
+                    if off + len >= size {
+                        return Err(EINVAL);
+                    }
+                    d.drain(off..off + len);
+                }
             }
             Op::Chmod { path, perm } => {
                 let id = self.lookup(path)?;

@@ -46,6 +46,7 @@ pub fn groupable(op: &Op) -> Option<&str> {
         | Op::Truncate { path, .. }
         | Op::Fallocate { path, .. }
         | Op::Punch { path, .. }
+        | Op::Shift { path, .. }
         | Op::Chmod { path, .. }
         | Op::Chown { path, .. }
         | Op::SetXattr { path, .. }
@@ -423,6 +424,18 @@ pub fn suite(seed: u64) -> Vec<Workload> {
             Op::Punch { path: s("/x"), off: 0, len: 100000 },
             write("/x", 5, 5, 3),
             Op::Punch { path: s("/x"), off: 50000, len: 10 },
+        ]),
+        w("fallocate-shift", "collapse and insert ranges over full pages, embedded writes, holes and a partial last page", MB, vec![
+            create("/x"),
+            write("/x", 0, 40000, 1),
+            write("/x", 5000, 40, 2),
+            Op::Punch { path: s("/x"), off: 16384, len: 8192 },
+            Op::Shift { path: s("/x"), off: 4096, len: 8192, insert: false },
+            Op::Shift { path: s("/x"), off: 0, len: 4096, insert: true },
+            write("/x", 30000, 100, 3),
+            Op::Shift { path: s("/x"), off: 8192, len: 12288, insert: true },
+            Op::Shift { path: s("/x"), off: 20480, len: 4096, insert: false },
+            Op::Shift { path: s("/x"), off: 100, len: 4096, insert: false },
         ]),
         w("fallocate-reuse", "fallocate zeroes blocks that a deleted file's data held", MB, vec![
             create("/y"),
