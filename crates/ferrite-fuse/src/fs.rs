@@ -661,33 +661,6 @@ impl FerriteFuse {
         Ok(buf)
     }
 
-    fn do_copy(&self, src: u64, mut off_in: u64, dst: u64, mut off_out: u64, len: u64) -> R<u64> {
-        let mut buf = vec![0u8; (MAX_WRITE as u64).min(len) as usize];
-        let mut done = 0u64;
-        while done < len {
-            let want = ((len - done) as usize).min(buf.len());
-            let n = self.fs.read(src, off_in, &mut buf[..want]).map_err(|e| self.err("read", e))?;
-            if n == 0 {
-                break;
-            }
-            match self.fs.write(dst, off_out, &buf[..n]) {
-                Ok(_) => {}
-                Err(e) if done > 0 => {
-                    self.log_corrupt("copy_file_range", &e);
-                    break;
-                }
-                Err(e) => return Err(self.err("write", e)),
-            }
-            done += n as u64;
-            off_in += n as u64;
-            off_out += n as u64;
-            if n < want {
-                break;
-            }
-        }
-        Ok(done)
-    }
-
     fn readdir_plus(&self, dir: u64, offset: u64, reply: &mut ReplyDirectoryPlus) -> R<()> {
         let mut after = offset;
         loop {
@@ -1448,7 +1421,7 @@ impl Filesystem for FerriteFuse {
 
     fn copy_file_range(
         &self,
-        _req: &Request,
+        req: &Request,
         ino_in: INodeNo,
         _fh_in: FileHandle,
         offset_in: u64,
@@ -1465,7 +1438,12 @@ impl Filesystem for FerriteFuse {
             }
             let r = self.ino(ino_in).and_then(|src| {
                 let dst = self.ino(ino_out)?;
-                self.do_copy(src, offset_in, dst, offset_out, len.min(u32::MAX as u64))
+                let len = len.min(u32::MAX as u64);
+                // The kernel removed set-id bits first (file_modified: a SETATTR);
+                // the core clears any left by the same rules as a write.
+                let lacks = || privs::lacks_cap_fsetid(req.pid());
+                let r = self.fs.copy_range_as(src, offset_in, dst, offset_out, len, lacks);
+                r.map_err(|e| self.err("copy_file_range", e))
             });
             match r {
                 Ok(n) => reply.written(n as u32),
