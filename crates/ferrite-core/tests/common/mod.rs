@@ -152,3 +152,28 @@ pub fn for_each_crash_image(
         }
     }
 }
+
+/// Run `op` on `fs` (it must succeed and leave file `f` holding `new`), then mount
+/// crash images of each of its fences (40 per fence, sampled with `seed`): `f` holds
+/// `old` or `new` in every image, fsck finds each clean, and some image keeps `old`.
+pub fn assert_file_op_atomic(
+    fs: &Fs<SimMedium>,
+    f: u64,
+    (old, new): (&[u8], &[u8]),
+    seed: u64,
+    ctx: &str,
+    op: impl FnOnce() -> Result<()>,
+) {
+    let (r, points) = record_fences(fs, op);
+    r.unwrap_or_else(|e| panic!("{ctx}: {e}"));
+    assert!(fs.read_all(f).unwrap() == new, "{ctx}: result differs");
+    assert!(!points.is_empty(), "{ctx}: no fence");
+    let mut seen = std::collections::BTreeSet::new();
+    for_each_crash_image(&points, 40, seed, |k, c| {
+        let got = c.read_all(f).unwrap();
+        assert!(got == old || got == new, "{ctx}: crash subset {k}: neither before nor after");
+        seen.insert(got == new);
+        assert_fsck_clean(&c, &format!("{ctx}: after a crash"));
+    });
+    assert!(seen.contains(&false), "{ctx}: some crash point keeps the old content");
+}
