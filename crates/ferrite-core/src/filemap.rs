@@ -372,30 +372,40 @@ impl Fs<MmapMedium> {
     /// `off` ([`Fs::pbuf_write`]: whole pages adopted without a copy, one commit);
     /// the buffer's adopted pages are given fresh blocks before this returns.
     pub fn buf_write(&self, ino: u64, off: u64, addr: usize, len: usize) -> Result<usize> {
-        let bufs = self.medium().file_maps().bufs.lock();
-        let end = addr.checked_add(len).ok_or_else(|| Error::invalid("buffer range"))?;
-        let &(base, _, id) = bufs
-            .iter()
-            .find(|&&(b, n, _)| b <= addr && end <= b + n)
-            .ok_or_else(|| Error::invalid("not inside a persistent buffer"))?;
-        let replaced = self.pbuf_write(ino, off, id, (addr - base) as u64, len as u64)?;
+        // The buffer is checked out under the registry lock, which is then let go:
+        // writes from other buffers proceed meanwhile, and the buffer cannot be
+        // unmapped until its new pages are mapped (buf_unmap checks it out too).
+        let (base, c) = {
+            let bufs = self.medium().file_maps().bufs.lock();
+            let end = addr.checked_add(len).ok_or_else(|| Error::invalid("buffer range"))?;
+            let &(base, _, id) = bufs
+                .iter()
+                .find(|&&(b, n, _)| b <= addr && end <= b + n)
+                .ok_or_else(|| Error::invalid("not inside a persistent buffer"))?;
+            (base, self.pbufs.check_out(id)?)
+        };
+        let replaced = self.pbuf_write_out(ino, off, &c, (addr - base) as u64, len as u64)?;
         self.map_buffer_pages(base, &replaced)?;
         Ok(len)
     }
 
     /// Unmap and free the persistent buffer at `addr` (its start).
     pub fn buf_unmap(&self, addr: usize) -> Result<()> {
-        let (base, len, id) = {
+        let (base, len, c) = {
             let mut bufs = self.medium().file_maps().bufs.lock();
             let k = bufs
                 .iter()
                 .position(|&(b, _, _)| b == addr)
                 .ok_or_else(|| Error::invalid("not the start of a persistent buffer"))?;
-            bufs.remove(k)
+            // EBUSY while a write from it runs.
+            let c = self.pbufs.check_out(bufs[k].2)?;
+            let (base, len, _) = bufs.remove(k);
+            (base, len, c)
         };
-        // SAFETY: the buffer's whole range, which the registry owned.
+        // SAFETY: the buffer's whole range, which the registry owned (and no write
+        // from it runs: checked out).
         unsafe { sys_munmap(base, len) };
-        self.pbuf_free(id)
+        self.pbuf_free_out(&c)
     }
 
     /// The bytes of `[addr, addr + len)` of a persistent buffer.

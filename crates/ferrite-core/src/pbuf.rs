@@ -37,8 +37,8 @@ pub struct PBufs {
     next: AtomicU64,
 }
 
-/// A buffer checked out by one write; back when this drops.
-struct CheckedOut<'a> {
+/// A buffer checked out by one write (or its free); back when this drops.
+pub(crate) struct CheckedOut<'a> {
     bufs: &'a PBufs,
     id: u64,
 }
@@ -50,7 +50,8 @@ impl Drop for CheckedOut<'_> {
 }
 
 impl PBufs {
-    fn check_out(&self, id: u64) -> Result<CheckedOut<'_>> {
+    /// Check buffer `id` out for one write or its free: EBUSY while another has it.
+    pub(crate) fn check_out(&self, id: u64) -> Result<CheckedOut<'_>> {
         if !self.busy.lock().insert(id) {
             return Err(Error::Busy);
         }
@@ -78,11 +79,22 @@ impl<M: Medium> Fs<M> {
 
     /// Free buffer `id` (its blocks go back to the allocator).
     pub fn pbuf_free(&self, id: u64) -> Result<()> {
-        let _c = self.pbufs.check_out(id)?;
-        let blocks = self.pbufs.all.lock().remove(&id).ok_or(Error::BadHandle)?;
+        let c = self.pbufs.check_out(id)?;
+        self.pbuf_free_out(&c)
+    }
+
+    /// [`Fs::pbuf_free`] of a buffer the caller checked out.
+    pub(crate) fn pbuf_free_out(&self, c: &CheckedOut<'_>) -> Result<()> {
+        let blocks = self.pbufs.all.lock().remove(&c.id).ok_or(Error::BadHandle)?;
+        // Back in runs of consecutive blocks (a buffer's blocks mostly are).
+        let mut runs: Vec<(u64, u64)> = Vec::new();
         for b in blocks {
-            self.free_runs(&[(b, 1)]);
+            match runs.last_mut() {
+                Some((s, n)) if *s + *n == b => *n += 1,
+                _ => runs.push((b, 1)),
+            }
         }
+        self.free_runs(&runs);
         Ok(())
     }
 
@@ -110,10 +122,23 @@ impl<M: Medium> Fs<M> {
     /// reference; the rest is copied. Returns the buffer pages that got new blocks.
     /// A DAX-mapped file is written in place (copied) as any write to it.
     pub fn pbuf_write(&self, ino: u64, off: u64, id: u64, boff: u64, len: u64) -> Result<Replaced> {
+        let c = self.pbufs.check_out(id)?;
+        self.pbuf_write_out(ino, off, &c, boff, len)
+    }
+
+    /// [`Fs::pbuf_write`] from a buffer the caller checked out.
+    pub(crate) fn pbuf_write_out(
+        &self,
+        ino: u64,
+        off: u64,
+        c: &CheckedOut<'_>,
+        boff: u64,
+        len: u64,
+    ) -> Result<Replaced> {
+        let id = c.id;
         self.check_writable()?;
         let i = self.inode(ino)?;
         self.check_regular(&i)?;
-        let _c = self.pbufs.check_out(id)?;
         let blocks = self.pbuf_blocks(id)?;
         let cap = blocks.len() as u64 * BLOCK;
         let end = off.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE).ok_or(Error::FileTooBig)?;
