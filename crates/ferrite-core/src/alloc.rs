@@ -19,35 +19,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// Extents `(start, len)` handed out by one allocation.
 pub type Runs = smallvec::SmallVec<[(u64, u64); 2]>;
 
-/// The parts of runs `from` (`(first block, count)`) outside every run of `keep`
-/// (sorted by first block, not overlapping one another).
-pub(crate) fn subtract_runs(from: &[(u64, u64)], keep: &[(u64, u64)]) -> Vec<(u64, u64)> {
-    debug_assert!(keep.windows(2).all(|w| w[0].0 + w[0].1 <= w[1].0), "keep is sorted");
-    let mut out = Vec::with_capacity(from.len());
-    for &(start, n) in from {
-        let end = start + n;
-        let mut pos = start;
-        // The first kept run that ends after `start`.
-        let mut k = keep.partition_point(|&(s, m)| s + m <= start);
-        while pos < end {
-            match keep.get(k) {
-                Some(&(s, m)) if s < end => {
-                    if s > pos {
-                        out.push((pos, s - pos));
-                    }
-                    pos = pos.max(s + m);
-                    k += 1;
-                }
-                _ => {
-                    out.push((pos, end - pos));
-                    pos = end;
-                }
-            }
-        }
-    }
-    out
-}
-
 /// A plain bitmap.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Bitmap {
@@ -522,15 +493,6 @@ impl InodeAlloc {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn subtract_runs_cuts_kept_blocks_out() {
-        let from = [(10, 10), (30, 2), (40, 1)];
-        let keep = [(8, 4), (14, 2), (19, 12), (40, 1)];
-        assert_eq!(subtract_runs(&from, &keep), vec![(12, 2), (16, 3), (31, 1)]);
-        assert_eq!(subtract_runs(&from, &[]), from.to_vec());
-        assert_eq!(subtract_runs(&[(5, 3)], &[(5, 3)]), vec![]);
-    }
 
     /// A 1024-block, 2-shard geometry and its allocator with every data block free.
     fn fresh_blocks() -> (Geometry, BlockAlloc) {

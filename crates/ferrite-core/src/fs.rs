@@ -1064,21 +1064,6 @@ impl<M: Medium> Fs<M> {
         data_written: bool,
         reserve: bool,
     ) -> Result<()> {
-        self.commit_single_keeping(inode, st, entries, data_written, reserve, &[])
-    }
-
-    /// [`Fs::commit_single`] for entries that map blocks they also unmap (a shift of
-    /// pages): the blocks of `keep` (sorted `(block, count)` runs) stay in use even
-    /// where an entry of the commit released them.
-    pub(crate) fn commit_single_keeping(
-        &self,
-        inode: &Inode,
-        st: &mut InodeState,
-        entries: &mut [EntryBuf],
-        data_written: bool,
-        reserve: bool,
-        keep: &[(u64, u64)],
-    ) -> Result<()> {
         if st.log.pages.is_empty() {
             return Err(Error::NotFound); // freed by a concurrent unlink/release
         }
@@ -1087,10 +1072,7 @@ impl<M: Medium> Fs<M> {
         // The DRAM state moves first (nobody sees it: the write lock is held), so the
         // blocks the commit frees are known, and marked ours, before it is durable: a
         // client that dies after the tail store leaves them to the daemon, not leaked.
-        let mut freed = Self::apply_committed(st, &a, entries);
-        if !keep.is_empty() {
-            freed = crate::alloc::subtract_runs(&freed, keep);
-        }
+        let freed = Self::apply_committed(st, &a, entries);
         if let Some(p) = &self.share {
             for &(b, n) in &freed {
                 p.own(b, n);

@@ -609,6 +609,48 @@ impl InodeState {
         }
     }
 
+    /// Collapse (`insert` false: pages `[pg, pg + k)` go, the later ones move down by
+    /// `k`) or insert (pages from `pg` on move up by `k`): a walk of the runs and the
+    /// pages with operations after `pg`, never of the file's pages. Moved runs keep
+    /// their blocks and entries (a page's checksum is found by its block).
+    fn shift_pages(&mut self, pg: u64, k: u64, insert: bool, freed: &mut Freed) {
+        if !matches!(self.body, Body::File(_)) {
+            return;
+        }
+        let from = if insert { pg } else { pg.saturating_add(k) };
+        if !insert {
+            let gone = match &mut self.body {
+                Body::File(f) => f.remove_range(pg, from),
+                Body::Dir(_) => unreachable!("checked above"),
+            };
+            self.drop_pieces(gone, freed);
+            let pages: Vec<u64> = match &self.body {
+                Body::File(f) => f.ops.keys().copied().filter(|p| (pg..from).contains(p)).collect(),
+                Body::Dir(_) => vec![],
+            };
+            for p in pages {
+                self.clear_ops(p);
+            }
+        }
+        let Body::File(f) = &mut self.body else { return };
+        let to = |p: u64| if insert { p + k } else { p - k };
+        // Every remaining run ends at or before `pg`, and the moved ones land at or
+        // after it, in order: each goes back at the end of the map.
+        for (p, e) in f.remove_range(from, u64::MAX) {
+            let replaced = f.insert(to(p), e.len, e.block, e.loc);
+            debug_assert!(replaced.is_empty(), "a shifted run lands on free pages");
+        }
+        let mut moved: Vec<u64> = f.ops.keys().copied().filter(|&p| p >= from).collect();
+        moved.sort_unstable();
+        if insert {
+            moved.reverse(); // upward: the highest first, onto free keys
+        }
+        for p in moved {
+            let ops = f.ops.remove(&p).expect("key just listed");
+            f.ops.insert(to(p), ops);
+        }
+    }
+
     /// Truncate file content to `size` bytes.
     fn truncate_to(&mut self, size: u64, freed: &mut Freed) {
         let keep = size.div_ceil(BLOCK);
@@ -677,6 +719,13 @@ impl InodeState {
             Entry::Punch { off, len, mtime } => {
                 self.zero_range(*off, *len, freed);
                 self.inc(loc, 1); // pinned
+                self.attr.mtime = *mtime;
+                self.attr.ctime = *mtime;
+            }
+            Entry::Shift { pg, pages, insert, size, mtime } => {
+                self.shift_pages(*pg, *pages, *insert, freed);
+                self.inc(loc, 1); // pinned: it moved the pages of every older entry
+                self.attr.size = *size;
                 self.attr.mtime = *mtime;
                 self.attr.ctime = *mtime;
             }

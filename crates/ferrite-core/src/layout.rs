@@ -16,7 +16,7 @@ pub const BLOCK: u64 = 4096;
 /// Format magic.
 pub const MAGIC: [u8; 8] = *b"FERRITE1";
 /// Format version described by docs/FORMAT.md.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// Size of one inode slot.
 pub const INODE_SLOT: u64 = 64;
 /// Bytes of journal per shard.

@@ -44,6 +44,8 @@ pub const FLAG_DCRC: u8 = 4;
 /// Flag: this WRITE is followed by the checksum of each of its pages (format v3),
 /// which reads and scrub verify page by page ([`write_page_crc`]).
 pub const FLAG_PCRC: u8 = 8;
+/// Flag: this SHIFT moves pages up (insert range); without it, down (collapse).
+pub const FLAG_INSERT: u8 = 16;
 /// Pages a WRITE with [`FLAG_PCRC`] covers at most (its entry is then 1,088 bytes);
 /// writers split longer extents.
 pub const PCRC_MAX_PAGES: u32 = 256;
@@ -64,6 +66,9 @@ pub mod etype {
     pub const XATTR: u8 = 6;
     /// Continue on the next page.
     pub const END: u8 = 7;
+    /// Move a file's pages from a page on by a page count (collapse or insert range;
+    /// format v4).
+    pub const SHIFT: u8 = 8;
 }
 
 /// A timestamp.
@@ -160,6 +165,20 @@ pub enum Entry {
         /// Modification time.
         mtime: Ts,
     },
+    /// COLLAPSE_RANGE (`insert` false): pages `[pg, pg + pages)` go, those after
+    /// move down by `pages`; INSERT_RANGE: pages from `pg` on move up by `pages`.
+    Shift {
+        /// First page of the range.
+        pg: u64,
+        /// Pages in the range.
+        pages: u64,
+        /// Insert (up) rather than collapse (down).
+        insert: bool,
+        /// File size after the move.
+        size: u64,
+        /// Modification time.
+        mtime: Ts,
+    },
     /// Name `name` now refers to `ino` (0: removed).
     Dentry {
         /// Target inode, 0 for removal.
@@ -201,6 +220,8 @@ pub const WRITE_LEN: usize = HDR + 48;
 pub const INLINE_HDR: usize = HDR + 40;
 /// PUNCH entry size.
 pub const PUNCH_LEN: usize = HDR + 32;
+/// SHIFT entry size.
+pub const SHIFT_LEN: usize = HDR + 40;
 /// DENTRY header size (name follows).
 pub const DENTRY_HDR: usize = HDR + 40;
 /// XATTR header size (name and value follow).
@@ -369,6 +390,12 @@ impl EntryBuf {
     /// PUNCH.
     pub fn punch(off: u64, len: u64, mtime: Ts) -> EntryBuf {
         Enc::new(etype::PUNCH, 0, PUNCH_LEN).u64(off).u64(len).ts(mtime).done()
+    }
+
+    /// SHIFT (collapse or insert range).
+    pub fn shift(pg: u64, pages: u64, insert: bool, size: u64, mtime: Ts) -> EntryBuf {
+        let f = if insert { FLAG_INSERT } else { 0 };
+        Enc::new(etype::SHIFT, f, SHIFT_LEN).u64(pg).u64(pages).u64(size).ts(mtime).done()
     }
 
     /// DENTRY.
@@ -643,6 +670,17 @@ fn decode_body(t: u8, b: &[u8]) -> Result<Entry> {
             let plen = r.u64();
             let mtime = ts(&mut r);
             Entry::Punch { off, len: plen, mtime }
+        }
+        etype::SHIFT if len == SHIFT_LEN => {
+            let pg = r.u64();
+            let pages = r.u64();
+            let size = r.u64();
+            let mtime = ts(&mut r);
+            let max_pg = crate::layout::MAX_FILE_SIZE / BLOCK + 1;
+            if pages == 0 || pg.checked_add(pages).is_none_or(|e| e > max_pg) {
+                return Err(bad());
+            }
+            Entry::Shift { pg, pages, insert: b[5] & FLAG_INSERT != 0, size, mtime }
         }
         etype::DENTRY if len >= DENTRY_HDR => {
             let ino = r.u64();

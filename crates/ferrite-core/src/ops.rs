@@ -839,13 +839,8 @@ impl<M: Medium> Fs<M> {
 
     /// FALLOC_FL_COLLAPSE_RANGE / INSERT_RANGE, as ext4 checks them (page-aligned
     /// offset and length, a collapse ending before EOF, an insert starting before
-    /// it). One commit moves the pages: a PUNCH from `off` to the end of the file's
-    /// last page, WRITE entries that map each moved page's block (with its checksum)
-    /// at its new page, and a SETATTR of the new size. Moved blocks are referenced
-    /// again, not copied; a page with embedded writes or zeroed bytes is copied
-    /// into a fresh block first. Blocks reserved past EOF (KEEP_SIZE) are released.
-    /// The walk is over the extent map and the pages with operations, never over
-    /// the file's pages.
+    /// it). One SHIFT entry, one fence: replay and DRAM move the file's runs and
+    /// page operations after the range (no data copied, no entry per page).
     fn shift_pages(
         &self,
         i: &Inode,
@@ -866,76 +861,18 @@ impl<M: Medium> Fs<M> {
         if !collapse && off >= size {
             return Err(Error::invalid("an inserted range must start before the end of file"));
         }
-        if !collapse && len > MAX_FILE_SIZE - size {
-            return Err(Error::FileTooBig);
-        }
         let Some(f) = st.file() else { return Err(Error::IsDir) };
-        let k = len / BLOCK;
-        let first = if collapse { (off + len) / BLOCK } else { off / BLOCK };
-        let last = size.div_ceil(BLOCK); // exclusive: pages past EOF are not moved
+        if !collapse {
+            // Pages reserved past EOF move too: none may leave the largest file.
+            let max_pg = MAX_FILE_SIZE / BLOCK + 1;
+            let last = f.ext.end().max(f.ops.keys().max().map_or(0, |p| p + 1));
+            if len > MAX_FILE_SIZE - size || last + len / BLOCK > max_pg {
+                return Err(Error::FileTooBig);
+            }
+        }
         let new_size = if collapse { size - len } else { size + len };
-        let to = |pg: u64| if collapse { pg - k } else { pg + k };
-        // Pages that carry operations are copied; the others keep their blocks.
-        let mut copied: Vec<u64> =
-            f.ops.keys().copied().filter(|p| (first..last).contains(p)).collect();
-        copied.sort_unstable();
-        let mut moved: Vec<(u64, u64, Option<u32>)> = Vec::new();
-        for (s, e) in f.ext.runs_in(first, last) {
-            let (a, b) = (s.max(first), (s + e.len as u64).min(last));
-            let crcs = log::write_page_crcs(&self.m, e.loc, e.block + (a - s), b - a)?;
-            for pg in a..b {
-                if copied.binary_search(&pg).is_err() {
-                    let crc = crcs.as_ref().map(|c| c[(pg - a) as usize]);
-                    moved.push((to(pg), e.block + (pg - s), crc));
-                }
-            }
-        }
-        let runs = self.alloc_blocks(self.data_shard(i, st), copied.len() as u64, false)?;
-        let mut blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
-        let mut page = vec![0u8; BLOCK as usize];
-        let res = (|| -> Result<()> {
-            for &pg in &copied {
-                let len = (size - pg * BLOCK).min(BLOCK) as usize;
-                self.read_page_verified(i, st, pg, &mut page, len)?;
-                let b = blocks.next().expect("allocated");
-                let crc = self.m.write_nt_crc(b * BLOCK, &page) ^ i.seed;
-                moved.push((to(pg), b, Some(crc)));
-            }
-            Ok(())
-        })();
-        if let Err(e) = res {
-            self.free_runs(&runs);
-            return Err(e);
-        }
-        moved.sort_unstable_by_key(|m| m.0);
-        let end = st.file().map_or(0, |f| f.ext.end()).max(last) * BLOCK;
-        let mut entries: SmallVec<[EntryBuf; 4]> = SmallVec::new();
-        entries.push(EntryBuf::punch(off, end - off, now));
-        // Runs of checked pages and of DAX pages (no checksum) become entries apart.
-        let mut rest = &moved[..];
-        let mut cow: Vec<(u64, u64, u32)> = Vec::new();
-        while let Some(&(_, _, c0)) = rest.first() {
-            let n = rest.iter().take_while(|m| m.2.is_some() == c0.is_some()).count();
-            cow.clear();
-            cow.extend(rest[..n].iter().map(|&(p, b, c)| (p, b, c.unwrap_or(0))));
-            cow_entries(i.seed, &cow, new_size, now, c0.is_some(), &mut entries);
-            rest = &rest[n..];
-        }
-        let (e, _) = Self::setattr_entry(st, |a| {
-            a.size = new_size;
-            a.mtime = now;
-            a.ctime = now;
-        });
-        entries.push(e);
-        // The moved blocks stay referenced: only what the PUNCH dropped and no
-        // WRITE took back is free.
-        let mut keep: Vec<(u64, u64)> = moved.iter().map(|m| (m.1, 1)).collect();
-        keep.sort_unstable();
-        if let Err(e) = self.commit_single_keeping(i, st, &mut entries, false, false, &keep) {
-            self.free_runs(&runs);
-            return Err(e);
-        }
-        Ok(())
+        let e = EntryBuf::shift(off / BLOCK, len / BLOCK, !collapse, new_size, now);
+        self.commit_single(i, st, &mut [e], false, false)
     }
 
     /// Pages of [off, end) that FALLOC_FL_ZERO_RANGE gives fresh zeroed blocks:

@@ -94,9 +94,10 @@ pub fn upgrade<M: Medium + ?Sized>(m: &M) -> Result<u32> {
     };
     match from {
         VERSION => return Ok(VERSION),
-        // Version 1 and 2 logs read the same under version 3 rules (their WRITE
-        // entries carry no page checksums: reads and scrub cannot check those pages).
-        1 | 2 => {}
+        // Version 1 to 3 logs read the same under version 4 rules (version 1 and 2
+        // WRITE entries carry no page checksums: reads and scrub cannot check those
+        // pages; version 4 adds the SHIFT entry, which older logs do not hold).
+        1..=3 => {}
         v => return Err(Error::Version { found: v, supported: VERSION }),
     }
     for (copy, r) in &copies {

@@ -151,20 +151,21 @@ fn pool_of_version(v: u32) -> SimMedium {
 
 #[test]
 fn older_pools_are_refused_with_both_versions_then_upgraded() {
-    // Version 1 (no data checksums) and version 2 (no special files) both read the
-    // same under version 3 rules: upgrade rewrites the version and nothing else.
-    for old in [1u32, 2] {
+    // Version 1 (no data checksums), 2 (no special files) and 3 (no SHIFT entry)
+    // all read the same under version 4 rules: upgrade rewrites the version and
+    // nothing else.
+    for old in [1u32, 2, 3] {
         let Err(e) = Fs::mount(pool_of_version(old), &MountOptions::default()) else {
             panic!("a version {old} pool mounted");
         };
         let msg = e.to_string();
-        assert!(matches!(e, Error::Version { found, supported: 3 } if found == old), "{e:?}");
-        assert!(msg.contains(&format!("version {old}")) && msg.contains("version 3"), "{msg}");
+        assert!(matches!(e, Error::Version { found, supported: 4 } if found == old), "{e:?}");
+        assert!(msg.contains(&format!("version {old}")) && msg.contains("version 4"), "{msg}");
         assert!(msg.contains("ferrite upgrade"), "{msg}");
 
         let m = pool_of_version(old);
         assert_eq!(recovery::upgrade(&m).unwrap(), old);
-        assert_eq!(recovery::upgrade(&m).unwrap(), 3, "a second upgrade changes nothing");
+        assert_eq!(recovery::upgrade(&m).unwrap(), 4, "a second upgrade changes nothing");
         let fs = Fs::mount(m, &MountOptions::default()).unwrap();
         assert!(fs.mount_report().clean);
         let ino = fs.lookup(fs.root(), b"f").unwrap().ino;
@@ -175,9 +176,9 @@ fn older_pools_are_refused_with_both_versions_then_upgraded() {
     }
 
     // A pool from a newer build is refused, and upgrade leaves it alone.
-    let m = pool_of_version(4);
+    let m = pool_of_version(5);
     let e = recovery::upgrade(&m).unwrap_err();
     assert!(e.to_string().contains("newer"), "{e}");
     let r = Fs::mount(m, &MountOptions::default());
-    assert!(matches!(r, Err(Error::Version { found: 4, supported: 3 })));
+    assert!(matches!(r, Err(Error::Version { found: 5, supported: 4 })));
 }
