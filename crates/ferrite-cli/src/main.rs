@@ -49,7 +49,7 @@ enum Cmd {
     Bmap(integrity::BmapArgs),
     /// List every used block range of a pool with its owner.
     Blocks(integrity::BlocksArgs),
-    /// Convert a pool of an older format version (1 or 2) to this build's (3), in place.
+    /// Convert a pool of an older format version (1 to 3) to this build's (4), in place.
     Upgrade(admin::UpgradeArgs),
     /// List a directory.
     Ls(tools::LsArgs),
