@@ -41,6 +41,10 @@ pub struct MkfsArgs {
     /// 0660 with that group (default 0600: only the owner may map the pool).
     #[arg(long, value_name = "GROUP")]
     group: Option<String>,
+    /// Keep no second copy of the journals, inode slots and checkpoint (for
+    /// measuring what they cost; a damaged slot then loses its file for good).
+    #[arg(long)]
+    no_replicas: bool,
 }
 
 /// The pool file's permissions decide who may map it, and so read and write every
@@ -114,6 +118,7 @@ pub fn mkfs(a: &MkfsArgs) -> i32 {
         root_uid: current_uid(),
         root_gid: current_gid(),
         uuid: None,
+        replicas: !a.no_replicas,
     };
     let striped = |fs: Fs<MmapMedium>| {
         // Several memory nodes: stripe the data area over them (docs/NUMA.md).

@@ -134,12 +134,32 @@ pub fn fsck(a: &FsckArgs) -> i32 {
     if let Some(w) = crate::admin::access_warning(&a.pool) {
         eprintln!("ferrite fsck: warning: {w}");
     }
-    let fatal = first.findings.iter().any(|f| !f.repairable) && !first.mounted;
+    // A cleanly unmounted pool's damaged inode slots come back from their replicas
+    // before anything mounts it (a damaged root slot would stop the mount).
+    let mut done = Vec::new();
+    let mut now = None;
+    if !a.no_repair && !first.is_clean() {
+        match MmapMedium::open(&a.pool, &MapOptions::default()) {
+            Ok(m) => done = ferrite_core::integrity::repair_replicas_raw(&m),
+            Err(e) => {
+                eprintln!("ferrite fsck: {}: {e}", a.pool.display());
+                return 8;
+            }
+        }
+        if !done.is_empty() {
+            now = match check("fsck", &a.pool) {
+                Ok(r) => Some(r),
+                Err(c) => return c,
+            };
+        }
+    }
+    let now = now.as_ref().unwrap_or(&first);
+    let fatal = now.findings.iter().any(|f| !f.repairable) && !now.mounted;
     if a.no_repair || fatal {
         let code = if first.is_clean() { 0 } else { 4 };
-        report(a, &first, &[], &first.findings, code);
+        report(a, &first, &done, &now.findings, code);
         if fatal && !a.json {
-            for f in &first.findings {
+            for f in &now.findings {
                 eprintln!("ferrite fsck: {}: {f}", a.pool.display());
             }
         }
@@ -162,7 +182,6 @@ pub fn fsck(a: &FsckArgs) -> i32 {
         }
     };
     let mount = fs.mount_report().clone();
-    let mut done = Vec::new();
     if !mount.clean {
         done.push(format!(
             "recovered after a crash: {} journal(s) rolled back, {} torn log(s) cut, {} orphan(s) \

@@ -280,11 +280,14 @@ pub struct MkfsOptions {
     pub root_gid: u32,
     /// Pool identity (None: derived from time and pid).
     pub uuid: Option<[u8; 16]>,
+    /// Keep second copies of the journals, inode slots and checkpoint
+    /// ([`crate::layout::FEATURE_REPLICAS`]; on by default).
+    pub replicas: bool,
 }
 
 impl Default for MkfsOptions {
     fn default() -> Self {
-        MkfsOptions { shards: 8, inodes: 0, root_uid: 0, root_gid: 0, uuid: None }
+        MkfsOptions { shards: 8, inodes: 0, root_uid: 0, root_gid: 0, uuid: None, replicas: true }
     }
 }
 
@@ -365,6 +368,8 @@ pub struct MountReport {
     pub micros: u64,
     /// Superblock copy used (0 primary, 1 replica).
     pub superblock_copy: u32,
+    /// Checkpoint copy used on a clean mount (0 primary, 1 second copy).
+    pub checkpoint_copy: u32,
 }
 
 /// An inode in the cache.
@@ -1085,6 +1090,7 @@ impl<M: Medium> Fs<M> {
             self.m.fence();
         }
         persist_u64(&self.m, tail_off, a.new_tail);
+        crate::replica::sync_slot(&self.m, &self.geo, inode.ino);
         self.m.fence();
         if !freed.is_empty() {
             self.note_free(inode.ino);
@@ -1266,14 +1272,14 @@ impl<M: Medium> Fs<M> {
             }
         };
         if self.fault == Some(CoreFault::JournalOutOfOrder) {
-            journal::apply(&self.m, recs);
+            journal::apply(&self.m, &self.geo, recs);
             self.m.fence();
             journal::begin(&self.m, &self.geo, shard, txid, recs);
             self.m.fence();
         } else {
             journal::begin(&self.m, &self.geo, shard, txid, recs);
             self.m.fence();
-            journal::apply(&self.m, recs);
+            journal::apply(&self.m, &self.geo, recs);
             self.m.fence();
         }
         journal::finish(&self.m, &self.geo, shard, txid);
@@ -1289,6 +1295,7 @@ impl<M: Medium> Fs<M> {
     pub(crate) fn free_inode_now(&self, inode: &Inode, st: &mut InodeState) {
         let off = self.geo.slot_off(inode.ino) + SLOT_STATE;
         persist_u64(&self.m, off, inode.state_word + 1);
+        crate::replica::sync_slot(&self.m, &self.geo, inode.ino);
         self.m.fence();
         self.note_free(inode.ino);
         let runs = st.data_runs();

@@ -106,6 +106,7 @@ impl<M: Medium> Fs<M> {
                 None => {
                     let h = logptr::make(logptr::epoch(st.log.head), next);
                     persist_u64(&self.m, slot + SLOT_HEAD, h);
+                    crate::replica::sync_slot(&self.m, &self.geo, inode.ino);
                     st.log.head = h;
                 }
                 Some(p) => persist_u64(&self.m, p + LOG_DATA_END, next),

@@ -114,6 +114,16 @@ impl<M: Medium> Fs<M> {
                 file_offset: None,
             },
         ];
+        if g.replicas {
+            // The replicas of the three regions above, in the same order.
+            out.push(BlockRange {
+                start: g.ckpt_start + g.ckpt_blocks,
+                len: g.data_start - (g.ckpt_start + g.ckpt_blocks),
+                owner: "replicas",
+                ino: None,
+                file_offset: None,
+            });
+        }
         for ino in 1..=g.ninodes {
             let Ok(Some((_, st, _))) = self.load_state(ino) else { continue };
             let mut pages: Vec<u64> = st.log.pages.iter().map(|p| p / BLOCK).collect();

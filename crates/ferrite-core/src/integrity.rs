@@ -15,8 +15,8 @@ use crate::error::Result;
 use crate::fs::Fs;
 use crate::index::{Body, FileType};
 use crate::layout::{
-    CkptHeader, Geometry, InodeSlot, Superblock, BLOCK, INODE_SLOT, MOUNT_STATE_OFF, ROOT_INO,
-    SB_SIZE, STATE_CLEAN,
+    replica_of, replica_valid, CkptHeader, Geometry, InodeSlot, Superblock, BLOCK, INODE_SLOT,
+    MOUNT_STATE_OFF, ROOT_INO, SB_SIZE, STATE_CLEAN,
 };
 use crate::pmem::Medium;
 use std::collections::HashMap;
@@ -183,49 +183,119 @@ pub fn check_raw<M: Medium + ?Sized>(m: &M) -> (Option<Superblock>, Vec<Finding>
             out.push(f);
         }
     }
-    // The journal blocks past the last shard's journal.
-    let jend = (geo.journal_start + geo.journal_blocks) * BLOCK;
-    let mut at = geo.journal_off(geo.nshards - 1) + crate::layout::JOURNAL_SIZE;
-    while at < jend {
-        let n = (jend - at).min(BLOCK);
-        m.read(at, &mut blk[..n as usize]);
-        if !zero(&blk[..n as usize]) {
-            out.push(Finding::new(Region::Journal, "bytes past the last journal", true));
-            break;
+    // The journal blocks past the last shard's journal, in each copy.
+    for (k, start) in geo.journal_starts().into_iter().enumerate() {
+        let Some(start) = start else { continue };
+        let jend = (start + geo.journal_blocks) * BLOCK;
+        let mut at = start * BLOCK + geo.nshards as u64 * crate::layout::JOURNAL_SIZE;
+        while at < jend {
+            let n = (jend - at).min(BLOCK);
+            m.read(at, &mut blk[..n as usize]);
+            if !zero(&blk[..n as usize]) {
+                let what = format!("bytes past the last journal of copy {k}");
+                out.push(Finding::new(Region::Journal, what, true));
+                break;
+            }
+            at += n;
         }
-        at += n;
     }
-    // Checkpoint: valid, and of this generation, on a clean pool.
-    let mut hb = [0u8; 56];
-    m.read(geo.ckpt_start * BLOCK, &mut hb);
-    let hdr = CkptHeader::decode(&hb);
-    if clean {
-        match crate::recovery::checkpoint_ok(m, &geo, gen) {
-            Ok(()) => {}
-            Err(w) => out.push(Finding::new(Region::Checkpoint, w, true)),
-        }
-        m.read(geo.ckpt_start * BLOCK, &mut blk);
-        if !zero(&blk[56..]) {
-            out.push(Finding::new(Region::Checkpoint, "header block padding is not zero", true));
-        }
-    } else if let Some(h) = hdr {
-        // A generation is dirty from its mount on; its checkpoint is written
-        // only at its clean unmount, so it cannot be as new as a dirty word.
-        if h.generation >= gen && gen > 0 {
-            out.push(Finding::new(
-                Region::MountState,
-                format!(
-                    "mount state says generation {gen} is running, but the checkpoint is of \
-                     generation {}",
-                    h.generation
-                ),
-                true,
-            ));
+    // Checkpoint copies: valid, and of this generation, on a clean pool.
+    let starts = geo.ckpt_starts();
+    let copies = starts.iter().flatten().count();
+    for (k, start) in starts.into_iter().enumerate() {
+        let Some(start) = start else { continue };
+        let name = |w: String| if copies > 1 { format!("copy {k}: {w}") } else { w };
+        let mut hb = [0u8; 56];
+        m.read(start * BLOCK, &mut hb);
+        if clean {
+            if let Err(w) = crate::recovery::checkpoint_ok(m, &geo, start, gen) {
+                out.push(Finding::new(Region::Checkpoint, name(w), true));
+            }
+        } else if let Some(h) = CkptHeader::decode(&hb) {
+            // A generation is dirty from its mount on; its checkpoint is written
+            // only at its clean unmount, so it cannot be as new as a dirty word.
+            if h.generation >= gen && gen > 0 {
+                out.push(Finding::new(
+                    Region::MountState,
+                    name(format!(
+                        "mount state says generation {gen} is running, but the checkpoint is \
+                         of generation {}",
+                        h.generation
+                    )),
+                    true,
+                ));
+            }
         }
     }
     // Inode slots.
     check_slots(m, &geo, &mut out);
+    check_slot_replicas(m, &geo, clean, &mut out);
     (Some(sb), out)
+}
+
+/// The replica inode table: every replica slot well formed, equal to its
+/// primary's image on a cleanly unmounted pool (after a crash recovery settles
+/// them), and zero past the last slot.
+fn check_slot_replicas<M: Medium + ?Sized>(
+    m: &M,
+    geo: &Geometry,
+    clean: bool,
+    out: &mut Vec<Finding>,
+) {
+    let Some(start) = geo.ritable_start() else { return };
+    let (mut p, mut r) = (vec![0u8; BLOCK as usize], vec![0u8; BLOCK as usize]);
+    let per = BLOCK / INODE_SLOT;
+    for blk in 0..geo.itable_blocks {
+        m.read((geo.itable_start + blk) * BLOCK, &mut p);
+        m.read((start + blk) * BLOCK, &mut r);
+        for k in 0..per as usize {
+            let ino = blk * per + k as u64 + 1;
+            let rs = &r[k * 64..(k + 1) * 64];
+            if ino > geo.ninodes {
+                if !zero(rs) {
+                    let mut f =
+                        Finding::new(Region::Padding, "bytes after the last replica slot", true);
+                    f.ino = Some(ino);
+                    out.push(f);
+                }
+                continue;
+            }
+            let what = if !replica_valid(rs) {
+                "its replica is damaged (checksum or padding)"
+            } else if clean && replica_of(&p[k * 64..(k + 1) * 64])[..] != *rs {
+                "the slot differs from its replica"
+            } else {
+                continue;
+            };
+            let mut f = Finding::new(Region::InodeSlot, what, true);
+            f.ino = Some(ino);
+            out.push(f);
+        }
+    }
+}
+
+/// Repair the inode table from its replica on a cleanly unmounted pool, before
+/// it is mounted (`ferrite fsck`, not `-n`): a slot that differs from its valid
+/// replica is damage and is restored from it, and a damaged replica is rewritten
+/// from its slot. Other pools are left to the mount, whose recovery settles
+/// replicas itself. Returns what was done.
+pub fn repair_replicas_raw<M: Medium + ?Sized>(m: &M) -> Vec<String> {
+    let mut done = Vec::new();
+    let Ok((sb, _)) = crate::recovery::read_superblock(m) else { return done };
+    let geo = sb.geometry();
+    if !geo.replicas || m.load_u64(MOUNT_STATE_OFF) & STATE_CLEAN == 0 {
+        return done;
+    }
+    for ino in 1..=geo.ninodes {
+        if let Some(r) = crate::replica::valid_replica_differs(m, &geo, ino) {
+            crate::replica::restore_primary(m, &geo, ino, &r);
+            done.push(format!("inode {ino}: slot restored from its replica"));
+        } else if crate::replica::resync_slot(m, &geo, ino) {
+            done.push(format!("inode {ino}: replica rewritten from the slot"));
+        }
+    }
+    m.fence();
+    done
 }
 
 fn check_slots<M: Medium + ?Sized>(m: &M, geo: &Geometry, out: &mut Vec<Finding>) {
@@ -598,24 +668,24 @@ impl<M: Medium> Fs<M> {
         let mut done = Vec::new();
         let geo = self.geo;
         for s in 0..geo.nshards {
-            if let Some(w) = crate::journal::check(&self.m, &geo, s, false) {
-                if w.contains("active") {
-                    continue; // the mount recovered it; never reached
-                }
-                let (txid, _, _) = crate::journal::read(&self.m, &geo, s);
-                crate::journal::reset(&self.m, &geo, s, txid);
-                done.push(format!("journal of shard {s} reset ({w})"));
+            if crate::journal::check(&self.m, &geo, s, false).is_some_and(|w| w.contains("active"))
+            {
+                continue; // the mount recovered it; never reached
             }
+            done.extend(crate::journal::repair(&self.m, &geo, s));
         }
         let zeros = vec![0u8; BLOCK as usize];
-        let jend = (geo.journal_start + geo.journal_blocks) * BLOCK;
-        let jlast = geo.journal_off(geo.nshards - 1) + crate::layout::JOURNAL_SIZE;
-        if jlast < jend {
-            let mut b = vec![0u8; (jend - jlast) as usize];
-            self.m.read(jlast, &mut b);
-            if !zero(&b) {
-                crate::pmem::persist_copy(&self.m, jlast, &vec![0u8; b.len()]);
-                done.push("bytes past the last journal zeroed".into());
+        for (k, start) in geo.journal_starts().into_iter().enumerate() {
+            let Some(start) = start else { continue };
+            let jend = (start + geo.journal_blocks) * BLOCK;
+            let jlast = start * BLOCK + geo.nshards as u64 * crate::layout::JOURNAL_SIZE;
+            if jlast < jend {
+                let mut b = vec![0u8; (jend - jlast) as usize];
+                self.m.read(jlast, &mut b);
+                if !zero(&b) {
+                    crate::pmem::persist_copy(&self.m, jlast, &vec![0u8; b.len()]);
+                    done.push(format!("bytes past the last journal of copy {k} zeroed"));
+                }
             }
         }
         let ms = MOUNT_STATE_OFF as usize;

@@ -72,57 +72,117 @@ fn encode_header(txid: u64, active: bool, recs: &[Record]) -> [u8; 24] {
     h
 }
 
-/// Step 1: write the records and the active header (flushed; the caller fences).
+/// The journal copies of shard `shard`: the primary, then the replica (pools with
+/// metadata replicas). Both always hold the same bytes except during a step, or
+/// after a crash inside one.
+fn copies(geo: &Geometry, shard: u32) -> impl Iterator<Item = u64> {
+    geo.journal_offs(shard).into_iter().flatten()
+}
+
+/// Step 1: write the records and the active header to every copy (flushed; the
+/// caller fences).
 pub fn begin<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32, txid: u64, recs: &[Record]) {
     assert!(!recs.is_empty() && recs.len() <= MAX_RECORDS, "journal record count");
-    let base = geo.journal_off(shard);
     debug_assert!(recs.iter().all(|r| geo.is_slot_word(r.addr)), "record outside the inode table");
     let mut buf = [0u8; MAX_RECORDS * REC_LEN as usize];
     let n = encode_records(recs, &mut buf);
     let body = &buf[..n];
-    m.write(base + HDR_LEN, body);
-    m.flush(base + HDR_LEN, body.len() as u64);
     let h = encode_header(txid, true, recs);
-    m.write(base, &h);
-    m.flush(base, h.len() as u64);
-}
-
-/// Step 2: apply the new values (flushed; the caller fences).
-pub fn apply<M: Medium + ?Sized>(m: &M, recs: &[Record]) {
-    for r in recs {
-        persist_u64(m, r.addr, r.new);
+    for base in copies(geo, shard) {
+        m.write(base + HDR_LEN, body);
+        m.flush(base + HDR_LEN, body.len() as u64);
+        m.write(base, &h);
+        m.flush(base, h.len() as u64);
     }
 }
 
-/// Step 3: mark the journal inactive (flushed, not fenced).
-pub fn finish<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32, txid: u64) {
-    persist_u64(m, geo.journal_off(shard), txid << 1);
+/// Step 2: apply the new values, then bring the touched slots' replicas in step
+/// (flushed; the caller fences).
+pub fn apply<M: Medium + ?Sized>(m: &M, geo: &Geometry, recs: &[Record]) {
+    for r in recs {
+        persist_u64(m, r.addr, r.new);
+    }
+    sync_slots(m, geo, recs);
 }
 
-/// Rewrite shard `shard`'s journal as idle with no records (txid kept): the words
-/// after the state first, then the state (flushed; the caller fences). Only for a
-/// journal with no transaction to undo.
+/// The replicas of the slots `recs` name, rewritten from their primaries.
+fn sync_slots<M: Medium + ?Sized>(m: &M, geo: &Geometry, recs: &[Record]) {
+    for (k, r) in recs.iter().enumerate() {
+        let ino = geo.slot_word_ino(r.addr);
+        if recs[..k].iter().all(|x| geo.slot_word_ino(x.addr) != ino) {
+            crate::replica::sync_slot(m, geo, ino);
+        }
+    }
+}
+
+/// Step 3: mark every copy inactive (flushed, not fenced).
+pub fn finish<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32, txid: u64) {
+    for base in copies(geo, shard) {
+        persist_u64(m, base, txid << 1);
+    }
+}
+
+/// Rewrite shard `shard`'s journal copies as idle with no records (txid kept):
+/// the words after the state first, then the state (flushed; the caller fences).
+/// Only for a journal with no transaction to undo.
 pub fn reset<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32, txid: u64) {
-    let base = geo.journal_off(shard);
     let zero = [0u8; JOURNAL_SIZE as usize - 8];
-    m.write(base + 8, &zero);
-    m.flush(base + 8, zero.len() as u64);
+    for base in copies(geo, shard) {
+        m.write(base + 8, &zero);
+        m.flush(base + 8, zero.len() as u64);
+    }
     finish(m, geo, shard, txid);
+}
+
+/// Copy the journal at `from` over the one at `to` (flushed; the caller fences).
+/// For repair: a well-formed idle copy replaces a damaged one.
+fn copy_over<M: Medium + ?Sized>(m: &M, from: u64, to: u64) {
+    let mut b = [0u8; JOURNAL_SIZE as usize];
+    m.read(from, &mut b);
+    m.write(to, &b);
+    m.flush(to, JOURNAL_SIZE);
 }
 
 /// Is shard `shard`'s journal well formed? `None` if so, else what is wrong. An
 /// idle journal is all zero after its state word (never used, or reset) or holds
 /// the checksum-valid records of its last transaction; bytes 20..64 are zero; an
 /// active one (`allow_active`: a crashed pool) may be a begin torn before its fence.
+/// With replicas, each copy must be well formed and, on a pool with no transaction
+/// in flight (`!allow_active`), both copies must hold the same bytes.
 pub fn check<M: Medium + ?Sized>(
     m: &M,
     geo: &Geometry,
     shard: u32,
     allow_active: bool,
 ) -> Option<String> {
-    let base = geo.journal_off(shard);
+    let offs: Vec<u64> = copies(geo, shard).collect();
+    for (k, &base) in offs.iter().enumerate() {
+        if let Some(w) = check_copy(m, base, geo, allow_active) {
+            return Some(if offs.len() > 1 { format!("copy {k}: {w}") } else { w });
+        }
+    }
+    if let [a, b] = offs[..] {
+        if !allow_active && raw(m, a) != raw(m, b) {
+            return Some("the replica differs from the primary".into());
+        }
+    }
+    None
+}
+
+fn raw<M: Medium + ?Sized>(m: &M, base: u64) -> [u8; JOURNAL_SIZE as usize] {
     let mut b = [0u8; JOURNAL_SIZE as usize];
     m.read(base, &mut b);
+    b
+}
+
+/// One copy's check (see [`check`]).
+fn check_copy<M: Medium + ?Sized>(
+    m: &M,
+    base: u64,
+    geo: &Geometry,
+    allow_active: bool,
+) -> Option<String> {
+    let b = raw(m, base);
     let mut r = Reader::new(&b);
     let state = r.u64();
     let count = r.u64();
@@ -158,6 +218,33 @@ pub fn check<M: Medium + ?Sized>(
     None
 }
 
+/// Repair shard `shard`'s idle journal copies for `fsck --repair`: a damaged copy
+/// is replaced by the other when that one is well formed, else both are reset.
+/// Returns what was done (flushed; the caller fences). Never called with a
+/// transaction active (mount recovered it).
+pub fn repair<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32) -> Option<String> {
+    let w = check(m, geo, shard, false)?;
+    let offs: Vec<u64> = copies(geo, shard).collect();
+    let good: Vec<bool> = offs.iter().map(|&b| check_copy(m, b, geo, false).is_none()).collect();
+    if let ([a, b], [ga, gb]) = (&offs[..], &good[..]) {
+        if *ga {
+            copy_over(m, *a, *b);
+            return Some(format!(
+                "journal of shard {shard}: replica rewritten from the primary ({w})"
+            ));
+        }
+        if *gb {
+            copy_over(m, *b, *a);
+            return Some(format!(
+                "journal of shard {shard}: primary rewritten from the replica ({w})"
+            ));
+        }
+    }
+    let (txid, _, _) = read(m, geo, shard);
+    reset(m, geo, shard, txid);
+    Some(format!("journal of shard {shard} reset ({w})"))
+}
+
 /// What recovery did with one shard's journal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum JournalOutcome {
@@ -172,13 +259,8 @@ pub enum JournalOutcome {
     TornBegin,
 }
 
-/// Read shard `s`'s journal: (txid, active, records if checksum-valid).
-pub fn read<M: Medium + ?Sized>(
-    m: &M,
-    geo: &Geometry,
-    shard: u32,
-) -> (u64, bool, Option<Vec<Record>>) {
-    let base = geo.journal_off(shard);
+/// Read one copy: (txid, active, records if active and checksum-valid).
+fn read_copy<M: Medium + ?Sized>(m: &M, base: u64) -> (u64, bool, Option<Vec<Record>>) {
     let mut h = [0u8; 24];
     m.read(base, &mut h);
     let mut r = Reader::new(&h);
@@ -200,46 +282,82 @@ pub fn read<M: Medium + ?Sized>(
     (txid, active, Some(recs))
 }
 
-/// Recover shard `s`'s journal (see the module comment). Stores are flushed; the
-/// caller fences once for all shards.
-pub fn recover<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32) -> Result<JournalOutcome> {
-    let (txid, active, recs) = read(m, geo, shard);
-    if !active {
-        // A begin torn before its state store leaves idle words that do not
-        // checksum: cleared, so that a checker can tell damage from history.
-        if check(m, geo, shard, false).is_some() {
-            reset(m, geo, shard, txid);
+/// Read shard `s`'s journal: (the highest txid of its copies, whether a copy is
+/// active, the records of a checksum-valid active copy).
+pub fn read<M: Medium + ?Sized>(
+    m: &M,
+    geo: &Geometry,
+    shard: u32,
+) -> (u64, bool, Option<Vec<Record>>) {
+    let mut out = (0, false, None);
+    for base in copies(geo, shard) {
+        let (t, a, r) = read_copy(m, base);
+        out.0 = out.0.max(t);
+        out.1 |= a;
+        if out.2.is_none() {
+            out.2 = r;
         }
-        return Ok(JournalOutcome::Idle);
     }
-    let Some(recs) = recs else {
-        reset(m, geo, shard, txid);
-        return Ok(JournalOutcome::TornBegin);
-    };
-    for r in &recs {
-        if !geo.is_slot_word(r.addr) {
+    out
+}
+
+/// Recover shard `s`'s journal (see the module comment). Stores are flushed; the
+/// caller fences once for all shards. With replicas, every checksum-valid active
+/// copy is a transaction that was begun (a damaged or torn copy is outvoted by
+/// the other), recovered oldest first; the copies end idle and identical.
+pub fn recover<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32) -> Result<JournalOutcome> {
+    let offs: Vec<u64> = copies(geo, shard).collect();
+    let read: Vec<_> = offs.iter().map(|&b| read_copy(m, b)).collect();
+    let top = read.iter().map(|r| r.0).max().unwrap_or(0);
+    let mut txs: Vec<(u64, Vec<Record>)> = Vec::new();
+    for (t, _, r) in &read {
+        if let Some(recs) = r {
+            if !txs.iter().any(|(x, xr)| x == t && xr == recs) {
+                txs.push((*t, recs.clone()));
+            }
+        }
+    }
+    txs.sort_by_key(|(t, _)| *t);
+    let mut outcome =
+        if read.iter().any(|r| r.1) { JournalOutcome::TornBegin } else { JournalOutcome::Idle };
+    for (_, recs) in &txs {
+        if let Some(r) = recs.iter().find(|r| !geo.is_slot_word(r.addr)) {
             return Err(Error::corrupt(format!(
                 "journal of shard {shard} names address {:#x} outside the inode table",
                 r.addr
             )));
         }
     }
-    let unfinished = recs.iter().any(|r| r.old != r.new && m.load_u64(r.addr) == r.old);
-    let outcome = if unfinished {
-        for r in &recs {
-            if m.load_u64(r.addr) == r.new {
-                persist_u64(m, r.addr, r.old);
+    for (_, recs) in &txs {
+        let unfinished = recs.iter().any(|r| r.old != r.new && m.load_u64(r.addr) == r.old);
+        if unfinished {
+            for r in recs {
+                if m.load_u64(r.addr) == r.new {
+                    persist_u64(m, r.addr, r.old);
+                }
             }
+            sync_slots(m, geo, recs);
+            // The rollback must be durable before the journal stops asking for it: a
+            // crash that persisted "inactive" but not the old values would leave the
+            // transaction half applied with nothing left to undo it.
+            m.fence();
+            outcome = JournalOutcome::RolledBack;
+        } else if outcome != JournalOutcome::RolledBack {
+            outcome = JournalOutcome::Finished;
         }
-        // The rollback must be durable before the journal stops asking for it: a
-        // crash that persisted "inactive" but not the old values would leave the
-        // transaction half applied with nothing left to undo it.
-        m.fence();
-        JournalOutcome::RolledBack
-    } else {
-        JournalOutcome::Finished
-    };
-    finish(m, geo, shard, txid);
+    }
+    if outcome != JournalOutcome::Idle {
+        finish(m, geo, shard, top);
+    }
+    // A begin torn before its fence leaves words that do not checksum (idle or
+    // active), and a crash between the copies' writes leaves them different:
+    // cleared, so that a checker can tell damage from history.
+    let torn = outcome == JournalOutcome::TornBegin
+        || offs.iter().any(|&b| check_copy(m, b, geo, false).is_some())
+        || offs.windows(2).any(|w| raw(m, w[0]) != raw(m, w[1]));
+    if torn {
+        reset(m, geo, shard, top);
+    }
     Ok(outcome)
 }
 
@@ -272,7 +390,7 @@ mod tests {
         let a = g.slot_off(3);
         let recs = [Record { addr: a, old: 0, new: 5 }];
         begin(&m, &g, 0, 1, &recs);
-        apply(&m, &recs);
+        apply(&m, &g, &recs);
         m.store_u64(a, 9); // a later single-inode commit
         assert_eq!(recover(&m, &g, 0).unwrap(), JournalOutcome::Finished);
         assert_eq!(m.load_u64(a), 9);

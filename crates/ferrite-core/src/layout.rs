@@ -16,7 +16,13 @@ pub const BLOCK: u64 = 4096;
 /// Format magic.
 pub const MAGIC: [u8; 8] = *b"FERRITE1";
 /// Format version described by docs/FORMAT.md.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
+/// Feature bit (version 5): the journals, the inode table and the checkpoint have a
+/// second copy ([`Geometry::replicas`]). Set by mkfs; pools upgraded from version 4
+/// or older do not have it.
+pub const FEATURE_REPLICAS: u64 = 1;
+/// Every feature bit this build knows.
+pub const KNOWN_FEATURES: u64 = FEATURE_REPLICAS;
 /// Size of one inode slot.
 pub const INODE_SLOT: u64 = 64;
 /// Bytes of journal per shard.
@@ -253,7 +259,15 @@ impl Superblock {
         if self.ninodes == 0 || !self.ninodes.is_multiple_of(self.nshards as u64) {
             return bad("inode count");
         }
-        let g = Geometry::compute(self.nblocks, self.nshards, self.ninodes)?;
+        if self.features & !KNOWN_FEATURES != 0 {
+            return bad("unknown feature bits");
+        }
+        let g = Geometry::compute_with(
+            self.nblocks,
+            self.nshards,
+            self.ninodes,
+            self.features & FEATURE_REPLICAS != 0,
+        )?;
         if g.journal_start != self.journal_start
             || g.itable_start != self.itable_start
             || g.ckpt_start != self.ckpt_start
@@ -270,7 +284,9 @@ impl Superblock {
 
     /// The DRAM geometry of this superblock.
     pub fn geometry(&self) -> Geometry {
-        Geometry::compute(self.nblocks, self.nshards, self.ninodes).expect("validated")
+        let replicas = self.features & FEATURE_REPLICAS != 0;
+        Geometry::compute_with(self.nblocks, self.nshards, self.ninodes, replicas)
+            .expect("validated")
     }
 }
 
@@ -297,11 +313,25 @@ pub struct Geometry {
     pub ckpt_blocks: u64,
     /// First data block.
     pub data_start: u64,
+    /// The metadata replicas exist ([`FEATURE_REPLICAS`]): a second journal per
+    /// shard, a replica inode table and a second checkpoint, in that order between
+    /// the checkpoint and the first data block, each as large as its primary.
+    pub replicas: bool,
 }
 
 impl Geometry {
-    /// Lay out the regions.
+    /// Lay out the regions of a pool with metadata replicas (what mkfs makes).
     pub fn compute(nblocks: u64, nshards: u32, ninodes: u64) -> Result<Geometry> {
+        Self::compute_with(nblocks, nshards, ninodes, true)
+    }
+
+    /// Lay out the regions, with or without the metadata replicas.
+    pub fn compute_with(
+        nblocks: u64,
+        nshards: u32,
+        ninodes: u64,
+        replicas: bool,
+    ) -> Result<Geometry> {
         // Bounds that keep every product below 2^64 and addresses below 2^48.
         if nblocks > MAX_BLOCKS || ninodes > nblocks * (BLOCK / INODE_SLOT) || nshards == 0 {
             return Err(Error::invalid(format!(
@@ -316,7 +346,12 @@ impl Geometry {
         // header block + block bitmap + inode bitmap
         let ckpt_blocks =
             1 + nblocks.div_ceil(8).div_ceil(BLOCK) + ninodes.div_ceil(8).div_ceil(BLOCK);
-        let data_start = ckpt_start + ckpt_blocks;
+        let primaries_end = ckpt_start + ckpt_blocks;
+        let data_start = if replicas {
+            primaries_end + journal_blocks + itable_blocks + ckpt_blocks
+        } else {
+            primaries_end
+        };
         if data_start + 16 > nblocks {
             return Err(Error::invalid(format!(
                 "pool too small: metadata needs {data_start} blocks of {nblocks}"
@@ -333,7 +368,49 @@ impl Geometry {
             ckpt_start,
             ckpt_blocks,
             data_start,
+            replicas,
         })
+    }
+
+    /// First block of the replica journals (the replica inode table and the
+    /// second checkpoint follow), when the pool has replicas.
+    fn replicas_start(&self) -> Option<u64> {
+        self.replicas.then_some(self.ckpt_start + self.ckpt_blocks)
+    }
+
+    /// Byte offset of inode `ino`'s replica slot.
+    pub fn slot_replica_off(&self, ino: u64) -> Option<u64> {
+        debug_assert!(ino >= 1 && ino <= self.ninodes);
+        let r = self.replicas_start()? + self.journal_blocks;
+        Some(r * BLOCK + (ino - 1) * INODE_SLOT)
+    }
+
+    /// First block of the replica inode table.
+    pub fn ritable_start(&self) -> Option<u64> {
+        Some(self.replicas_start()? + self.journal_blocks)
+    }
+
+    /// Byte offsets of shard `s`'s journal copies: the primary, then the replica.
+    pub fn journal_offs(&self, s: u32) -> [Option<u64>; 2] {
+        let r = self.replicas_start().map(|r| r * BLOCK + s as u64 * JOURNAL_SIZE);
+        [Some(self.journal_off(s)), r]
+    }
+
+    /// First block of each journal region: the primary, then the replica.
+    pub fn journal_starts(&self) -> [Option<u64>; 2] {
+        [Some(self.journal_start), self.replicas_start()]
+    }
+
+    /// First block of each checkpoint copy: the primary, then the second copy.
+    pub fn ckpt_starts(&self) -> [Option<u64>; 2] {
+        let r = self.replicas_start().map(|r| r + self.journal_blocks + self.itable_blocks);
+        [Some(self.ckpt_start), r]
+    }
+
+    /// Inode number of the slot word at `off` (an address [`Self::is_slot_word`] accepts).
+    pub fn slot_word_ino(&self, off: u64) -> u64 {
+        debug_assert!(self.is_slot_word(off));
+        (off - self.itable_start * BLOCK) / INODE_SLOT + 1
     }
 
     /// Byte offset of inode `ino`'s slot.
@@ -450,6 +527,31 @@ impl InodeSlot {
     }
 }
 
+/// Bytes of a slot a replica copies: state, head, tail and type.
+pub const REPLICA_COVERED: usize = 28;
+/// Bytes of a replica slot that are ever non-zero (the copy and its CRC).
+pub const REPLICA_USED: usize = 32;
+
+/// The replica of a primary slot's bytes: bytes 0..28 copied, then the CRC32C
+/// of those 28 bytes at 28..32, then zeros. A never-used slot's replica carries
+/// the CRC of 28 zero bytes (mkfs writes them all), so a zeroed replica page is
+/// damage, never a valid copy.
+pub fn replica_of(primary: &[u8]) -> [u8; INODE_SLOT as usize] {
+    let mut r = [0u8; INODE_SLOT as usize];
+    let covered = &primary[..REPLICA_COVERED];
+    r[..REPLICA_COVERED].copy_from_slice(covered);
+    r[REPLICA_COVERED..REPLICA_USED].copy_from_slice(&crc32c::crc32c(covered).to_le_bytes());
+    r
+}
+
+/// Is `replica` a well-formed replica slot (its CRC matches and bytes 32..64 are
+/// zero)? Then it is the slot it copies.
+pub fn replica_valid(replica: &[u8]) -> bool {
+    let covered = &replica[..REPLICA_COVERED];
+    let sum = u32::from_le_bytes(replica[REPLICA_COVERED..REPLICA_USED].try_into().expect("4"));
+    replica[REPLICA_USED..].iter().all(|&b| b == 0) && crc32c::crc32c(covered) == sum
+}
+
 /// Log pointers: the low 48 bits are a byte address, the high 16 an epoch that
 /// thorough GC bumps, so a pointer value never repeats for an inode (the journal's
 /// recovery rule relies on this).
@@ -555,7 +657,7 @@ mod tests {
             data_start: g.data_start,
             root_ino: ROOT_INO,
             mkfs_time_ns: 5,
-            features: 0,
+            features: FEATURE_REPLICAS,
             reserved: [0; 108],
             csum: 0,
         }

@@ -35,6 +35,7 @@ pub mod pmem;
 pub mod privs;
 pub mod recovery;
 mod region;
+pub mod replica;
 pub mod share;
 mod sharing;
 pub mod sim;

@@ -71,13 +71,16 @@ pub fn read_superblock<M: Medium + ?Sized>(m: &M) -> Result<(Superblock, u32)> {
     }
 }
 
-/// Convert a pool of format version 1 or 2 to version 3 in place; returns the
+/// Convert a pool of format version 1 to 4 to version 5 in place; returns the
 /// version it had. Version 2 added a WRITE flag (data checksums); version 3 added
 /// page checksums (a WRITE flag), file type codes 4-7 (FIFOs, devices, sockets), a
-/// device number in SETATTR's last word and spilled XATTR values, none of which an
-/// older log holds. So an older log reads the same under version 3 rules, torn tails
-/// included: the superblock copies get the new version number and nothing else
-/// changes. The caller holds the pool exclusively (not mounted).
+/// device number in SETATTR's last word and spilled XATTR values; version 4 the
+/// SHIFT entry; none of which an older log holds. So an older log reads the same
+/// under version 5 rules, torn tails included: the superblock copies get the new
+/// version number and nothing else changes. Version 5's metadata replicas are a
+/// feature bit the upgraded pool does not get (they need the space its first data
+/// blocks hold): such a pool works as before, without second copies. The caller
+/// holds the pool exclusively (not mounted).
 pub fn upgrade<M: Medium + ?Sized>(m: &M) -> Result<u32> {
     if m.len() < 2 * BLOCK {
         return Err(Error::Foreign(format!("pool is only {} bytes", m.len())));
@@ -94,10 +97,10 @@ pub fn upgrade<M: Medium + ?Sized>(m: &M) -> Result<u32> {
     };
     match from {
         VERSION => return Ok(VERSION),
-        // Version 1 to 3 logs read the same under version 4 rules (version 1 and 2
+        // Version 1 to 4 logs read the same under version 5 rules (version 1 and 2
         // WRITE entries carry no page checksums: reads and scrub cannot check those
-        // pages; version 4 adds the SHIFT entry, which older logs do not hold).
-        1..=3 => {}
+        // pages; version 4 added the SHIFT entry, which older logs do not hold).
+        1..=4 => {}
         v => return Err(Error::Version { found: v, supported: VERSION }),
     }
     for (copy, r) in &copies {
@@ -122,7 +125,7 @@ impl<M: Medium> Fs<M> {
         let nshards = opts.shards.clamp(1, 1024);
         let mut ninodes = if opts.inodes == 0 { (len / 8192).max(64) } else { opts.inodes };
         ninodes = ninodes.div_ceil(nshards as u64) * nshards as u64;
-        let geo = Geometry::compute(nblocks, nshards, ninodes)?;
+        let geo = Geometry::compute_with(nblocks, nshards, ninodes, opts.replicas)?;
         let uuid = opts.uuid.unwrap_or_else(uuid_now);
         let now = m.now();
         let sb = Superblock {
@@ -144,7 +147,7 @@ impl<M: Medium> Fs<M> {
             data_start: geo.data_start,
             root_ino: ROOT_INO,
             mkfs_time_ns: now.sec as u64 * 1_000_000_000 + now.nsec as u64,
-            features: 0,
+            features: if opts.replicas { FEATURE_REPLICAS } else { 0 },
             reserved: [0; 108],
             csum: 0,
         };
@@ -155,6 +158,7 @@ impl<M: Medium> Fs<M> {
         m.zero_nt(0, 2 * BLOCK);
         m.fence();
         m.zero_nt(geo.journal_start * BLOCK, (geo.data_start - geo.journal_start) * BLOCK);
+        crate::replica::format_table(&m, &geo);
         // Root directory: first data block is its log.
         let root_page = geo.data_start * BLOCK;
         let seed = log::seed(&uuid, ROOT_INO, 1);
@@ -183,6 +187,7 @@ impl<M: Medium> Fs<M> {
         let so = geo.slot_off(ROOT_INO);
         m.write(so, &slot.encode());
         m.flush(so, INODE_SLOT);
+        crate::replica::sync_slot(&m, &geo, ROOT_INO);
         persist_u64(&m, MOUNT_STATE_OFF, 0);
         m.fence();
         let enc = sb.encode();
@@ -206,8 +211,9 @@ impl<M: Medium> Fs<M> {
         let ckpt =
             if state & STATE_CLEAN != 0 { load_checkpoint(&m, &geo, generation) } else { None };
         let (used_blocks, used_inodes) = match ckpt {
-            Some(c) => {
+            Some((c, copy)) => {
                 report.clean = true;
+                report.checkpoint_copy = copy;
                 c
             }
             None => {
@@ -320,13 +326,16 @@ fn repair_superblock_copies<M: Medium + ?Sized>(m: &M, sb: &Superblock) {
     }
 }
 
-fn bitmaps_bytes(geo: &Geometry) -> (u64, u64, u64) {
-    let base = (geo.ckpt_start + 1) * BLOCK;
+/// Offsets of the checkpoint copy starting at block `start`: (block bitmap,
+/// inode bitmap, inode bitmap bytes).
+fn bitmaps_bytes(geo: &Geometry, start: u64) -> (u64, u64, u64) {
+    let base = (start + 1) * BLOCK;
     let blen = geo.nblocks.div_ceil(8);
     let ioff = base + blen.div_ceil(BLOCK) * BLOCK;
     (base, ioff, geo.ninodes.div_ceil(8))
 }
 
+/// Write the checkpoint: bitmaps, then header, into every copy; one fence.
 fn write_checkpoint<M: Medium + ?Sized>(
     m: &M,
     geo: &Geometry,
@@ -334,11 +343,8 @@ fn write_checkpoint<M: Medium + ?Sized>(
     blocks: &Bitmap,
     inodes: &Bitmap,
 ) {
-    let (boff, ioff, _) = bitmaps_bytes(geo);
     let bb = blocks.to_bytes();
     let ib = inodes.to_bytes();
-    m.write_nt(boff, &bb);
-    m.write_nt(ioff, &ib);
     let mut c = crc32c::crc32c(&bb);
     c = crc32c::crc32c_append(c, &ib);
     let h = CkptHeader {
@@ -351,20 +357,26 @@ fn write_checkpoint<M: Medium + ?Sized>(
         bitmap_csum: c,
         csum: 0,
     };
-    m.write_nt(geo.ckpt_start * BLOCK, &h.encode());
+    for start in geo.ckpt_starts().into_iter().flatten() {
+        let (boff, ioff, _) = bitmaps_bytes(geo, start);
+        m.write_nt(boff, &bb);
+        m.write_nt(ioff, &ib);
+        m.write_nt(start * BLOCK, &h.encode());
+    }
     m.fence();
 }
 
-/// Why the checkpoint of generation `gen` would not be used by a clean mount
-/// (`Err`), checked as `load_checkpoint` does, plus the padding bits past the
-/// bitmaps' last bit.
+/// Why the checkpoint copy at block `start` of generation `gen` would not be
+/// used by a clean mount (`Err`), checked as `load_checkpoint` does, plus the
+/// padding bits past the bitmaps' last bit and the header block's padding.
 pub(crate) fn checkpoint_ok<M: Medium + ?Sized>(
     m: &M,
     geo: &Geometry,
+    start: u64,
     gen: u64,
 ) -> std::result::Result<(), String> {
     let mut hb = [0u8; 56];
-    m.read(geo.ckpt_start * BLOCK, &mut hb);
+    m.read(start * BLOCK, &mut hb);
     let Some(h) = CkptHeader::decode(&hb) else {
         return Err("header magic or checksum is wrong".into());
     };
@@ -374,10 +386,10 @@ pub(crate) fn checkpoint_ok<M: Medium + ?Sized>(
             h.generation, h.nblocks, h.ninodes
         ));
     }
-    if load_checkpoint(m, geo, gen).is_none() {
+    if load_copy(m, geo, start, gen).is_none() {
         return Err("bitmaps do not match their checksum or miss metadata blocks".into());
     }
-    let (boff, ioff, ilen) = bitmaps_bytes(geo);
+    let (boff, ioff, ilen) = bitmaps_bytes(geo, start);
     for (off, bits, len) in
         [(boff, geo.nblocks, geo.nblocks.div_ceil(8)), (ioff, geo.ninodes, ilen)]
     {
@@ -390,21 +402,41 @@ pub(crate) fn checkpoint_ok<M: Medium + ?Sized>(
             return Err("bits past the last block or inode are set".into());
         }
     }
+    let mut blk = vec![0u8; BLOCK as usize];
+    m.read(start * BLOCK, &mut blk);
+    if blk[56..].iter().any(|&x| x != 0) {
+        return Err("header block padding is not zero".into());
+    }
     Ok(())
 }
 
+/// The checkpoint of generation `gen`: the first copy that validates, and which
+/// copy it was.
 fn load_checkpoint<M: Medium + ?Sized>(
     m: &M,
     geo: &Geometry,
     gen: u64,
+) -> Option<((Bitmap, Bitmap), u32)> {
+    let starts = geo.ckpt_starts();
+    starts
+        .iter()
+        .enumerate()
+        .find_map(|(k, s)| s.and_then(|s| load_copy(m, geo, s, gen)).map(|c| (c, k as u32)))
+}
+
+fn load_copy<M: Medium + ?Sized>(
+    m: &M,
+    geo: &Geometry,
+    start: u64,
+    gen: u64,
 ) -> Option<(Bitmap, Bitmap)> {
     let mut hb = [0u8; 56];
-    m.read(geo.ckpt_start * BLOCK, &mut hb);
+    m.read(start * BLOCK, &mut hb);
     let h = CkptHeader::decode(&hb)?;
     if h.generation != gen || h.nblocks != geo.nblocks || h.ninodes != geo.ninodes {
         return None;
     }
-    let (boff, ioff, ilen) = bitmaps_bytes(geo);
+    let (boff, ioff, ilen) = bitmaps_bytes(geo, start);
     let mut bb = vec![0u8; geo.nblocks.div_ceil(8) as usize];
     let mut ib = vec![0u8; ilen as usize];
     m.read(boff, &mut bb);
@@ -469,7 +501,13 @@ fn scan_all<M: Medium>(
                     return;
                 }
                 for ino in start..(start + CHUNK).min(geo.ninodes + 1) {
-                    match scan_one(m, sb, geo, ino, repair, clean_word, &blocks) {
+                    let r = scan_one(m, sb, geo, ino, repair, clean_word, &blocks);
+                    if repair && r.is_ok() {
+                        // After a crash a replica may be a step ahead of or behind
+                        // its primary, which recovery has just settled.
+                        crate::replica::resync_slot(m, geo, ino);
+                    }
+                    match r {
                         Ok(Scan::Free) => {}
                         Ok(Scan::Live { torn: t }) => {
                             inodes.claim(ino - 1);
@@ -519,36 +557,30 @@ fn scan_one<M: Medium>(
     clean_word: bool,
     blocks: &AtomicBitmap,
 ) -> Result<Scan> {
-    let mut b = [0u8; 64];
     let so = geo.slot_off(ino);
-    m.read(so, &mut b);
-    let slot = InodeSlot::decode(&b);
-    if !slot.in_use() {
-        return Ok(Scan::Free);
+    if repair && clean_word {
+        // Cleanly unmounted: every replica equals its primary's image, so a valid
+        // replica that differs means a damaged primary.
+        if let Some(r) = crate::replica::valid_replica_differs(m, geo, ino) {
+            crate::replica::restore_primary(m, geo, ino, &r);
+        }
     }
-    let ftype = FileType::from_code(slot.ftype)
-        .ok_or_else(|| Error::corrupt(format!("inode {ino} has unknown type {}", slot.ftype)))?;
-    let seed = log::seed(&sb.uuid, ino, slot.state);
-    let mut st = InodeState::new(ftype);
-    let mut freed = Vec::new();
-    let (head, tail) = (logptr::addr(slot.head), logptr::addr(slot.tail));
-    let w = log::walk_apply_checking(m, geo, seed, head, tail, true, &mut |loc, e| {
-        st.apply(loc, &e, &mut freed)
-    })
-    .map_err(|e| Error::corrupt(format!("inode {ino}: {e}")))?;
-    if st.setattr_loc.is_none() {
-        return Err(Error::corrupt(format!("inode {ino} has no attributes in its log")));
-    }
-    // A cleanly unmounted pool has no torn operation: an entry that does not
-    // validate before the tail (or a last operation whose data does not match) is
-    // damage, and cutting the log would drop committed operations silently. (Its
-    // checkpoint was not usable, or the pool would not be scanned.)
-    if w.torn && clean_word {
-        return Err(Error::corrupt(format!(
-            "inode {ino}: its log does not validate up to its tail on a cleanly unmounted pool \
-             (damage, not a torn write; nothing was cut)"
-        )));
-    }
+    let loaded = match load_slot(m, sb, geo, ino, clean_word) {
+        // A primary slot that does not lead to a valid log while its replica is
+        // valid and says otherwise is damage: the replica holds the slot as it was
+        // last made durable (after a crash, possibly without the last operation).
+        Err(e) if repair => match crate::replica::valid_replica_differs(m, geo, ino) {
+            Some(r) => {
+                crate::replica::restore_primary(m, geo, ino, &r);
+                load_slot(m, sb, geo, ino, clean_word).map_err(|e2| {
+                    Error::corrupt(format!("{e}; its replica does not validate either: {e2}"))
+                })?
+            }
+            None => return Err(e),
+        },
+        r => r?,
+    };
+    let Some((slot, st, w)) = loaded else { return Ok(Scan::Free) };
     if w.torn && repair {
         persist_u64(m, so + SLOT_TAIL, logptr::make(logptr::epoch(slot.tail), w.end));
     }
@@ -579,4 +611,44 @@ fn scan_one<M: Medium>(
         }
     }
     Ok(Scan::Live { torn: w.torn })
+}
+
+/// Read inode `ino`'s slot and walk its log: `None` for a free slot.
+fn load_slot<M: Medium>(
+    m: &M,
+    sb: &Superblock,
+    geo: &Geometry,
+    ino: u64,
+    clean_word: bool,
+) -> Result<Option<(InodeSlot, InodeState, log::Walk)>> {
+    let mut b = [0u8; 64];
+    m.read(geo.slot_off(ino), &mut b);
+    let slot = InodeSlot::decode(&b);
+    if !slot.in_use() {
+        return Ok(None);
+    }
+    let ftype = FileType::from_code(slot.ftype)
+        .ok_or_else(|| Error::corrupt(format!("inode {ino} has unknown type {}", slot.ftype)))?;
+    let seed = log::seed(&sb.uuid, ino, slot.state);
+    let mut st = InodeState::new(ftype);
+    let mut freed = Vec::new();
+    let (head, tail) = (logptr::addr(slot.head), logptr::addr(slot.tail));
+    let w = log::walk_apply_checking(m, geo, seed, head, tail, true, &mut |loc, e| {
+        st.apply(loc, &e, &mut freed)
+    })
+    .map_err(|e| Error::corrupt(format!("inode {ino}: {e}")))?;
+    if st.setattr_loc.is_none() {
+        return Err(Error::corrupt(format!("inode {ino} has no attributes in its log")));
+    }
+    // A cleanly unmounted pool has no torn operation: an entry that does not
+    // validate before the tail (or a last operation whose data does not match) is
+    // damage, and cutting the log would drop committed operations silently. (Its
+    // checkpoint was not usable, or the pool would not be scanned.)
+    if w.torn && clean_word {
+        return Err(Error::corrupt(format!(
+            "inode {ino}: its log does not validate up to its tail on a cleanly unmounted pool \
+             (damage, not a torn write; nothing was cut)"
+        )));
+    }
+    Ok(Some((slot, st, w)))
 }

@@ -634,6 +634,8 @@ impl<M: Medium> Fs<M> {
         // The party's last stores (a tail, a GC unlink) may be visible but not yet
         // flushed: make the chain as seen the chain on media.
         self.m.flush(self.geo.slot_off(ino), 64);
+        // It may also have died between a slot store and its replica's.
+        crate::replica::resync_slot(&self.m, &self.geo, ino);
         if !slot.in_use() {
             self.m.fence();
             return Ok(());

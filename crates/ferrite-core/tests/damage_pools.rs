@@ -110,6 +110,20 @@ fn log_chains(
     out
 }
 
+/// Rewrite inode `ino`'s replica slot from its primary, as a commit would: the
+/// image then holds a change made through the proper path, not damage.
+fn sync_replica(img: &mut [u8], geo: &ferrite_core::layout::Geometry, ino: u64) {
+    let p = geo.slot_off(ino) as usize;
+    let r = geo.slot_replica_off(ino).expect("replicas") as usize;
+    let rep = ferrite_core::layout::replica_of(&img[p..p + 64]);
+    img[r..r + 64].copy_from_slice(&rep);
+}
+
+/// Damage inode `ino`'s replica slot too (one byte of its copy).
+fn damage_replica(img: &mut [u8], geo: &ferrite_core::layout::Geometry, ino: u64) {
+    img[geo.slot_replica_off(ino).expect("replicas") as usize + 9] ^= 0x40;
+}
+
 fn put_u64(img: &mut [u8], off: u64, v: u64) {
     img[off as usize..off as usize + 8].copy_from_slice(&v.to_le_bytes());
 }
@@ -493,24 +507,47 @@ fn bad_inode_slots() {
         ("tail outside the data area", so + 16, 8, "not inside a log page"),
         ("tail unaligned", so + 16, get_u64(&im.dirty, so + 16) + 3, "not inside a log page"),
     ];
+    let want = mount(im.clean.clone()).unwrap().getattr(ino).unwrap();
     for (what, off, val, needle) in cases {
+        // Recovery of a crashed pool restores the slot from its replica...
         let mut img = im.dirty.clone();
         put_u64(&mut img, off, val);
+        let fs = mount(img.clone()).unwrap_or_else(|e| panic!("{what}: replica not used: {e}"));
+        assert_eq!(fs.getattr(ino).unwrap(), want, "{what}: restored inode");
+        assert_fsck_clean(&fs, what);
+        // ...and refuses the pool as before when the replica is damaged too.
+        damage_replica(&mut img, &im.geo, ino);
         match mount(img) {
             Err(Error::Corrupt(m)) => assert!(m.contains(needle), "{what}: {m}"),
             r => panic!("{what}: {:?}", r.map(|_| ())),
         }
+        // A clean pool loads inodes lazily from the primary: the damage shows,
+        // and the raw repair (`ferrite fsck`) restores the slot before mounting.
         let mut img = im.clean.clone();
         put_u64(&mut img, off, val);
-        let fs = mount(img).unwrap();
+        let fs = mount(img.clone()).unwrap();
         assert!(!fs.fsck().unwrap().is_clean(), "{what}: clean fsck");
         assert!(fs.getattr(ino).is_err(), "{what}: inode still loads");
+        drop(fs);
+        let m = SimMedium::from_image(img);
+        let (_, found) = ferrite_core::integrity::check_raw(&m);
+        assert!(
+            found.iter().any(|f| f.ino == Some(ino) && f.what.contains("replica")),
+            "{what}: {found:?}"
+        );
+        let done = ferrite_core::integrity::repair_replicas_raw(&m);
+        assert_eq!(done, [format!("inode {ino}: slot restored from its replica")], "{what}");
+        let fs = Fs::mount(m, &MountOptions::default()).unwrap();
+        assert_eq!(fs.getattr(ino).unwrap(), want, "{what}: repaired inode");
+        assert_fsck_clean(&fs, what);
     }
-    // A free slot marked in use with nothing behind it.
+    // A free slot marked in use with nothing behind it: its replica says free.
     let free =
         (2..=im.geo.ninodes).find(|&i| get_u64(&im.dirty, im.geo.slot_off(i)) & 1 == 0).unwrap();
     let mut img = im.dirty.clone();
     put_u64(&mut img, im.geo.slot_off(free), 1);
+    mount(img.clone()).unwrap();
+    damage_replica(&mut img, &im.geo, free);
     assert!(matches!(mount(img), Err(Error::Corrupt(_))));
     // An in-use inode marked free: its names now point at a free inode.
     let mut img = im.clean.clone();
@@ -696,6 +733,7 @@ fn append_sealed(img: &mut [u8], im: &Images, ino: u64, mut e: ferrite_core::log
     e.bytes[0..4].copy_from_slice(&c.to_le_bytes());
     img[w.end as usize..(w.end + len) as usize].copy_from_slice(&e.bytes);
     put_u64(img, so + 16, logptr::make(logptr::epoch(slot.tail), w.end + len));
+    sync_replica(img, geo, ino);
 }
 
 /// Log entries with valid checksums and hostile contents (what a buggy or hostile

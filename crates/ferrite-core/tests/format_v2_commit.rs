@@ -139,9 +139,11 @@ fn set_version(m: &SimMedium, v: u32) {
     }
 }
 
-/// A cleanly unmounted pool holding file "f", its superblocks set to version `v`.
+/// A cleanly unmounted pool holding file "f", its superblocks set to version `v`
+/// (without metadata replicas, which no pool older than version 5 has).
 fn pool_of_version(v: u32) -> SimMedium {
-    let fs = fresh_sim(16 * MB, 1);
+    let opts = MkfsOptions { shards: 1, replicas: false, ..Default::default() };
+    let fs = Fs::mkfs(SimMedium::new(16 * MB), &opts).unwrap();
     let ino = file(&fs, "f");
     fs.write(ino, 0, b"kept across the upgrade").unwrap();
     let m = fs.unmount().unwrap();
@@ -151,23 +153,25 @@ fn pool_of_version(v: u32) -> SimMedium {
 
 #[test]
 fn older_pools_are_refused_with_both_versions_then_upgraded() {
-    // Version 1 (no data checksums), 2 (no special files) and 3 (no SHIFT entry)
-    // all read the same under version 4 rules: upgrade rewrites the version and
-    // nothing else.
-    for old in [1u32, 2, 3] {
+    // Version 1 (no data checksums), 2 (no special files), 3 (no SHIFT entry) and
+    // 4 (no metadata replicas) all read the same under version 5 rules: upgrade
+    // rewrites the version and nothing else; the pool keeps working without
+    // replicas.
+    for old in [1u32, 2, 3, 4] {
         let Err(e) = Fs::mount(pool_of_version(old), &MountOptions::default()) else {
             panic!("a version {old} pool mounted");
         };
         let msg = e.to_string();
-        assert!(matches!(e, Error::Version { found, supported: 4 } if found == old), "{e:?}");
-        assert!(msg.contains(&format!("version {old}")) && msg.contains("version 4"), "{msg}");
+        assert!(matches!(e, Error::Version { found, supported: 5 } if found == old), "{e:?}");
+        assert!(msg.contains(&format!("version {old}")) && msg.contains("version 5"), "{msg}");
         assert!(msg.contains("ferrite upgrade"), "{msg}");
 
         let m = pool_of_version(old);
         assert_eq!(recovery::upgrade(&m).unwrap(), old);
-        assert_eq!(recovery::upgrade(&m).unwrap(), 4, "a second upgrade changes nothing");
+        assert_eq!(recovery::upgrade(&m).unwrap(), 5, "a second upgrade changes nothing");
         let fs = Fs::mount(m, &MountOptions::default()).unwrap();
         assert!(fs.mount_report().clean);
+        assert!(!fs.geometry().replicas, "an upgraded pool has no replicas");
         let ino = fs.lookup(fs.root(), b"f").unwrap().ino;
         let mut buf = [0u8; 23];
         fs.read(ino, 0, &mut buf).unwrap();
@@ -176,9 +180,9 @@ fn older_pools_are_refused_with_both_versions_then_upgraded() {
     }
 
     // A pool from a newer build is refused, and upgrade leaves it alone.
-    let m = pool_of_version(5);
+    let m = pool_of_version(6);
     let e = recovery::upgrade(&m).unwrap_err();
     assert!(e.to_string().contains("newer"), "{e}");
     let r = Fs::mount(m, &MountOptions::default());
-    assert!(matches!(r, Err(Error::Version { found: 5, supported: 4 })));
+    assert!(matches!(r, Err(Error::Version { found: 6, supported: 5 })));
 }

@@ -10,13 +10,11 @@ use ferrite_core::*;
 
 /// Run `f`, then put the root's log tail back to where it was before it.
 fn lose_root_update(fs: Fs<SimMedium>, f: impl FnOnce(&Fs<SimMedium>)) -> SimMedium {
-    let tail_off = fs.geometry().slot_off(1) + 16;
-    let old = fs.medium().load_u64(tail_off);
+    let geo = *fs.geometry();
+    let old = fs.medium().load_u64(geo.slot_off(1) + 16);
     f(&fs);
     let m = fs.unmount().unwrap();
-    m.store_u64(tail_off, old);
-    m.flush(tail_off, 8);
-    m.fence();
+    set_slot_word(&m, &geo, 1, 16, old);
     m
 }
 

@@ -177,3 +177,22 @@ pub fn assert_file_op_atomic(
     });
     assert!(seen.contains(&false), "{ctx}: some crash point keeps the old content");
 }
+
+/// Store `v` into the 8-byte word at `word` (0 state, 8 head, 16 tail) of inode
+/// `ino`'s slot and bring its replica in step, durably: a change made as the
+/// core makes it (a lost update, a hostile but well-formed slot), not damage the
+/// replica would reveal.
+#[allow(dead_code)]
+pub fn set_slot_word(
+    m: &SimMedium,
+    geo: &ferrite_core::layout::Geometry,
+    ino: u64,
+    word: u64,
+    v: u64,
+) {
+    let off = geo.slot_off(ino) + word;
+    m.store_u64(off, v);
+    m.flush(off, 8);
+    ferrite_core::replica::sync_slot(m, geo, ino);
+    m.fence();
+}
