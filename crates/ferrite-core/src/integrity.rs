@@ -178,8 +178,9 @@ pub fn check_raw<M: Medium + ?Sized>(m: &M) -> (Option<Superblock>, Vec<Finding>
     for s in 0..geo.nshards {
         if let Some(w) = crate::journal::check(m, &geo, s, !clean) {
             let mut f = Finding::new(Region::Journal, format!("shard {s}: {w}"), true);
-            // An active transaction on a clean pool may hold words to undo.
-            f.repairable = !w.contains("active");
+            // An active transaction on a clean pool may hold words to undo, unless
+            // the other copy shows it idle.
+            f.repairable = crate::journal::repairable(m, &geo, s);
             out.push(f);
         }
     }
@@ -293,6 +294,15 @@ pub fn repair_replicas_raw<M: Medium + ?Sized>(m: &M) -> Vec<String> {
         } else if crate::replica::resync_slot(m, &geo, ino) {
             done.push(format!("inode {ino}: replica rewritten from the slot"));
         }
+    }
+    let start = geo.ritable_start().expect("replicas");
+    let from = start * BLOCK + geo.ninodes * INODE_SLOT;
+    let end = (start + geo.itable_blocks) * BLOCK;
+    let mut b = vec![0u8; (end - from) as usize];
+    m.read(from, &mut b);
+    if !zero(&b) {
+        crate::pmem::persist_copy(m, from, &vec![0u8; b.len()]);
+        done.push("bytes after the last replica slot zeroed".into());
     }
     m.fence();
     done
@@ -668,10 +678,6 @@ impl<M: Medium> Fs<M> {
         let mut done = Vec::new();
         let geo = self.geo;
         for s in 0..geo.nshards {
-            if crate::journal::check(&self.m, &geo, s, false).is_some_and(|w| w.contains("active"))
-            {
-                continue; // the mount recovered it; never reached
-            }
             done.extend(crate::journal::repair(&self.m, &geo, s));
         }
         let zeros = vec![0u8; BLOCK as usize];

@@ -23,6 +23,7 @@
 use crate::error::{Error, Result};
 use crate::layout::{Geometry, Reader, JOURNAL_SIZE};
 use crate::pmem::{persist_u64, Medium};
+use std::ops::Not;
 
 /// Records a transaction can hold.
 pub const MAX_RECORDS: usize = 18;
@@ -218,12 +219,26 @@ fn check_copy<M: Medium + ?Sized>(
     None
 }
 
-/// Repair shard `shard`'s idle journal copies for `fsck --repair`: a damaged copy
-/// is replaced by the other when that one is well formed, else both are reset.
-/// Returns what was done (flushed; the caller fences). Never called with a
-/// transaction active (mount recovered it).
+/// Can [`repair`] fix shard `shard`'s journal on a cleanly unmounted pool? Yes
+/// when one copy is well formed and idle (it replaces the other), or when no copy
+/// is active (both are reset: idle records are history); an active transaction
+/// with no good copy may hold words to undo.
+pub fn repairable<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32) -> bool {
+    let offs: Vec<u64> = copies(geo, shard).collect();
+    offs.iter().any(|&b| check_copy(m, b, geo, false).is_none())
+        || offs.iter().all(|&b| read_copy(m, b).1.not())
+}
+
+/// Repair shard `shard`'s journal copies on a pool with no transaction in flight
+/// (`fsck --repair`): a damaged copy is replaced by the other when that one is
+/// well formed and idle, else both are reset. Returns what was done (flushed; the
+/// caller fences), `None` when nothing was wrong or nothing can be done safely
+/// ([`repairable`]).
 pub fn repair<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32) -> Option<String> {
     let w = check(m, geo, shard, false)?;
+    if !repairable(m, geo, shard) {
+        return None;
+    }
     let offs: Vec<u64> = copies(geo, shard).collect();
     let good: Vec<bool> = offs.iter().map(|&b| check_copy(m, b, geo, false).is_none()).collect();
     if let ([a, b], [ga, gb]) = (&offs[..], &good[..]) {
@@ -342,8 +357,13 @@ pub fn recover<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32) -> Result<
             // transaction half applied with nothing left to undo it.
             m.fence();
             outcome = JournalOutcome::RolledBack;
-        } else if outcome != JournalOutcome::RolledBack {
-            outcome = JournalOutcome::Finished;
+        } else {
+            // Finished, but the replicas of its slots may not have reached media
+            // with the words themselves (they share the apply's fence window).
+            sync_slots(m, geo, recs);
+            if outcome != JournalOutcome::RolledBack {
+                outcome = JournalOutcome::Finished;
+            }
         }
     }
     if outcome != JournalOutcome::Idle {

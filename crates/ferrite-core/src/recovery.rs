@@ -357,11 +357,19 @@ fn write_checkpoint<M: Medium + ?Sized>(
         bitmap_csum: c,
         csum: 0,
     };
+    // Whole blocks: the bytes past each bitmap's last bit and past the header
+    // are rewritten as zero too, so a clean unmount leaves no stale damage.
+    let whole = |v: &[u8]| {
+        let mut b = v.to_vec();
+        b.resize(v.len().div_ceil(BLOCK as usize).max(1) * BLOCK as usize, 0);
+        b
+    };
+    let (bb, ib, hb) = (whole(&bb), whole(&ib), whole(&h.encode()));
     for start in geo.ckpt_starts().into_iter().flatten() {
         let (boff, ioff, _) = bitmaps_bytes(geo, start);
         m.write_nt(boff, &bb);
         m.write_nt(ioff, &ib);
-        m.write_nt(start * BLOCK, &h.encode());
+        m.write_nt(start * BLOCK, &hb);
     }
     m.fence();
 }
@@ -558,11 +566,15 @@ fn scan_one<M: Medium>(
     blocks: &AtomicBitmap,
 ) -> Result<Scan> {
     let so = geo.slot_off(ino);
-    if repair && clean_word {
-        // Cleanly unmounted: every replica equals its primary's image, so a valid
-        // replica that differs means a damaged primary.
+    if repair {
+        // Cleanly unmounted, every replica equals its primary's image; after a
+        // crash (journals recovered) they can be one single-word step apart. A
+        // valid replica further away means a damaged primary.
         if let Some(r) = crate::replica::valid_replica_differs(m, geo, ino) {
-            crate::replica::restore_primary(m, geo, ino, &r);
+            let p = crate::replica::read_primary(m, geo, ino);
+            if clean_word || !crate::replica::one_step_apart(&p, &r) {
+                crate::replica::restore_primary(m, geo, ino, &r);
+            }
         }
     }
     let loaded = match load_slot(m, sb, geo, ino, clean_word) {
@@ -580,7 +592,16 @@ fn scan_one<M: Medium>(
         },
         r => r?,
     };
-    let Some((slot, st, w)) = loaded else { return Ok(Scan::Free) };
+    let Some((slot, st, w)) = loaded else {
+        // A create torn before its journal's fence can leave the new head, tail
+        // and type in a slot whose state never left zero: cleared.
+        let p = crate::replica::read_primary(m, geo, ino);
+        if repair && p[..8] == [0; 8] && p[8..].iter().any(|&b| b != 0) {
+            m.write(so, &[0u8; INODE_SLOT as usize]);
+            m.flush(so, INODE_SLOT);
+        }
+        return Ok(Scan::Free);
+    };
     if w.torn && repair {
         persist_u64(m, so + SLOT_TAIL, logptr::make(logptr::epoch(slot.tail), w.end));
     }

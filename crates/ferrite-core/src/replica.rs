@@ -17,7 +17,7 @@
 //! - A replica is believed only when its checksum matches ([`replica_valid`]).
 
 use crate::layout::{
-    replica_of, replica_valid, Geometry, INODE_SLOT, REPLICA_COVERED, REPLICA_USED,
+    replica_of, replica_valid, Geometry, InodeSlot, INODE_SLOT, REPLICA_COVERED, REPLICA_USED,
 };
 use crate::pmem::Medium;
 
@@ -75,6 +75,28 @@ pub fn valid_replica_differs<M: Medium + ?Sized>(
     (replica_valid(&r) && replica_of(&read_primary(m, geo, ino)) != r).then_some(r)
 }
 
+/// Could a crash (or a client's death) alone have left `replica` different from
+/// `primary`, once the journals are recovered? Stores outside the journal change
+/// one word at a time: a tail (a commit), the state from in use to free (+1), the
+/// head (fast GC); the journal's own words are settled by its recovery, which
+/// rewrites their replicas. Any other difference (the type, two words, a state
+/// from or to zero) is damage to the primary.
+pub fn one_step_apart(primary: &[u8], replica: &[u8]) -> bool {
+    let (p, r) = (InodeSlot::decode(primary), InodeSlot::decode(replica));
+    if p.ftype != r.ftype {
+        return false;
+    }
+    let diff = [p.state != r.state, p.head != r.head, p.tail != r.tail];
+    match diff {
+        [true, false, false] => {
+            let (lo, hi) = (p.state.min(r.state), p.state.max(r.state));
+            lo & 1 == 1 && hi == lo + 1
+        }
+        [false, true, false] | [false, false, true] => true,
+        _ => diff == [false; 3],
+    }
+}
+
 /// Write the replica of a never-used slot into every replica slot (mkfs; the
 /// caller fences).
 pub fn format_table<M: Medium + ?Sized>(m: &M, geo: &Geometry) {
@@ -108,7 +130,7 @@ pub fn restore_primary<M: Medium + ?Sized>(m: &M, geo: &Geometry, ino: u64, repl
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::{InodeSlot, BLOCK};
+    use crate::layout::BLOCK;
     use crate::pmem::persist_u64;
     use crate::sim::SimMedium;
 

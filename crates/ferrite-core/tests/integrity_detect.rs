@@ -3,6 +3,9 @@
 //! `ferrite scrub` run) to report it. Bytes that cannot matter (the format never
 //! reads them; listed with the reason) must leave every file readable as before.
 //! Prints the rate table; FERRITE_DETECT_TRIALS sets the trials per region.
+//! Every region with a second copy (superblocks, inode slots and their replicas,
+//! journals, checkpoints) must also be repaired by what `ferrite fsck` runs, with
+//! every file reading as before.
 
 mod common;
 mod integ_util;
@@ -22,16 +25,29 @@ enum Kind {
     DataBlock,
     Journal,
     Checkpoint,
+    SlotReplica,
+    JournalReplica,
+    CheckpointReplica,
 }
 
-const KINDS: [Kind; 6] = [
+const KINDS: [Kind; 9] = [
     Kind::Superblock,
     Kind::InodeSlot,
     Kind::LogPage,
     Kind::DataBlock,
     Kind::Journal,
     Kind::Checkpoint,
+    Kind::SlotReplica,
+    Kind::JournalReplica,
+    Kind::CheckpointReplica,
 ];
+
+impl Kind {
+    /// Has a second copy that repair restores it from (or rewrites it from).
+    fn copied(self) -> bool {
+        !matches!(self, Kind::LogPage | Kind::DataBlock)
+    }
+}
 
 /// A damage target: the byte range that may be hit and which of its bytes matter
 /// (`None`: all of them), with the reason the others cannot.
@@ -96,12 +112,16 @@ fn target(kind: Kind, img: &[u8], rng: &mut Rng) -> Option<Target> {
                 hot: 0,
             }
         }
-        Kind::InodeSlot => {
+        Kind::InodeSlot | Kind::SlotReplica => {
             let inos: Vec<u64> =
                 owners.iter().filter(|r| r.owner == "log").filter_map(|r| r.ino).collect();
             let ino = inos[rng.below(inos.len() as u64) as usize];
             Target {
-                start: geo.slot_off(ino),
+                start: if kind == Kind::InodeSlot {
+                    geo.slot_off(ino)
+                } else {
+                    geo.slot_replica_off(ino).unwrap()
+                },
                 len: 64,
                 matters: Box::new(all),
                 unused_reason: "",
@@ -140,9 +160,9 @@ fn target(kind: Kind, img: &[u8], rng: &mut Rng) -> Option<Target> {
                 hot: 0,
             }
         }
-        Kind::Journal => {
+        Kind::Journal | Kind::JournalReplica => {
             let s = rng.below(geo.nshards as u64) as u32;
-            let base = geo.journal_off(s);
+            let base = geo.journal_offs(s)[(kind == Kind::JournalReplica) as usize].unwrap();
             let count = u64_at(img, base + 8);
             let live = 64 + 24 * count;
             Target {
@@ -150,6 +170,7 @@ fn target(kind: Kind, img: &[u8], rng: &mut Rng) -> Option<Target> {
                 len: 512,
                 // With no records, the state word's transaction id is free (ids are
                 // only compared inside one journal's checksum); its active bit is not.
+                // (The copies are compared too, so these bytes are reported anyway.)
                 matters: Box::new(move |o, x| match o {
                     0 if count == 0 => x & 1 != 0,
                     1..8 if count == 0 => false,
@@ -161,10 +182,11 @@ fn target(kind: Kind, img: &[u8], rng: &mut Rng) -> Option<Target> {
                 hot: live,
             }
         }
-        Kind::Checkpoint => {
+        Kind::Checkpoint | Kind::CheckpointReplica => {
             let k = rng.below(geo.ckpt_blocks);
+            let start = geo.ckpt_starts()[(kind == Kind::CheckpointReplica) as usize].unwrap();
             Target {
-                start: (geo.ckpt_start + k) * BLOCK,
+                start: (start + k) * BLOCK,
                 len: BLOCK,
                 matters: Box::new(all),
                 unused_reason: "",
@@ -181,7 +203,28 @@ struct Row {
     detected: u64,
     unused: u64,
     unused_harmless: u64,
+    repaired: u64,
     misses: Vec<String>,
+}
+
+/// What `ferrite fsck --repair` runs: the raw replica repair, a read-write mount
+/// (crash recovery, superblock twin), `Fs::repair`, an unmount (both checkpoint
+/// copies rewritten). Then the pool must check clean and read as `model`.
+fn repairs_to_model(img: Vec<u8>, model: &integ_util::Model) -> std::result::Result<(), String> {
+    let m = SimMedium::from_image(img);
+    integrity::repair_replicas_raw(&m);
+    let fs = Fs::mount(m, &MountOptions::default()).map_err(|e| format!("mount: {e}"))?;
+    fs.repair().map_err(|e| format!("repair: {e}"))?;
+    let m = fs.unmount().map_err(|e| format!("unmount: {e}"))?;
+    let (rep, m) = check_pool(m, &mut |_, _| {});
+    if !rep.is_clean() {
+        return Err(format!("not clean after repair: {:?}", rep.findings));
+    }
+    let fs = Fs::mount(m.unwrap(), &MountOptions::default()).map_err(|e| format!("{e}"))?;
+    match integ_util::read_all(&fs, model) {
+        Ok(true) => Ok(()),
+        r => Err(format!("files read back otherwise after repair: {r:?}")),
+    }
 }
 
 #[test]
@@ -219,6 +262,12 @@ fn damage_to_every_region_is_detected() {
             let what = format!("{kind:?} seed {seed}: {n} byte(s) at {:#x}+{at}", tg.start);
             let (rep, _) = check_pool(SimMedium::from_image(img.clone()), &mut |_, _| {});
             let detected = !rep.is_clean();
+            if detected && kind.copied() {
+                match repairs_to_model(img.clone(), &model) {
+                    Ok(()) => row.repaired += 1,
+                    Err(e) => row.misses.push(format!("{what}: {e}")),
+                }
+            }
             if matters {
                 row.mattered += 1;
                 if detected {
@@ -241,12 +290,13 @@ fn damage_to_every_region_is_detected() {
     }
     println!(
         "\n| region | pools | damage hit used bytes | detected | rate | hit only unused bytes \
-         (harmless) |"
+         (harmless) | repaired from the other copy |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for (kind, r) in &rows {
+        let repaired = if kind.copied() { r.repaired.to_string() } else { "no copy".into() };
         println!(
-            "| {kind:?} | {} | {} | {} | {:.1}% | {} ({}) |",
+            "| {kind:?} | {} | {} | {} | {:.1}% | {} ({}) | {repaired} |",
             r.trials,
             r.mattered,
             r.detected,
