@@ -197,6 +197,8 @@ struct Info {
     flush_instruction: String,
     nt_threshold: usize,
     data_checksum: String,
+    /// Second copies of inode slots, journals and checkpoint (format feature bit 1).
+    metadata_replicas: bool,
     geometry: ferrite_core::layout::Geometry,
     warnings: Vec<String>,
 }
@@ -256,6 +258,7 @@ pub fn info(a: &InfoArgs) -> i32 {
         flush_instruction: format!("{:?}", cfg.flush),
         nt_threshold: cfg.nt_threshold,
         data_checksum: format!("CRC32C ({})", ferrite_core::log::page_crc_kernel()),
+        metadata_replicas: g.replicas,
         geometry: g,
         warnings: access_warning(&a.pool).into_iter().collect(),
     };
@@ -289,6 +292,12 @@ pub fn info(a: &InfoArgs) -> i32 {
             info.flush_instruction, info.nt_threshold
         );
         println!("checksums:     {} over each data page", info.data_checksum);
+        let rep = if info.metadata_replicas {
+            "inode slots, journals and checkpoint have a second copy"
+        } else {
+            "none (inode slots, journals and checkpoint have one copy)"
+        };
+        println!("replicas:      {rep}");
         for w in &info.warnings {
             println!("warning:       {w}");
         }
@@ -320,6 +329,10 @@ pub fn upgrade(a: &UpgradeArgs) -> i32 {
         Ok(v) => {
             let now = ferrite_core::layout::VERSION;
             println!("{}: format version {v} -> {now}", a.pool.display());
+            println!(
+                "  without metadata replicas (second copies of inode slots, journals and the \
+                 checkpoint): copy the files to a pool made by `ferrite mkfs` to get them"
+            );
             0
         }
         Err(e) => {

@@ -49,7 +49,8 @@ enum Cmd {
     Bmap(integrity::BmapArgs),
     /// List every used block range of a pool with its owner.
     Blocks(integrity::BlocksArgs),
-    /// Convert a pool of an older format version (1 to 3) to this build's (4), in place.
+    /// Convert a pool of an older format version (1 to 4) to this build's (5), in place
+    /// (without metadata replicas: those need a new pool).
     Upgrade(admin::UpgradeArgs),
     /// List a directory.
     Ls(tools::LsArgs),

@@ -360,7 +360,11 @@ pub fn recover<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32) -> Result<
         } else {
             // Finished, but the replicas of its slots may not have reached media
             // with the words themselves (they share the apply's fence window).
+            // Durable before the journal stops naming the slots: otherwise a crash
+            // could keep "inactive" and a stale replica that a later recovery would
+            // take for the slot (found by the simulator, crashing recovery).
             sync_slots(m, geo, recs);
+            m.fence();
             if outcome != JournalOutcome::RolledBack {
                 outcome = JournalOutcome::Finished;
             }

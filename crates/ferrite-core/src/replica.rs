@@ -168,6 +168,37 @@ mod tests {
     }
 
     #[test]
+    fn one_step_apart_is_what_one_store_outside_the_journal_makes() {
+        let s = InodeSlot {
+            state: 3,
+            head: 1 << 20,
+            tail: (1 << 20) + 88,
+            ftype: 1,
+            ..Default::default()
+        };
+        let step = |f: &dyn Fn(&mut InodeSlot)| {
+            let mut t = s;
+            f(&mut t);
+            one_step_apart(&s.encode(), &t.encode())
+        };
+        assert!(step(&|_| {}));
+        assert!(step(&|t| t.tail += 64)); // a commit
+        assert!(step(&|t| t.head += 4096)); // fast GC
+        assert!(step(&|t| t.state += 1)); // a free
+        assert!(!step(&|t| t.state = 0)); // a zeroed state
+        assert!(!step(&|t| t.state += 2));
+        assert!(!step(&|t| t.ftype = 2));
+        assert!(!step(&|t| {
+            t.head += 4096;
+            t.tail += 64;
+        }));
+        let free = InodeSlot { state: 4, ..s };
+        let mut t = free;
+        t.state = 5; // even to odd is a create: journaled, never a single store
+        assert!(!one_step_apart(&free.encode(), &t.encode()));
+    }
+
+    #[test]
     fn pools_without_replicas_have_no_replica_slots() {
         let g = Geometry::compute_with(256, 2, 64, false).unwrap();
         let m = SimMedium::new(256 * BLOCK);

@@ -134,7 +134,10 @@ impl<M: CountedMedium> Target for LibTarget<M> {
             m
         };
         prefault(&m);
-        self.fs = Some(Fs::mkfs(m, &MkfsOptions::default())?);
+        // FERRITE_BENCH_REPLICAS=0 formats without metadata replicas, to measure
+        // what they cost (docs/BENCHMARKS.md).
+        let replicas = std::env::var("FERRITE_BENCH_REPLICAS").map_or(true, |v| v != "0");
+        self.fs = Some(Fs::mkfs(m, &MkfsOptions { replicas, ..Default::default() })?);
         Ok(())
     }
 
