@@ -126,6 +126,18 @@ fn a_damaged_superblock_copy_is_reported_then_rewritten_from_its_twin() {
     assert_eq!(run(ferrite().args(["fsck", "-y", p.s()])).0, 0, "idempotent");
 }
 
+/// Put the root's log tail back to `old_tail` in its slot and in the slot's
+/// replica: a lost update, as a bug would make it, not damage a copy reveals.
+fn lose_root_update(p: &Pool, geo: &ferrite_core::layout::Geometry, old_tail: u64) {
+    poke(p, geo.slot_off(1) + 16, &old_tail.to_le_bytes());
+    let m = medium(p);
+    let mut slot = [0u8; 64];
+    m.read(geo.slot_off(1), &mut slot);
+    drop(m);
+    let rep = ferrite_core::layout::replica_of(&slot);
+    poke(p, geo.slot_replica_off(1).unwrap(), &rep);
+}
+
 #[test]
 fn repair_links_orphans_into_lost_and_found() {
     let p = Pool::new("orphan");
@@ -142,7 +154,15 @@ fn repair_links_orphans_into_lost_and_found() {
     drop(m);
     let (c, _, e) = run(ferrite().args(["mkdir", "--pool", p.s(), "/b"]));
     assert_eq!(c, 0, "{e}");
+    let new_tail = medium(&p).load_u64(tail_off);
+    // Put back in the slot alone, the old tail is damage its replica undoes.
     poke(&p, tail_off, &old_tail.to_le_bytes());
+    let (c, out, _) = run(ferrite().args(["fsck", p.s()]));
+    assert_eq!(c, 1, "{out}");
+    assert!(out.contains("inode 1: slot restored from its replica"), "{out}");
+    assert_eq!(medium(&p).load_u64(tail_off), new_tail);
+    // Put back in both copies, it is a lost update: fsck cannot tell.
+    lose_root_update(&p, &geo, old_tail);
     let (c, out, _) = run(ferrite().args(["fsck", p.s()]));
     assert_eq!(c, 4, "{out}");
     assert!(out.contains("unreachable") || out.contains("link count"), "{out}");
@@ -166,7 +186,7 @@ fn repair_links_orphans_into_lost_and_found() {
     drop(m);
     let (c, _, e) = run(ferrite().args(["put", "--pool", p.s(), "/etc/hostname", "/f"]));
     assert_eq!(c, 0, "{e}");
-    poke(&p, tail_off, &old_tail.to_le_bytes());
+    lose_root_update(&p, &geo, old_tail);
     assert_eq!(run(ferrite().args(["fsck", p.s()])).0, 4);
     let (c, out, _) = run(ferrite().args(["fsck", "-y", p.s()]));
     assert_eq!(c, 1, "{out}");

@@ -1,7 +1,9 @@
 //! Corrupted-pool campaign: seeded pools with known contents get random damage
 //! (bit flips, 8-byte words, zeroed pages, random pages, truncation), then go
-//! through the checker (`check_pool`: fsck -n / scrub), a read-write mount, a read
-//! of every file, `Fs::repair` and a second check. Requirements: no panic
+//! through the checker (`check_pool`: fsck -n / scrub), a read-write mount and a
+//! read of every file (what a user who runs no fsck sees), then what `ferrite fsck
+//! --repair` runs (the raw replica repair, a mount, `Fs::repair`, an unmount), a
+//! second check and a read of every file again. Requirements: no panic
 //! (catch_unwind), no hang (a watchdog per pool), and no file read returning bytes
 //! that differ from the known contents (damage is an error, a refused mount or a
 //! missing name, never other bytes).
@@ -42,6 +44,8 @@ struct Outcome {
     wrong: Vec<String>,
     /// Repair ran and the check after it was clean.
     repaired_clean: bool,
+    /// After repair, every file read back whole.
+    all_back: bool,
 }
 
 /// Damage `img` in place; returns the kind. Half of the damage aims at blocks in use.
@@ -95,23 +99,29 @@ fn run_one(img: Vec<u8>, model: &integ_util::Model) -> Outcome {
     let mut o = Outcome::default();
     let (rep, _) = check_pool(SimMedium::from_image(img.clone()), &mut |_, _| {});
     o.detected = !rep.is_clean();
-    let fs = match Fs::mount(SimMedium::from_image(img), &MountOptions::default()) {
-        Ok(fs) => fs,
-        Err(_) => {
-            o.mount_failed = true;
-            return o;
-        }
-    };
-    match integ_util::read_all(&fs, model) {
-        Ok(all) => o.read_errors = !all,
-        Err(p) => o.wrong.push(p),
+    match Fs::mount(SimMedium::from_image(img.clone()), &MountOptions::default()) {
+        Ok(fs) => match integ_util::read_all(&fs, model) {
+            Ok(all) => o.read_errors = !all,
+            Err(p) => o.wrong.push(p),
+        },
+        Err(_) => o.mount_failed = true,
     }
+    // What `ferrite fsck --repair` runs.
+    let m = SimMedium::from_image(img);
+    integrity::repair_replicas_raw(&m);
+    let Ok(fs) = Fs::mount(m, &MountOptions::default()) else { return o };
     let _ = fs.fsck();
     let _ = fs.check_data(&mut |_, _| {});
     if fs.repair().is_ok() {
         if let Ok(m) = fs.unmount() {
-            let (rep, _) = check_pool(SimMedium::from_image(m.current_image()), &mut |_, _| {});
+            let (rep, m) = check_pool(SimMedium::from_image(m.current_image()), &mut |_, _| {});
             o.repaired_clean = rep.is_clean();
+            if let Some(fs) = m.and_then(|m| Fs::mount(m, &MountOptions::default()).ok()) {
+                match integ_util::read_all(&fs, model) {
+                    Ok(all) => o.all_back = all,
+                    Err(p) => o.wrong.push(format!("after repair: {p}")),
+                }
+            }
         }
     }
     o
@@ -122,7 +132,7 @@ fn random_damage_never_panics_hangs_or_reads_back_as_good() {
     let pools: u64 =
         std::env::var("FERRITE_CAMPAIGN_POOLS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
     let t0 = std::time::Instant::now();
-    let mut stats: std::collections::BTreeMap<Damage, [u64; 6]> = Default::default();
+    let mut stats: std::collections::BTreeMap<Damage, [u64; 7]> = Default::default();
     let (mut panics, mut hangs, mut wrong_undetected, mut wrong_detected) = (0, 0, 0, 0);
     let mut failures = Vec::new();
     // A handful of base pools, each damaged many ways.
@@ -170,6 +180,7 @@ fn random_damage_never_panics_hangs_or_reads_back_as_good() {
                 s[2] += o.mount_failed as u64;
                 s[3] += o.read_errors as u64;
                 s[4] += o.repaired_clean as u64;
+                s[6] += o.all_back as u64;
                 if !o.wrong.is_empty() {
                     s[5] += 1;
                     if o.detected {
@@ -201,11 +212,14 @@ fn random_damage_never_panics_hangs_or_reads_back_as_good() {
     );
     println!(
         "| damage | pools | checker reported | mount refused | some read failed | clean after \
-         repair | some read returned other bytes |"
+         repair | every file whole after repair | some read returned other bytes |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for (k, s) in &stats {
-        println!("| {k:?} | {} | {} | {} | {} | {} | {} |", s[0], s[1], s[2], s[3], s[4], s[5]);
+        println!(
+            "| {k:?} | {} | {} | {} | {} | {} | {} | {} |",
+            s[0], s[1], s[2], s[3], s[4], s[6], s[5]
+        );
     }
     assert!(failures.is_empty(), "{} failures: {failures:#?}", failures.len());
 }
