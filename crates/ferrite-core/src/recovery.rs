@@ -291,6 +291,11 @@ impl<M: Medium> Fs<M> {
                 self.free_inode_now(&i, &mut st);
             }
         }
+        // Every replica equal to its slot before the pool is marked clean (commits
+        // leave replica tails behind); persisted by the checkpoint's fence.
+        for ino in 1..=self.geo.ninodes {
+            crate::replica::resync_slot(&self.m, &self.geo, ino);
+        }
         let blocks = self.balloc.used_bitmap();
         let inodes = self.ialloc.used_bitmap();
         write_checkpoint(&self.m, &self.geo, self.generation, &blocks, &inodes);
@@ -572,8 +577,8 @@ fn scan_one<M: Medium>(
         // valid replica further away means a damaged primary.
         if let Some(r) = crate::replica::valid_replica_differs(m, geo, ino) {
             let p = crate::replica::read_primary(m, geo, ino);
-            if clean_word || !crate::replica::one_step_apart(&p, &r) {
-                crate::replica::restore_primary(m, geo, ino, &r);
+            if clean_word || !crate::replica::crash_consistent(&p, &r) {
+                restore_from_replica(m, sb, geo, ino, &p, &r, clean_word);
             }
         }
     }
@@ -583,7 +588,8 @@ fn scan_one<M: Medium>(
         // last made durable (after a crash, possibly without the last operation).
         Err(e) if repair => match crate::replica::valid_replica_differs(m, geo, ino) {
             Some(r) => {
-                crate::replica::restore_primary(m, geo, ino, &r);
+                let p = crate::replica::read_primary(m, geo, ino);
+                restore_from_replica(m, sb, geo, ino, &p, &r, clean_word);
                 load_slot(m, sb, geo, ino, clean_word).map_err(|e2| {
                     Error::corrupt(format!("{e}; its replica does not validate either: {e2}"))
                 })?
@@ -632,6 +638,40 @@ fn scan_one<M: Medium>(
         }
     }
     Ok(Scan::Live { torn: w.torn })
+}
+
+/// Restore inode `ino`'s damaged slot `primary` from its valid `replica`
+/// (flushed; the caller fences). On a cleanly unmounted pool the replica is the
+/// slot. After a crash its tail may be behind: the primary's tail is kept if the
+/// log walks to it from the replica's head, else the tail is left where the log's
+/// valid entries end, walking on from the replica's (the scan then cuts it to
+/// the last complete operation whose data checks out).
+fn restore_from_replica<M: Medium>(
+    m: &M,
+    sb: &Superblock,
+    geo: &Geometry,
+    ino: u64,
+    primary: &[u8; 64],
+    replica: &[u8; 64],
+    clean_word: bool,
+) {
+    crate::replica::restore_primary(m, geo, ino, replica);
+    let r = InodeSlot::decode(replica);
+    if clean_word || !r.in_use() {
+        return;
+    }
+    let tail_off = geo.slot_off(ino) + SLOT_TAIL;
+    let p_tail = InodeSlot::decode(primary).tail;
+    if p_tail != r.tail && logptr::epoch(p_tail) == logptr::epoch(r.tail) {
+        persist_u64(m, tail_off, p_tail);
+        if matches!(load_slot(m, sb, geo, ino, false), Ok(Some((_, _, w))) if !w.torn) {
+            return;
+        }
+    }
+    // A tail the walk never meets (no entry ends at a page's last word): the walk
+    // stops where the valid entries do.
+    let page = logptr::addr(r.tail) & !(BLOCK - 1);
+    persist_u64(m, tail_off, logptr::make(logptr::epoch(r.tail), page + log::LOG_DATA_END));
 }
 
 /// Read inode `ino`'s slot and walk its log: `None` for a free slot.
