@@ -1,5 +1,5 @@
 //! The body of the `mount_fsck` fuzz target, in a library so that a stable-toolchain
-//! smoke test (`tests/smoke.rs`) can run it too.
+//! smoke test (`crates/ferrite-core/tests/fuzz_smoke.rs`, in CI) can run it too.
 //!
 //! Input format (first byte selects the mode):
 //! - even first byte: the rest is a raw pool image, zero-padded to at least
@@ -135,8 +135,16 @@ fn apply_op(fs: &Fs<SimMedium>, op: &[u8], dirs: &mut Vec<u64>, files: &mut Vec<
         }
         9 => {
             if let Some(f) = pick(files, a) {
-                let mode = FallocMode { keep_size: true, punch_hole: c % 2 == 0 };
-                let _ = fs.fallocate(f, mode, b as u64 * 50, c as u64 * 70 + 1);
+                // Every mode: plain, keep size, punch, collapse, zero range, insert.
+                let flags = [0i32, 1, 3, 8, 16, 32][c as usize % 6];
+                if let Ok(mode) = FallocMode::from_flags(flags) {
+                    let (off, len) = if flags & 40 != 0 {
+                        (b as u64 % 4 * 4096, (c as u64 % 3 + 1) * 4096)
+                    } else {
+                        (b as u64 * 50, c as u64 * 70 + 1)
+                    };
+                    let _ = fs.fallocate(f, mode, off, len);
+                }
             }
         }
         10 => {
@@ -161,6 +169,8 @@ fn probe(img: Vec<u8>) {
     // What `ferrite scrub` and `fsck -n` run: never a panic.
     let _ = ferrite_core::integrity::check_pool(SimMedium::from_image(img.clone()), &mut |_, _| {});
     let m = SimMedium::from_image(img);
+    // What `ferrite fsck` runs before it mounts: slots restored from their replicas.
+    let _ = ferrite_core::integrity::repair_replicas_raw(&m);
     let Ok(fs) = Fs::mount(m, &MountOptions { workers: 1, ..Default::default() }) else {
         return;
     };
@@ -219,6 +229,10 @@ fn walk<M: Medium>(fs: &Fs<M>) {
                 FileType::Symlink => {
                     let _ = fs.readlink(e.ino);
                 }
+                FileType::Fifo
+                | FileType::CharDevice
+                | FileType::BlockDevice
+                | FileType::Socket => {}
                 FileType::Regular => {
                     let mut buf = vec![0u8; 16 << 10];
                     let mut off = 0u64;

@@ -1089,8 +1089,8 @@ impl<M: Medium> Fs<M> {
             }
             self.m.fence();
         }
-        // The replica's tail is not kept in step here (it costs a second line per
-        // commit, measured at a fifth of a small write): `replica` says when it is.
+        // The replica's tail is not kept in step here (a second written and
+        // flushed line per commit): `replica` says when it is.
         persist_u64(&self.m, tail_off, a.new_tail);
         self.m.fence();
         if !freed.is_empty() {

@@ -7,9 +7,8 @@
 //! - The primary slot is authoritative. A replica slot is a function of its
 //!   primary ([`replica_of`]). Every store of a state or a head, and every
 //!   journaled store, is followed by [`sync_slot`] before the fence that makes it
-//!   durable; a commit's tail store is not (a second line per commit costs a fifth
-//!   of a small write on this hardware), and the clean unmount rewrites every
-//!   replica ([`resync_slot`]). So on a cleanly unmounted pool every replica equals
+//!   durable; a commit's tail store is not (it would write and flush a second line
+//!   per commit), and the clean unmount rewrites every replica ([`resync_slot`]). So on a cleanly unmounted pool every replica equals
 //!   its primary's image and a difference is damage.
 //! - After a crash or the death of a direct-access client, a replica's tail (and
 //!   so its head) may be behind its primary's, and a head or state stored in the

@@ -183,3 +183,28 @@ fn a_write_stores_nothing_more_with_replicas() {
     assert_eq!(plain_f, rep_f, "replicas add no fence");
     assert_eq!(rep, plain, "a commit writes nothing to the replicas");
 }
+
+#[test]
+fn a_create_or_unlink_writes_a_few_lines_more_with_replicas_and_no_fence() {
+    let mut cost = Vec::new();
+    for replicas in [false, true] {
+        let opts = MkfsOptions { shards: 1, replicas, ..Default::default() };
+        let fs = Fs::mkfs(SimMedium::new(16 * MB), &opts).unwrap();
+        let before = fs.medium().stats().snapshot();
+        for k in 0..50 {
+            let name = format!("f{k}");
+            fs.create(fs.root(), name.as_bytes(), 0o644, 0, 0).unwrap();
+            fs.unlink(fs.root(), name.as_bytes()).unwrap();
+        }
+        let after = fs.medium().stats().snapshot();
+        let written =
+            (after.nt_bytes - before.nt_bytes) + (after.flushed_bytes - before.flushed_bytes);
+        cost.push((written / 100, after.fences - before.fences));
+    }
+    let ((plain, plain_f), (rep, rep_f)) = (cost[0], cost[1]);
+    assert_eq!(plain_f, rep_f, "replicas add no fence");
+    // The journal's records and header twice, and the touched slots' replicas.
+    let extra = rep - plain;
+    println!("bytes written per create or unlink: {plain} without replicas, {rep} with");
+    assert!((64..=320).contains(&extra), "{extra} more bytes per namespace operation");
+}
