@@ -162,48 +162,55 @@ fn an_active_journal_with_a_damaged_copy_is_rolled_back_from_the_other() {
     assert!(rep.is_clean(), "{:?}", rep.findings);
 }
 
+/// Bytes written (flushed or non-temporal) and fences of `ops`, run after `setup`
+/// on a fresh pool with or without replicas.
+fn cost(
+    replicas: bool,
+    setup: impl Fn(&Fs<SimMedium>),
+    ops: impl Fn(&Fs<SimMedium>),
+) -> (u64, u64) {
+    let opts = MkfsOptions { shards: 1, replicas, ..Default::default() };
+    let fs = Fs::mkfs(SimMedium::new(16 * MB), &opts).unwrap();
+    setup(&fs);
+    let before = fs.medium().stats().snapshot();
+    ops(&fs);
+    let after = fs.medium().stats().snapshot();
+    let written = (after.nt_bytes - before.nt_bytes) + (after.flushed_bytes - before.flushed_bytes);
+    (written, after.fences - before.fences)
+}
+
 #[test]
 fn a_write_stores_nothing_more_with_replicas() {
-    let mut per_write = Vec::new();
-    for replicas in [false, true] {
-        let opts = MkfsOptions { shards: 1, replicas, ..Default::default() };
-        let fs = Fs::mkfs(SimMedium::new(16 * MB), &opts).unwrap();
+    let setup = |fs: &Fs<SimMedium>| {
         let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
         fs.write(f, 0, &[1u8; 8192]).unwrap();
-        let before = fs.medium().stats().snapshot();
+    };
+    let ops = |fs: &Fs<SimMedium>| {
+        let f = fs.resolve(b"/f", false).unwrap();
         for k in 0..100u64 {
             fs.write(f, (k * 64) % 8192, &[k as u8; 64]).unwrap();
         }
-        let after = fs.medium().stats().snapshot();
-        let written =
-            (after.nt_bytes - before.nt_bytes) + (after.flushed_bytes - before.flushed_bytes);
-        per_write.push((written, after.fences - before.fences));
-    }
-    let ((plain, plain_f), (rep, rep_f)) = (per_write[0], per_write[1]);
+    };
+    let (plain, plain_f) = cost(false, setup, ops);
+    let (rep, rep_f) = cost(true, setup, ops);
     assert_eq!(plain_f, rep_f, "replicas add no fence");
     assert_eq!(rep, plain, "a commit writes nothing to the replicas");
 }
 
 #[test]
 fn a_create_or_unlink_writes_a_few_lines_more_with_replicas_and_no_fence() {
-    let mut cost = Vec::new();
-    for replicas in [false, true] {
-        let opts = MkfsOptions { shards: 1, replicas, ..Default::default() };
-        let fs = Fs::mkfs(SimMedium::new(16 * MB), &opts).unwrap();
-        let before = fs.medium().stats().snapshot();
+    let ops = |fs: &Fs<SimMedium>| {
         for k in 0..50 {
             let name = format!("f{k}");
             fs.create(fs.root(), name.as_bytes(), 0o644, 0, 0).unwrap();
             fs.unlink(fs.root(), name.as_bytes()).unwrap();
         }
-        let after = fs.medium().stats().snapshot();
-        let written =
-            (after.nt_bytes - before.nt_bytes) + (after.flushed_bytes - before.flushed_bytes);
-        cost.push((written / 100, after.fences - before.fences));
-    }
-    let ((plain, plain_f), (rep, rep_f)) = (cost[0], cost[1]);
+    };
+    let (plain, plain_f) = cost(false, |_| {}, ops);
+    let (rep, rep_f) = cost(true, |_| {}, ops);
     assert_eq!(plain_f, rep_f, "replicas add no fence");
     // The journal's records and header twice, and the touched slots' replicas.
+    let (plain, rep) = (plain / 100, rep / 100);
     let extra = rep - plain;
     println!("bytes written per create or unlink: {plain} without replicas, {rep} with");
     assert!((64..=320).contains(&extra), "{extra} more bytes per namespace operation");
