@@ -152,6 +152,17 @@ int ferrite_ftruncate(struct ferrite *f, int fd, int64_t len);
 // ZERO_RANGE, COLLAPSE_RANGE and INSERT_RANGE.
 int ferrite_fallocate(struct ferrite *f, int fd, int mode, int64_t off, int64_t len);
 
+// FICLONERANGE between two open files of the pool: `len` bytes (0: to the
+// source's end) of `dst_fd` from `off_out` share the blocks of `src_fd` from
+// `off_in`, copy-on-write (a reflink: no data copied), durable and atomic when it
+// returns. Offsets page-aligned; errors as Linux's ioctl.
+int ferrite_clone_range(struct ferrite *f,
+                        int src_fd,
+                        int64_t off_in,
+                        int dst_fd,
+                        int64_t off_out,
+                        int64_t len);
+
 // fstat(2) into `st`.
 int ferrite_fstat(struct ferrite *f, int fd, struct ferrite_stat *st);
 

@@ -534,6 +534,38 @@ impl Handle {
         self.fs().fallocate_as(f.ino, m, off, len, self_lacks_cap_fsetid).map_err(e)
     }
 
+    /// FICLONERANGE: make `len` bytes of `dst_fd` from `off_out` share the data of
+    /// `src_fd` from `off_in` (`len` 0: to the source's end), a reflink, durable
+    /// and atomic when it returns; Linux's rules and errors (EINVAL for unaligned
+    /// ranges or overlap in one file, EBADF for access modes, EBUSY while the
+    /// destination is DAX-mapped).
+    pub fn clone_range(
+        &self,
+        src_fd: i32,
+        off_in: i64,
+        dst_fd: i32,
+        off_out: i64,
+        len: i64,
+    ) -> R<()> {
+        let (s, d) = (self.file(src_fd)?, self.file(dst_fd)?);
+        if !s.readable || !d.writable || d.append {
+            return Err(libc::EBADF);
+        }
+        if off_in < 0 || off_out < 0 || len < 0 {
+            return Err(libc::EINVAL);
+        }
+        if self.through_kernel(&d).is_some() {
+            // Page-cache users of the destination: the kernel's FUSE client has no
+            // reflinks.
+            return Err(libc::EOPNOTSUPP);
+        }
+        let (a, b, n) = (off_in as u64, off_out as u64, len as u64);
+        self.fs()
+            .clone_range_as(s.ino, a, d.ino, b, n, self_lacks_cap_fsetid)
+            .map(|_| ())
+            .map_err(e)
+    }
+
     /// fstat(2).
     pub fn fstat(&self, fd: i32) -> R<ferrite_stat> {
         let f = self.file(fd)?;

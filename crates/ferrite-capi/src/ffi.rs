@@ -332,6 +332,25 @@ pub unsafe extern "C" fn ferrite_fallocate(
     guard(-1, || unsafe { handle(f)?.fallocate(fd, mode, off, len).map(|()| 0) })
 }
 
+/// FICLONERANGE between two open files of the pool: `len` bytes (0: to the
+/// source's end) of `dst_fd` from `off_out` share the blocks of `src_fd` from
+/// `off_in`, copy-on-write (a reflink: no data copied), durable and atomic when it
+/// returns. Offsets page-aligned; errors as Linux's ioctl.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_clone_range(
+    f: *mut ferrite,
+    src_fd: c_int,
+    off_in: i64,
+    dst_fd: c_int,
+    off_out: i64,
+    len: i64,
+) -> c_int {
+    // SAFETY: the caller's handle.
+    guard(-1, || unsafe {
+        handle(f)?.clone_range(src_fd, off_in, dst_fd, off_out, len).map(|()| 0)
+    })
+}
+
 /// fstat(2) into `st`.
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_fstat(f: *mut ferrite, fd: c_int, st: *mut ferrite_stat) -> c_int {

@@ -83,6 +83,10 @@ fn c_examples_build_with_pkg_config_and_run() {
     compile(&prefix, "shift_range", &shift);
     let out = run(Command::new(&shift).env("FERRITE_MOUNT", &m.mnt));
     assert!(String::from_utf8_lossy(&out.stdout).contains("shift range: ok"));
+    let reflink = m.scratch().join("reflink");
+    compile(&prefix, "reflink", &reflink);
+    let out = run(Command::new(&reflink).env("FERRITE_MOUNT", &m.mnt));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("reflink: ok"));
     let pool = m.scratch().join("own.pool");
     let out = run(Command::new(&own).env("FERRITE_POOL", &pool));
     assert!(String::from_utf8_lossy(&out.stdout).contains("own pool: ok"));

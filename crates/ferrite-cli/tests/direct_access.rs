@@ -1006,3 +1006,31 @@ fn a_mapping_process_killed_leaves_its_stores_and_no_pin() {
     let (_, fsck) = m.check_pool();
     assert!(fsck.is_clean(), "{:?}", fsck.errors);
 }
+
+/// `cp --reflink=always` (ioctl FICLONE) under `ferrite run`: the copy shares the
+/// source's blocks (no space used, no data copied) and each file keeps its own
+/// view afterwards; without the preload library the kernel's FUSE client refuses.
+#[test]
+fn cp_reflink_under_ferrite_run() {
+    let m = Mount::new("direct-reflink", "256M", "");
+    let stats = m.scratch().join("stats");
+    let (a, b, c) = (m.mnt.join("a"), m.mnt.join("b"), m.mnt.join("c"));
+    let data: Vec<u8> =
+        (0..32u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    std::fs::write(&a, &data).unwrap();
+    let plain = Command::new("cp").arg("--reflink=always").arg(&a).arg(&c).output().unwrap();
+    assert!(!plain.status.success(), "the mount alone made a reflink");
+    let free = statvfs_free(&m.mnt);
+    let out = run(ferrite_run(&m, &stats).arg("cp").arg("--reflink=always").arg(&a).arg(&b));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let used = free.saturating_sub(statvfs_free(&m.mnt));
+    assert!(used < 64, "a reflink of 8192 pages used {used} blocks");
+    assert!(std::fs::read(&b).unwrap() == data, "the clone reads as the source");
+    // A write to the clone changes only the clone.
+    let f = std::fs::OpenOptions::new().write(true).open(&b).unwrap();
+    f.write_all_at(b"changed", 4096 * 100).unwrap();
+    drop(f);
+    assert!(std::fs::read(&a).unwrap() == data, "the source changed with its clone");
+    let s = direct_stats(&stats);
+    assert!(s.iter().map(|x| x.direct).sum::<u64>() > 0, "{s:?}");
+}

@@ -138,6 +138,29 @@ impl AtomicBitmap {
         }
         Ok(())
     }
+    /// Set bits `[start, start + n)` a word at a time, pushing each bit that was
+    /// already set onto `again` (recovery counts shared data blocks with it).
+    pub fn claim_range_counting(&self, start: u64, n: u64, again: &mut Vec<u64>) {
+        let end = start.checked_add(n).expect("range end overflows");
+        assert!(end <= self.bits);
+        let mut i = start;
+        while i < end {
+            let w = i / 64;
+            let lo = i % 64;
+            let hi = (end - w * 64).min(64);
+            let m = if hi - lo == 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << lo };
+            let mut old = self.words[w as usize].fetch_or(m, Ordering::AcqRel) & m;
+            while old != 0 {
+                again.push(w * 64 + old.trailing_zeros() as u64);
+                old &= old - 1;
+            }
+            i = w * 64 + hi;
+        }
+    }
+    /// Is bit `i` set?
+    pub fn get(&self, i: u64) -> bool {
+        self.words[(i / 64) as usize].load(Ordering::Acquire) & (1u64 << (i % 64)) != 0
+    }
     /// Into a plain bitmap.
     pub fn into_bitmap(self) -> Bitmap {
         Bitmap { words: self.words.into_iter().map(|w| w.into_inner()).collect(), bits: self.bits }

@@ -45,6 +45,8 @@ pub enum Error {
     DaxMapped,
     /// EXDEV
     CrossDevice,
+    /// EMLINK: a data block is shared by as many files as its count holds.
+    TooManyLinks,
     /// EBADF
     BadHandle,
     /// ENXIO: no data (SEEK_DATA) or hole (SEEK_HOLE) at or after the offset.
@@ -134,6 +136,7 @@ impl Error {
             Error::ReadOnly => libc::EROFS,
             Error::Busy | Error::DaxMapped | Error::PoolInUse { .. } => libc::EBUSY,
             Error::CrossDevice => libc::EXDEV,
+            Error::TooManyLinks => libc::EMLINK,
             Error::BadHandle => libc::EBADF,
             Error::NoOffset | Error::SpecialFile => libc::ENXIO,
             Error::NotSupported(_) => libc::EOPNOTSUPP,
@@ -171,6 +174,7 @@ impl std::fmt::Display for Error {
                  until every mapping of it is gone"
             ),
             Error::CrossDevice => write!(f, "cross-device link"),
+            Error::TooManyLinks => write!(f, "a data block is shared too many times"),
             Error::BadHandle => write!(f, "bad file handle"),
             Error::NoOffset => write!(f, "no data or hole at or after that offset"),
             Error::SpecialFile => {

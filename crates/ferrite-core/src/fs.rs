@@ -202,6 +202,10 @@ pub struct FallocMode {
     /// FALLOC_FL_COLLAPSE_RANGE / FALLOC_FL_INSERT_RANGE: the pages from the
     /// range's end (collapse) or start (insert) move by its length, down or up.
     pub shift: Option<Shift>,
+    /// FALLOC_FL_UNSHARE_RANGE: pages of the range that share their block with
+    /// another file (a reflink) get a copy of their own, then the range is
+    /// allocated as by a plain fallocate.
+    pub unshare: bool,
 }
 
 /// Which way FALLOC_FL_COLLAPSE_RANGE / INSERT_RANGE moves a file's pages.
@@ -215,8 +219,9 @@ pub enum Shift {
 
 impl FallocMode {
     /// fallocate(2)'s mode bits, as Linux checks them: EOPNOTSUPP for a mode that is
-    /// not done (unshare) or not valid (punch without keep-size, punch with
-    /// zero-range), EINVAL for collapse or insert with any other bit.
+    /// not valid (punch without keep-size, punch with zero-range), EINVAL for
+    /// collapse or insert with any other bit, and for unshare with any bit but
+    /// keep-size.
     pub fn from_flags(mode: i32) -> Result<FallocMode> {
         use libc::{
             FALLOC_FL_COLLAPSE_RANGE as COLLAPSE, FALLOC_FL_INSERT_RANGE as INSERT,
@@ -238,8 +243,8 @@ impl FallocMode {
         if (has(COLLAPSE) && mode != COLLAPSE) || (has(INSERT) && mode != INSERT) {
             return Err(Error::invalid("COLLAPSE_RANGE and INSERT_RANGE take no other flag"));
         }
-        if has(UNSHARE) {
-            return Err(Error::NotSupported("UNSHARE_RANGE (no extents are shared)"));
+        if has(UNSHARE) && mode & !(UNSHARE | KEEP) != 0 {
+            return Err(Error::invalid("UNSHARE_RANGE takes no other flag but KEEP_SIZE"));
         }
         let shift = match mode {
             COLLAPSE => Some(Shift::Collapse),
@@ -251,6 +256,7 @@ impl FallocMode {
             punch_hole: has(PUNCH),
             zero_range: has(ZERO),
             shift,
+            unshare: has(UNSHARE),
         })
     }
 }
@@ -370,6 +376,14 @@ pub struct MountReport {
     pub superblock_copy: u32,
     /// Checkpoint copy used on a clean mount (0 primary, 1 second copy).
     pub checkpoint_copy: u32,
+    /// Data blocks that several files share (reflinks), counted from the logs.
+    pub shared_blocks: u64,
+    /// The logs were walked to count shared blocks (a crash, or a clean pool whose
+    /// checkpoint recorded some).
+    pub refs_counted: bool,
+    /// A clean pool's logs share other blocks than its checkpoint recorded: a block
+    /// mapped by two files that no clone made (damage); the logs' count is used.
+    pub refs_mismatch: Option<String>,
 }
 
 /// An inode in the cache.
@@ -527,6 +541,8 @@ pub struct Fs<M: Medium> {
     pub(crate) pbufs: crate::pbuf::PBufs,
     /// The memory nodes data is placed on (`numa`).
     pub(crate) topo: crate::numa::Topology,
+    /// Extra references of shared blocks, when the pool is not shared (`refs`).
+    pub(crate) refs: crate::refs::LocalRefs,
 }
 
 /// GC counters.
@@ -1005,6 +1021,26 @@ impl<M: Medium> Fs<M> {
     }
 
     fn free_run(&self, b: u64, n: u64) {
+        if self.any_shared() {
+            // A block mapped elsewhere too loses a reference instead (`refs`).
+            let mut s = b;
+            for x in b..b + n {
+                if self.drop_ref(x) {
+                    if s < x {
+                        self.free_unshared(s, x - s);
+                    }
+                    s = x + 1;
+                }
+            }
+            if s < b + n {
+                self.free_unshared(s, b + n - s);
+            }
+            return;
+        }
+        self.free_unshared(b, n);
+    }
+
+    fn free_unshared(&self, b: u64, n: u64) {
         self.verified.clear(b, n);
         if let Some(p) = &self.share {
             // This party owns what it frees (see `share`): a client must have marked
@@ -1080,7 +1116,7 @@ impl<M: Medium> Fs<M> {
         let freed = Self::apply_committed(st, &a, entries);
         if let Some(p) = &self.share {
             for &(b, n) in &freed {
-                p.own(b, n);
+                self.own_unshared(p, b, n);
             }
         }
         if data_written {

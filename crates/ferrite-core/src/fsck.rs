@@ -73,6 +73,9 @@ impl<M: Medium> Fs<M> {
         }
         // Every inode.
         let mut owner: HashMap<u64, u64> = HashMap::new(); // block -> ino
+        let mut logs: std::collections::HashSet<u64> = Default::default();
+        // Data blocks mapped more than once (reflinks): block -> extra mappings.
+        let mut again: HashMap<u64, u32> = HashMap::new();
         let mut types: HashMap<u64, FileType> = HashMap::new();
         let mut states = HashMap::new();
         let used_inodes = self.ialloc.used_bitmap();
@@ -99,20 +102,27 @@ impl<M: Medium> Fs<M> {
             r.inodes += 1;
             r.entries += walk.committed as u64;
             r.log_pages += st.log.pages.len() as u64;
-            let mut claim = |b: u64, what: &str, r: &mut FsckReport| {
+            for p in st.log.pages.iter() {
+                let b = p / BLOCK;
+                logs.insert(b);
                 if let Some(o) = owner.insert(b, ino) {
                     r.errors.push(format!(
-                        "block {b} ({what} of inode {ino}) is also owned by inode {o}"
+                        "block {b} (log page of inode {ino}) is also owned by inode {o}"
                     ));
                 }
-            };
-            for p in st.log.pages.iter() {
-                claim(p / BLOCK, "log page", &mut r);
             }
             for (s, n) in st.data_runs() {
                 r.data_blocks += n;
                 for b in s..s + n {
-                    claim(b, "data block", &mut r);
+                    if let Some(o) = owner.insert(b, ino) {
+                        if logs.contains(&b) {
+                            r.errors.push(format!(
+                                "block {b} (data block of inode {ino}) is also a log page of inode {o}"
+                            ));
+                        } else {
+                            *again.entry(b).or_default() += 1;
+                        }
+                    }
                 }
             }
             for (name, x) in st.xattrs.iter() {
@@ -189,6 +199,28 @@ impl<M: Medium> Fs<M> {
             }
             types.insert(ino, st.ftype);
             states.insert(ino, st);
+        }
+        // A data block mapped twice is shared (`refs`): the counts must say so.
+        for (&b, &n) in &again {
+            if logs.contains(&b) {
+                r.errors.push(format!("block {b} is a log page and mapped as data"));
+            } else if self.extra_refs(b) != n {
+                r.errors.push(format!(
+                    "block {b} is mapped {} times but counted with {} extra references",
+                    n + 1,
+                    self.extra_refs(b)
+                ));
+            }
+        }
+        for (b, n) in self.shared_blocks() {
+            if !again.contains_key(&b) {
+                r.errors.push(format!(
+                    "block {b} is counted with {n} extra references but mapped once"
+                ));
+            }
+        }
+        if let Some(m) = &self.report.refs_mismatch {
+            r.errors.push(format!("shared blocks differ from the checkpoint's summary: {m}"));
         }
         // Live persistent buffers own their blocks (no log names them).
         let bufs = self.pbuf_all_blocks();

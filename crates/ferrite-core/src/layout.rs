@@ -16,7 +16,7 @@ pub const BLOCK: u64 = 4096;
 /// Format magic.
 pub const MAGIC: [u8; 8] = *b"FERRITE1";
 /// Format version described by docs/FORMAT.md.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 /// Feature bit (version 5): the journals, the inode table and the checkpoint have a
 /// second copy ([`Geometry::replicas`]). Set by mkfs; pools upgraded from version 4
 /// or older do not have it.
@@ -598,6 +598,55 @@ const _: () = assert!(std::mem::size_of::<CkptHeader>() == 56);
 
 /// Checkpoint magic.
 pub const CKPT_MAGIC: [u8; 8] = *b"FRRTCKPT";
+
+/// Offset of [`CkptShared`] in the checkpoint's header block.
+pub const CKPT_SHARED_OFF: usize = 64;
+
+/// The checkpoint's summary of shared data blocks (format version 6; `refs`): at
+/// [`CKPT_SHARED_OFF`] of the header block. All zero: no block is shared (a
+/// version 5 checkpoint reads so).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CkptShared {
+    /// Blocks with an extra reference.
+    pub blocks: u64,
+    /// Extra references in all.
+    pub extra: u64,
+    /// CRC32C of the (block u64, extra u32) list, ascending.
+    pub list_crc: u32,
+    /// CRC32C of bytes 0..20.
+    pub csum: u32,
+}
+const _: () = assert!(std::mem::size_of::<CkptShared>() == 24);
+
+impl CkptShared {
+    /// Encode (24 bytes); all zero when no block is shared.
+    pub fn encode(&self) -> [u8; 24] {
+        let mut b = [0u8; 24];
+        if self.blocks == 0 && self.extra == 0 && self.list_crc == 0 {
+            return b;
+        }
+        b[..8].copy_from_slice(&self.blocks.to_le_bytes());
+        b[8..16].copy_from_slice(&self.extra.to_le_bytes());
+        b[16..20].copy_from_slice(&self.list_crc.to_le_bytes());
+        let c = crc32c::crc32c(&b[..20]);
+        b[20..].copy_from_slice(&c.to_le_bytes());
+        b
+    }
+
+    /// Decode; None when the checksum is wrong.
+    pub fn decode(b: &[u8]) -> Option<CkptShared> {
+        let b = &b[..24];
+        if b.iter().all(|&x| x == 0) {
+            return Some(CkptShared::default());
+        }
+        let u = |r: std::ops::Range<usize>| u64::from_le_bytes(b[r].try_into().expect("8"));
+        let w = |r: std::ops::Range<usize>| u32::from_le_bytes(b[r].try_into().expect("4"));
+        let h =
+            CkptShared { blocks: u(0..8), extra: u(8..16), list_crc: w(16..20), csum: w(20..24) };
+        (crc32c::crc32c(&b[..20]) == h.csum && h.blocks > 0 && h.extra >= h.blocks).then_some(h)
+    }
+}
 
 impl CkptHeader {
     /// Encode (56 bytes) with its checksum.

@@ -34,6 +34,8 @@ pub mod pbuf;
 pub mod pmem;
 pub mod privs;
 pub mod recovery;
+mod reflink;
+pub mod refs;
 mod region;
 pub mod replica;
 pub mod share;

@@ -21,6 +21,8 @@
 //! - A pinned page therefore stays the file's page for as long as any mapping of it
 //!   lives: a mapping never writes into a block that belongs to something else.
 //! - The daemon clears a dead party's table bit when it resolves it (`sharing`).
+//! - A block another file also maps (`refs`) is never a DAX page: pinning copies it
+//!   into a block of the file's own first, and a clone from a pinned file copies.
 
 use crate::error::{Error, Result};
 use crate::fs::{Fs, Inode};
@@ -184,7 +186,9 @@ impl<M: Medium> Fs<M> {
     /// The block of page `pg` when it is a DAX page.
     pub(crate) fn dax_page(&self, st: &InodeState, pg: u64) -> Result<Option<u64>> {
         let Some((blk, loc)) = st.file().and_then(|f| f.lookup(pg)) else { return Ok(None) };
-        if st.page_ops(pg).0 > 0 || log::write_is_checked(&self.m, loc)? {
+        // A shared block is no DAX page: stores would change every file of it.
+        if st.page_ops(pg).0 > 0 || self.extra_refs(blk) > 0 || log::write_is_checked(&self.m, loc)?
+        {
             return Ok(None);
         }
         Ok(Some(blk))

@@ -326,10 +326,12 @@ impl<M: Medium> Fs<M> {
     /// `len` bytes from `src` at `off_in` to `dst` at `off_out`; returns the bytes
     /// copied (0 at or past the source's end). The kernel's checks: both regular
     /// files (EISDIR, EINVAL), no overlap within one file (EINVAL), EFBIG past the
-    /// largest file. The data is copied (this format shares no extents between
-    /// files), in commits of up to 1 MiB, each durable and atomic, as writes by
-    /// `lacks_fsetid` (see [`Fs::write_as`]); a failure after some progress returns
-    /// what was copied, as the system call does.
+    /// largest file. Whole pages that line up in both files (offsets equal modulo
+    /// the page size) are shared, not copied (a reflink, [`Fs::clone_range`]: one
+    /// commit for all of them); the bytes before and after them are copied in
+    /// commits of up to 1 MiB. Each commit is durable and atomic, as writes by
+    /// `lacks_fsetid` (see [`Fs::write_as`]); a failure after some progress
+    /// returns what was done, as the system call does.
     pub fn copy_range_as(
         &self,
         src: u64,
@@ -339,7 +341,6 @@ impl<M: Medium> Fs<M> {
         len: u64,
         lacks_fsetid: impl Fn() -> bool,
     ) -> Result<u64> {
-        const CHUNK: u64 = 1 << 20;
         for ino in [src, dst] {
             let i = self.inode(ino)?;
             self.check_regular(&i)?;
@@ -359,6 +360,46 @@ impl<M: Medium> Fs<M> {
             return Err(Error::invalid("copy ranges overlap within one file"));
         }
         self.check_writable()?;
+        let head = (BLOCK - off_in % BLOCK) % BLOCK;
+        let pages = len.saturating_sub(head) / BLOCK * BLOCK;
+        if off_in % BLOCK != off_out % BLOCK || pages == 0 {
+            return self.copy_bytes(src, off_in, dst, off_out, len, &lacks_fsetid);
+        }
+        let mut done = self.copy_bytes(src, off_in, dst, off_out, head.min(len), &lacks_fsetid)?;
+        if done < head {
+            return Ok(done);
+        }
+        let (a, b) = (off_in + head, off_out + head);
+        let cloned = match self.clone_range_as(src, a, dst, b, pages, &lacks_fsetid) {
+            Ok(n) => n,
+            // A DAX-mapped destination takes the bytes in place.
+            Err(Error::DaxMapped) => self.copy_bytes(src, a, dst, b, pages, &lacks_fsetid)?,
+            Err(e) if done == 0 => return Err(e),
+            Err(_) => return Ok(done),
+        };
+        done += cloned;
+        if cloned < pages {
+            return Ok(done);
+        }
+        let rest = len - head - pages;
+        match self.copy_bytes(src, a + pages, dst, b + pages, rest, &lacks_fsetid) {
+            Ok(n) => Ok(done + n),
+            Err(_) => Ok(done),
+        }
+    }
+
+    /// Copy `len` bytes from `src` to `dst` through reads and writes, in commits
+    /// of up to 1 MiB (see [`Fs::copy_range_as`]).
+    fn copy_bytes(
+        &self,
+        src: u64,
+        off_in: u64,
+        dst: u64,
+        off_out: u64,
+        len: u64,
+        lacks_fsetid: &impl Fn() -> bool,
+    ) -> Result<u64> {
+        const CHUNK: u64 = 1 << 20;
         let mut buf = vec![0u8; len.min(CHUNK) as usize];
         let mut done = 0u64;
         while done < len {
@@ -371,7 +412,7 @@ impl<M: Medium> Fs<M> {
             if n == 0 {
                 break;
             }
-            match self.write_as(dst, off_out + done, &buf[..n], &lacks_fsetid) {
+            match self.write_as(dst, off_out + done, &buf[..n], lacks_fsetid) {
                 Ok(_) => done += n as u64,
                 Err(e) if done == 0 => return Err(e),
                 Err(_) => break,
@@ -752,6 +793,9 @@ impl<M: Medium> Fs<M> {
         }
         if let Some(shift) = mode.shift {
             return self.shift_pages(&i, &mut st, shift, off, len, now);
+        }
+        if mode.unshare {
+            self.unshare_locked(&i, &mut st, off, end)?;
         }
         if mode.punch_hole {
             let size = st.attr.size;

@@ -71,8 +71,9 @@ pub fn read_superblock<M: Medium + ?Sized>(m: &M) -> Result<(Superblock, u32)> {
     }
 }
 
-/// Convert a pool of format version 1 to 4 to version 5 in place; returns the
-/// version it had. Version 2 added a WRITE flag (data checksums); version 3 added
+/// Convert a pool of format version 1 to 5 to version 6 in place; returns the
+/// version it had. Version 6 added the checkpoint's summary of shared blocks,
+/// which reads as "none" where an older checkpoint has zero padding. Version 2 added a WRITE flag (data checksums); version 3 added
 /// page checksums (a WRITE flag), file type codes 4-7 (FIFOs, devices, sockets), a
 /// device number in SETATTR's last word and spilled XATTR values; version 4 the
 /// SHIFT entry; none of which an older log holds. So an older log reads the same
@@ -100,7 +101,7 @@ pub fn upgrade<M: Medium + ?Sized>(m: &M) -> Result<u32> {
         // Version 1 to 4 logs read the same under version 5 rules (version 1 and 2
         // WRITE entries carry no page checksums: reads and scrub cannot check those
         // pages; version 4 added the SHIFT entry, which older logs do not hold).
-        1..=4 => {}
+        1..=5 => {}
         v => return Err(Error::Version { found: v, supported: VERSION }),
     }
     for (copy, r) in &copies {
@@ -210,21 +211,41 @@ impl<M: Medium> Fs<M> {
         let mut report = MountReport { superblock_copy: copy, ..Default::default() };
         let ckpt =
             if state & STATE_CLEAN != 0 { load_checkpoint(&m, &geo, generation) } else { None };
-        let (used_blocks, used_inodes) = match ckpt {
-            Some((c, copy)) => {
+        let (used_blocks, used_inodes, refs) = match ckpt {
+            Some(((blocks, inodes, shared), copy)) => {
                 report.clean = true;
                 report.checkpoint_copy = copy;
-                c
+                // Shared blocks are counted from the logs, never stored: walk them
+                // (read only) and compare with the summary the unmount recorded.
+                let refs = if shared == CkptShared::default() {
+                    Vec::new()
+                } else {
+                    let mut r = MountReport::default();
+                    let s = scan_all(&m, &sb, &geo, opts, &mut r, false, true)?;
+                    report.refs_counted = true;
+                    let got = crate::refs::RefSummary::of(&s.refs);
+                    if (got.blocks, got.extra, got.crc)
+                        != (shared.blocks, shared.extra, shared.list_crc)
+                    {
+                        report.refs_mismatch = Some(format!(
+                            "the logs share {} blocks ({} extra references), the checkpoint \
+                             recorded {} ({})",
+                            got.blocks, got.extra, shared.blocks, shared.extra
+                        ));
+                    }
+                    s.refs
+                };
+                (blocks, inodes, refs)
             }
             None => {
-                if opts.read_only {
-                    // Read-only mounts never write; recover in DRAM view only.
-                    scan_all(&m, &sb, &geo, opts, &mut report, false, state & STATE_CLEAN != 0)?
-                } else {
-                    scan_all(&m, &sb, &geo, opts, &mut report, true, state & STATE_CLEAN != 0)?
-                }
+                let clean_word = state & STATE_CLEAN != 0;
+                // Read-only mounts never write; recover in DRAM view only.
+                let s = scan_all(&m, &sb, &geo, opts, &mut report, !opts.read_only, clean_word)?;
+                report.refs_counted = true;
+                (s.blocks, s.inodes, s.refs)
             }
         };
+        report.shared_blocks = refs.len() as u64;
         let txids = (0..geo.nshards).map(|s| Mutex::new(journal::read(&m, &geo, s).0)).collect();
         if !opts.read_only {
             repair_superblock_copies(&m, &sb);
@@ -258,6 +279,7 @@ impl<M: Medium> Fs<M> {
             atomics: Default::default(),
             pbufs: Default::default(),
             topo: crate::numa::Topology::detect(),
+            refs: Default::default(),
         };
         let root = match fs.inode(ROOT_INO) {
             Ok(r) => r,
@@ -269,6 +291,7 @@ impl<M: Medium> Fs<M> {
             return Err(Error::corrupt("root inode is not a directory"));
         }
         drop(root);
+        fs.load_refs(&refs);
         let mut fs = fs;
         fs.report.micros = t0.elapsed().as_micros() as u64;
         Ok(fs)
@@ -298,7 +321,8 @@ impl<M: Medium> Fs<M> {
         }
         let blocks = self.balloc.used_bitmap();
         let inodes = self.ialloc.used_bitmap();
-        write_checkpoint(&self.m, &self.geo, self.generation, &blocks, &inodes);
+        let shared = crate::refs::RefSummary::of(&self.shared_blocks());
+        write_checkpoint(&self.m, &self.geo, self.generation, &blocks, &inodes, &shared);
         persist_u64(&self.m, MOUNT_STATE_OFF, (self.generation << 2) | STATE_CLEAN);
         self.m.fence();
         Ok(self.into_medium())
@@ -347,6 +371,7 @@ fn write_checkpoint<M: Medium + ?Sized>(
     gen: u64,
     blocks: &Bitmap,
     inodes: &Bitmap,
+    shared: &crate::refs::RefSummary,
 ) {
     let bb = blocks.to_bytes();
     let ib = inodes.to_bytes();
@@ -369,7 +394,11 @@ fn write_checkpoint<M: Medium + ?Sized>(
         b.resize(v.len().div_ceil(BLOCK as usize).max(1) * BLOCK as usize, 0);
         b
     };
-    let (bb, ib, hb) = (whole(&bb), whole(&ib), whole(&h.encode()));
+    let sh =
+        CkptShared { blocks: shared.blocks, extra: shared.extra, list_crc: shared.crc, csum: 0 };
+    let mut hb = whole(&h.encode());
+    hb[CKPT_SHARED_OFF..CKPT_SHARED_OFF + 24].copy_from_slice(&sh.encode());
+    let (bb, ib) = (whole(&bb), whole(&ib));
     for start in geo.ckpt_starts().into_iter().flatten() {
         let (boff, ioff, _) = bitmaps_bytes(geo, start);
         m.write_nt(boff, &bb);
@@ -417,8 +446,12 @@ pub(crate) fn checkpoint_ok<M: Medium + ?Sized>(
     }
     let mut blk = vec![0u8; BLOCK as usize];
     m.read(start * BLOCK, &mut blk);
-    if blk[56..].iter().any(|&x| x != 0) {
+    let summary = CKPT_SHARED_OFF..CKPT_SHARED_OFF + 24;
+    if blk[56..summary.start].iter().chain(&blk[summary.end..]).any(|&x| x != 0) {
         return Err("header block padding is not zero".into());
+    }
+    if CkptShared::decode(&blk[summary]).is_none() {
+        return Err("summary of shared blocks does not match its checksum".into());
     }
     Ok(())
 }
@@ -429,7 +462,7 @@ fn load_checkpoint<M: Medium + ?Sized>(
     m: &M,
     geo: &Geometry,
     gen: u64,
-) -> Option<((Bitmap, Bitmap), u32)> {
+) -> Option<((Bitmap, Bitmap, CkptShared), u32)> {
     let starts = geo.ckpt_starts();
     starts
         .iter()
@@ -442,10 +475,11 @@ fn load_copy<M: Medium + ?Sized>(
     geo: &Geometry,
     start: u64,
     gen: u64,
-) -> Option<(Bitmap, Bitmap)> {
-    let mut hb = [0u8; 56];
+) -> Option<(Bitmap, Bitmap, CkptShared)> {
+    let mut hb = [0u8; CKPT_SHARED_OFF + 24];
     m.read(start * BLOCK, &mut hb);
     let h = CkptHeader::decode(&hb)?;
+    let shared = CkptShared::decode(&hb[CKPT_SHARED_OFF..])?;
     if h.generation != gen || h.nblocks != geo.nblocks || h.ninodes != geo.ninodes {
         return None;
     }
@@ -464,7 +498,7 @@ fn load_copy<M: Medium + ?Sized>(
     if (0..geo.data_start).any(|b| !blocks.get(b)) || !inodes.get(ROOT_INO - 1) {
         return None;
     }
-    Some((blocks, inodes))
+    Some((blocks, inodes, shared))
 }
 
 /// Walk every in-use inode's log; repair torn tails and orphans when `repair`.
@@ -476,7 +510,7 @@ fn scan_all<M: Medium>(
     report: &mut MountReport,
     repair: bool,
     clean_word: bool,
-) -> Result<(Bitmap, Bitmap)> {
+) -> Result<Scanned> {
     if repair {
         for s in 0..geo.nshards {
             if journal::recover(m, geo, s)? == JournalOutcome::RolledBack {
@@ -490,6 +524,9 @@ fn scan_all<M: Medium>(
         blocks.claim(b);
     }
     let inodes = AtomicBitmap::new(geo.ninodes);
+    let logs = AtomicBitmap::new(geo.nblocks);
+    let extra: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+    let claims = Claims { blocks: &blocks, logs: &logs, extra: &extra };
     let workers = if opts.workers > 0 {
         opts.workers
     } else {
@@ -514,7 +551,7 @@ fn scan_all<M: Medium>(
                     return;
                 }
                 for ino in start..(start + CHUNK).min(geo.ninodes + 1) {
-                    let r = scan_one(m, sb, geo, ino, repair, clean_word, &blocks);
+                    let r = scan_one(m, sb, geo, ino, repair, clean_word, &claims);
                     if repair && r.is_ok() {
                         // After a crash a replica may be a step ahead of or behind
                         // its primary, which recovery has just settled.
@@ -552,7 +589,27 @@ fn scan_all<M: Medium>(
     if !inodes.get(ROOT_INO - 1) {
         return Err(Error::corrupt("root inode is not in use"));
     }
-    Ok((blocks.into_bitmap(), inodes))
+    let refs = crate::refs::tally(extra.into_inner());
+    // A block mapped as data twice is shared (a clone); a log page is never data.
+    if let Some(&(b, _)) = refs.iter().find(|&&(b, _)| logs.get(b)) {
+        return Err(Error::corrupt(format!("data block {b} is also a log page")));
+    }
+    Ok(Scanned { blocks: blocks.into_bitmap(), inodes, refs })
+}
+
+/// What a walk of every log found.
+struct Scanned {
+    blocks: Bitmap,
+    inodes: Bitmap,
+    /// Shared data blocks: (block, extra references), ascending.
+    refs: Vec<(u64, u32)>,
+}
+
+/// The claims of a walk: every block, the log pages, the extra references.
+struct Claims<'a> {
+    blocks: &'a AtomicBitmap,
+    logs: &'a AtomicBitmap,
+    extra: &'a Mutex<Vec<u64>>,
 }
 
 enum Scan {
@@ -568,8 +625,9 @@ fn scan_one<M: Medium>(
     ino: u64,
     repair: bool,
     clean_word: bool,
-    blocks: &AtomicBitmap,
+    claims: &Claims<'_>,
 ) -> Result<Scan> {
+    let blocks = claims.blocks;
     let so = geo.slot_off(ino);
     if repair {
         // Cleanly unmounted, every replica equals its primary's image; after a
@@ -616,6 +674,7 @@ fn scan_one<M: Medium>(
         return Ok(Scan::Orphan);
     }
     for &p in &w.pages {
+        claims.logs.claim(p / BLOCK);
         if !blocks.claim(p / BLOCK) {
             return Err(Error::corrupt(format!(
                 "inode {ino}: log page {} is owned twice",
@@ -623,6 +682,7 @@ fn scan_one<M: Medium>(
             )));
         }
     }
+    let mut again = Vec::new();
     for (start, n) in st.data_runs() {
         if n == 0 {
             continue;
@@ -633,8 +693,10 @@ fn scan_one<M: Medium>(
             let bad = if geo.is_data_block(start) { geo.nblocks.max(start) } else { start };
             return Err(Error::corrupt(format!("inode {ino}: data block {bad} outside the pool")));
         }
-        if let Err(blk) = blocks.claim_range(start, n) {
-            return Err(Error::corrupt(format!("inode {ino}: data block {blk} is owned twice")));
+        again.clear();
+        blocks.claim_range_counting(start, n, &mut again);
+        if !again.is_empty() {
+            claims.extra.lock().extend_from_slice(&again);
         }
     }
     Ok(Scan::Live { torn: w.torn })

@@ -32,6 +32,10 @@
 //! *before* the commit that frees it. Blocks owned by a dead party that no log
 //! references are therefore exactly the blocks it held, and go back to the daemon.
 //!
+//! Per block: its extra references (see `refs`), a word each after the inode
+//! entries, and a header word that says whether any block ever had one. Memory the
+//! kernel backs lazily: a pool without shared blocks touches none of it.
+//!
 //! Per party: its state ([`P_FREE`], [`P_ACTIVE`], [`P_REVOKED`]), pid, the
 //! blocks in its allocator, and its operations in progress on shared inodes. A party
 //! counts an operation, then checks it is still active (and the daemon alive), every
@@ -67,7 +71,7 @@ pub const NO_DIRECT: u32 = 1;
 pub const MAPPED: u32 = 2;
 
 const MAGIC: [u32; 2] = [u32::from_le_bytes(*b"FRRT"), u32::from_le_bytes(*b"SHM1")];
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
 /// `FUTEX_OWNER_DIED`: set by the kernel in a robust futex word whose owner died.
 pub const OWNER_DIED: u32 = 0x4000_0000;
 const WAITERS: u32 = 1 << 31;
@@ -84,6 +88,8 @@ pub const H_ALIVE: usize = 8;
 const H_FLAGS: usize = 9;
 const H_FREE: usize = 10; // two words
 const H_UUID: usize = 12; // four words
+/// Nonzero once some block has an extra reference (`refs`).
+const H_REFS: usize = 16;
 const HEADER_WORDS: usize = 64;
 const F_SHUTDOWN: u32 = 1;
 
@@ -145,13 +151,14 @@ impl Table {
         let words = HEADER_WORDS
             + MAX_JOURNALS * JOURNAL_WORDS
             + MAX_PARTIES as usize * PARTY_WORDS
-            + ninodes as usize * ENTRY_WORDS;
+            + ninodes as usize * ENTRY_WORDS
+            + nblocks as usize;
         (words, nblocks as usize)
     }
 
     /// Bytes of the word area (the owner bytes follow it in a mapping).
-    pub fn word_bytes(ninodes: u64) -> usize {
-        Self::sizes(ninodes, 0).0 * 4
+    pub fn word_bytes(ninodes: u64, nblocks: u64) -> usize {
+        Self::sizes(ninodes, nblocks).0 * 4
     }
 
     /// Initialise a zeroed region (the daemon).
@@ -235,6 +242,17 @@ impl Table {
             + MAX_PARTIES as usize * PARTY_WORDS
             + (ino - 1) as usize * ENTRY_WORDS;
         &self.r.words()[s..s + ENTRY_WORDS]
+    }
+
+    /// The extra-reference words, one per block (see `refs`), and the word that
+    /// says whether any is set.
+    pub(crate) fn refs(&self) -> (&AtomicU32, &[AtomicU32]) {
+        let s = HEADER_WORDS
+            + MAX_JOURNALS * JOURNAL_WORDS
+            + MAX_PARTIES as usize * PARTY_WORDS
+            + self.ninodes as usize * ENTRY_WORDS;
+        let w = self.r.words();
+        (&w[H_REFS], &w[s..s + self.nblocks as usize])
     }
 
     /// The daemon's liveness word (see [`H_ALIVE`]).
@@ -866,9 +884,12 @@ mod tests {
         let last_party = base(&t.party_words(MAX_PARTIES - 1)[PARTY_WORDS - 1]);
         let first_entry = base(&t.entry(1)[0]);
         let last_entry = base(&t.entry(t.ninodes())[ENTRY_WORDS - 1]);
-        assert!(last_journal < first_party && last_party < first_entry);
+        let (_, refs) = t.refs();
+        let (first_ref, last_ref) = (base(&refs[0]), base(&refs[refs.len() - 1]));
+        assert!(last_journal < first_party && last_party < first_entry && last_entry < first_ref);
         let (w, _) = Table::sizes(t.ninodes(), 64);
-        assert_eq!((last_entry - base(&t.r.words()[0])) / 4, w - 1, "entries end the word area");
+        assert_eq!(refs.len(), 64, "a count per block");
+        assert_eq!((last_ref - base(&t.r.words()[0])) / 4, w - 1, "counts end the word area");
     }
 
     #[test]

@@ -484,6 +484,7 @@ impl<M: Medium> Fs<M> {
             atomics: Default::default(),
             pbufs: Default::default(),
             topo: crate::numa::Topology::detect(),
+            refs: Default::default(),
         })
     }
 
@@ -519,7 +520,10 @@ impl<M: Medium> Fs<M> {
         for (shard, txid) in self.txids.iter().enumerate() {
             party.table().set_txid(shard as u32, *txid.lock());
         }
+        // The counts of shared blocks move into the table, where clients see them.
+        let list = self.shared_blocks();
         self.share = Some(party);
+        self.load_refs(&list);
         self.publish_free();
         self
     }

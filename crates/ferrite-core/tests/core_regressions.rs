@@ -61,7 +61,7 @@ fn shrink_after_fast_gc_cuts_blocks_fallocated_past_eof() {
     let fs = fresh_sim(4 << 20, 1);
     let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
     fs.write(f, 0, &[1u8; 100]).unwrap();
-    let keep = FallocMode { keep_size: true, punch_hole: false, zero_range: false, shift: None };
+    let keep = FallocMode { keep_size: true, ..Default::default() };
     fs.fallocate(f, keep, 3 * 4096, 4096).unwrap(); // page 3, past EOF
     churn_to_next_page(&fs, f);
     fs.write(f, 20_000, b"grow to 20010").unwrap(); // only entry that grew the file
@@ -293,8 +293,14 @@ fn fallocate_far_beyond_the_pool_fails_at_once_and_changes_nothing() {
     let fs2 = fs.clone();
     std::thread::spawn(move || {
         let modes = [
-            FallocMode { keep_size: false, punch_hole: false, zero_range: false, shift: None },
-            FallocMode { keep_size: true, punch_hole: false, zero_range: false, shift: None },
+            FallocMode {
+                keep_size: false,
+                punch_hole: false,
+                zero_range: false,
+                shift: None,
+                unshare: false,
+            },
+            FallocMode { keep_size: true, ..Default::default() },
         ];
         let r: Vec<_> = modes.iter().map(|&m| fs2.fallocate(f, m, 0, 1 << 62)).collect();
         let _ = tx.send(r);
@@ -311,7 +317,13 @@ fn fallocate_far_beyond_the_pool_fails_at_once_and_changes_nothing() {
     // A range that fits still works, around the existing page.
     fs.fallocate(
         f,
-        FallocMode { keep_size: false, punch_hole: false, zero_range: false, shift: None },
+        FallocMode {
+            keep_size: false,
+            punch_hole: false,
+            zero_range: false,
+            shift: None,
+            unshare: false,
+        },
         0,
         5 * 4096,
     )

@@ -285,10 +285,27 @@ fn write_truncate_fallocate_limits() {
     expect("truncate d", dtrunc(0), EISDIR);
     expect("truncate d to -1", dtrunc(u64::MAX), EINVAL);
     expect("truncate to 0 again", trunc(0), 0);
-    let keep = FallocMode { keep_size: true, punch_hole: false, zero_range: false, shift: None };
-    let punch = FallocMode { keep_size: true, punch_hole: true, zero_range: false, shift: None };
-    let punch_nokeep =
-        FallocMode { keep_size: false, punch_hole: true, zero_range: false, shift: None };
+    let keep = FallocMode {
+        keep_size: true,
+        punch_hole: false,
+        zero_range: false,
+        shift: None,
+        unshare: false,
+    };
+    let punch = FallocMode {
+        keep_size: true,
+        punch_hole: true,
+        zero_range: false,
+        shift: None,
+        unshare: false,
+    };
+    let punch_nokeep = FallocMode {
+        keep_size: false,
+        punch_hole: true,
+        zero_range: false,
+        shift: None,
+        unshare: false,
+    };
     let plain = FallocMode::default();
     expect("fallocate len 0", fs.fallocate(f, plain, 0, 0), EINVAL);
     expect("fallocate PUNCH without KEEP", fs.fallocate(f, punch_nokeep, 0, 10), EOPNOTSUPP);

@@ -10,10 +10,20 @@ use common::*;
 use ferrite_core::*;
 
 const MB: u64 = 1 << 20;
-const ZERO: FallocMode =
-    FallocMode { keep_size: false, punch_hole: false, zero_range: true, shift: None };
-const ZERO_KEEP: FallocMode =
-    FallocMode { keep_size: true, punch_hole: false, zero_range: true, shift: None };
+const ZERO: FallocMode = FallocMode {
+    keep_size: false,
+    punch_hole: false,
+    zero_range: true,
+    shift: None,
+    unshare: false,
+};
+const ZERO_KEEP: FallocMode = FallocMode {
+    keep_size: true,
+    punch_hole: false,
+    zero_range: true,
+    shift: None,
+    unshare: false,
+};
 
 fn file_with(fs: &Fs<SimMedium>, name: &[u8], data: &[u8]) -> u64 {
     let ino = fs.create(fs.root(), name, 0o644, 0, 0).unwrap().ino;
@@ -59,13 +69,15 @@ fn mode_bits_map_to_what_is_done() {
     assert_eq!(ok(0), FallocMode::default());
     assert_eq!(ok(FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE), ZERO_KEEP);
     assert!(ok(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE).punch_hole);
-    for m in [
-        FALLOC_FL_PUNCH_HOLE,
-        FALLOC_FL_UNSHARE_RANGE,
-        FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
-    ] {
+    assert!(ok(FALLOC_FL_UNSHARE_RANGE).unshare);
+    assert!(ok(FALLOC_FL_UNSHARE_RANGE | FALLOC_FL_KEEP_SIZE).keep_size);
+    for m in
+        [FALLOC_FL_PUNCH_HOLE, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE]
+    {
         assert_eq!(FallocMode::from_flags(m).unwrap_err().errno(), EOPNOTSUPP, "mode {m:#x}");
     }
+    let unshare_zero = FALLOC_FL_UNSHARE_RANGE | FALLOC_FL_ZERO_RANGE;
+    assert_eq!(FallocMode::from_flags(unshare_zero).unwrap_err().errno(), EINVAL);
     // A zero range far larger than the pool fails at once and changes nothing.
     let fs = fresh_sim(16 * MB, 1);
     let f = file_with(&fs, b"f", b"kept");
@@ -110,6 +122,7 @@ fn random_zero_ranges_match_a_model_across_remounts() {
                     punch_hole: true,
                     zero_range: false,
                     shift: None,
+                    unshare: false,
                 };
                 fs.fallocate(f, m, off, len).unwrap();
                 let stop = ((off + len) as usize).min(model.len());

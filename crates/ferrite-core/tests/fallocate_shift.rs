@@ -17,15 +17,22 @@ const COLLAPSE: FallocMode = FallocMode {
     punch_hole: false,
     zero_range: false,
     shift: Some(Shift::Collapse),
+    unshare: false,
 };
 const INSERT: FallocMode = FallocMode {
     keep_size: false,
     punch_hole: false,
     zero_range: false,
     shift: Some(Shift::Insert),
+    unshare: false,
 };
-const PUNCH: FallocMode =
-    FallocMode { keep_size: true, punch_hole: true, zero_range: false, shift: None };
+const PUNCH: FallocMode = FallocMode {
+    keep_size: true,
+    punch_hole: true,
+    zero_range: false,
+    shift: None,
+    unshare: false,
+};
 
 fn collapse(model: &mut Vec<u8>, off: u64, len: u64) {
     model.drain(off as usize..(off + len) as usize);

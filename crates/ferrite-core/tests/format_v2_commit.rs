@@ -153,22 +153,23 @@ fn pool_of_version(v: u32) -> SimMedium {
 
 #[test]
 fn older_pools_are_refused_with_both_versions_then_upgraded() {
-    // Version 1 (no data checksums), 2 (no special files), 3 (no SHIFT entry) and
-    // 4 (no metadata replicas) all read the same under version 5 rules: upgrade
-    // rewrites the version and nothing else; the pool keeps working without
-    // replicas.
-    for old in [1u32, 2, 3, 4] {
+    // Version 1 (no data checksums), 2 (no special files), 3 (no SHIFT entry), 4
+    // (no metadata replicas) and 5 (no summary of shared blocks in the checkpoint,
+    // whose zero padding reads as "none") all read the same under version 6 rules:
+    // upgrade rewrites the version and nothing else; the pool keeps working
+    // without replicas.
+    for old in [1u32, 2, 3, 4, 5] {
         let Err(e) = Fs::mount(pool_of_version(old), &MountOptions::default()) else {
             panic!("a version {old} pool mounted");
         };
         let msg = e.to_string();
-        assert!(matches!(e, Error::Version { found, supported: 5 } if found == old), "{e:?}");
-        assert!(msg.contains(&format!("version {old}")) && msg.contains("version 5"), "{msg}");
+        assert!(matches!(e, Error::Version { found, supported: 6 } if found == old), "{e:?}");
+        assert!(msg.contains(&format!("version {old}")) && msg.contains("version 6"), "{msg}");
         assert!(msg.contains("ferrite upgrade"), "{msg}");
 
         let m = pool_of_version(old);
         assert_eq!(recovery::upgrade(&m).unwrap(), old);
-        assert_eq!(recovery::upgrade(&m).unwrap(), 5, "a second upgrade changes nothing");
+        assert_eq!(recovery::upgrade(&m).unwrap(), 6, "a second upgrade changes nothing");
         let fs = Fs::mount(m, &MountOptions::default()).unwrap();
         assert!(fs.mount_report().clean);
         assert!(!fs.geometry().replicas, "an upgraded pool has no replicas");
@@ -180,9 +181,9 @@ fn older_pools_are_refused_with_both_versions_then_upgraded() {
     }
 
     // A pool from a newer build is refused, and upgrade leaves it alone.
-    let m = pool_of_version(6);
+    let m = pool_of_version(7);
     let e = recovery::upgrade(&m).unwrap_err();
     assert!(e.to_string().contains("newer"), "{e}");
     let r = Fs::mount(m, &MountOptions::default());
-    assert!(matches!(r, Err(Error::Version { found: 6, supported: 5 })));
+    assert!(matches!(r, Err(Error::Version { found: 7, supported: 6 })));
 }

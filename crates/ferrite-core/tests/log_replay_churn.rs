@@ -72,6 +72,7 @@ fn one_file_churn_keeps_dram_equal_to_the_log() {
                         punch_hole: true,
                         zero_range: false,
                         shift: None,
+                        unshare: false,
                     };
                     let r = fs.fallocate(f, mode, off, len as u64);
                     if r.is_ok() {
@@ -89,6 +90,7 @@ fn one_file_churn_keeps_dram_equal_to_the_log() {
                         punch_hole: false,
                         zero_range: false,
                         shift: None,
+                        unshare: false,
                     };
                     let r = fs.fallocate(f, mode, off, len as u64);
                     if r.is_ok() && !keep && content.len() < off as usize + len {

@@ -118,9 +118,21 @@ fn writes_to_a_pinned_file_go_in_place_and_nothing_frees_its_blocks() {
     // Nothing that would free a pinned block runs.
     let shrink = SetAttr { size: Some(100), ..Default::default() };
     assert!(matches!(fs.setattr(f, &shrink), Err(Error::DaxMapped)));
-    let punch = FallocMode { keep_size: true, punch_hole: true, zero_range: false, shift: None };
+    let punch = FallocMode {
+        keep_size: true,
+        punch_hole: true,
+        zero_range: false,
+        shift: None,
+        unshare: false,
+    };
     assert!(matches!(fs.fallocate(f, punch, 0, PG), Err(Error::DaxMapped)));
-    let zero = FallocMode { keep_size: false, punch_hole: false, zero_range: true, shift: None };
+    let zero = FallocMode {
+        keep_size: false,
+        punch_hole: false,
+        zero_range: true,
+        shift: None,
+        unshare: false,
+    };
     assert!(matches!(fs.fallocate(f, zero, 0, PG), Err(Error::DaxMapped)));
     assert_eq!(errno(&fs.setattr(f, &shrink)), libc::EBUSY);
     let grow = SetAttr { size: Some(20 * PG), ..Default::default() };

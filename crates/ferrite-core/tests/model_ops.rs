@@ -1143,18 +1143,21 @@ impl Harness {
                         punch_hole: false,
                         zero_range: false,
                         shift: None,
+                        unshare: false,
                     },
                     5 | 6 => FallocMode {
                         keep_size: true,
                         punch_hole: true,
                         zero_range: false,
                         shift: None,
+                        unshare: false,
                     },
                     _ => FallocMode {
                         keep_size: false,
                         punch_hole: true,
                         zero_range: false,
                         shift: None,
+                        unshare: false,
                     },
                 };
                 let want = (|| {

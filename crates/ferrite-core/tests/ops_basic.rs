@@ -164,7 +164,13 @@ fn seek_data_and_hole_follow_the_extent_map() {
     fs.write(f, 5 * P + 10, b"small").unwrap(); // page 5: embedded in the log
     fs.write(f, 9 * P, &[2u8; 3 * 4096]).unwrap(); // pages 9-11
     fs.setattr(f, &SetAttr { size: Some(20 * P), ..Default::default() }).unwrap();
-    let punch = FallocMode { keep_size: true, punch_hole: true, zero_range: false, shift: None };
+    let punch = FallocMode {
+        keep_size: true,
+        punch_hole: true,
+        zero_range: false,
+        shift: None,
+        unshare: false,
+    };
     fs.fallocate(f, punch, 10 * P, P).unwrap(); // page 10 becomes a hole
     let data = |o: u64| fs.seek_data(f, o, false).map_err(|e| e.errno());
     let hole = |o: u64| fs.seek_data(f, o, true).map_err(|e| e.errno());

@@ -178,7 +178,13 @@ fn a_write_that_clears_bits_is_one_operation_at_every_crash_point() {
 #[test]
 fn fallocate_clears_like_a_write() {
     let fs = fresh_sim(16 * MB, 1);
-    let keep = FallocMode { keep_size: false, punch_hole: false, zero_range: false, shift: None };
+    let keep = FallocMode {
+        keep_size: false,
+        punch_hole: false,
+        zero_range: false,
+        shift: None,
+        unshare: false,
+    };
     let f = file(&fs, b"f", 0o6755);
     fs.fallocate(f, keep, 0, 8192).unwrap();
     assert_eq!(perm(&fs, f), 0o6755, "a caller with CAP_FSETID");

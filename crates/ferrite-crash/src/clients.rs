@@ -452,7 +452,7 @@ fn exec_client(fs: &Fs<Med>, ino: u64, op: &Op) -> Result<(), Error> {
         ),
         Op::Punch { off, len, .. } => fs.fallocate(
             ino,
-            FallocMode { keep_size: true, punch_hole: true, zero_range: false, shift: None },
+            FallocMode { keep_size: true, punch_hole: true, ..Default::default() },
             *off,
             *len,
         ),

@@ -956,6 +956,61 @@ fn side(fd: c_int) -> Option<(Arc<Desc>, &'static Client)> {
     c.usable().then_some((d, c))
 }
 
+/// ioctl: FICLONE and FICLONERANGE between two direct files of one pool are
+/// reflinks in the core (the kernel's FUSE client refuses them); every other
+/// request, and every other pair of descriptors, goes to the C library unchanged.
+/// (Defined with one integer argument, as the C library's variadic one is called.)
+#[no_mangle]
+pub unsafe extern "C" fn ioctl(fd: c_int, request: libc::Ioctl, arg: usize) -> c_int {
+    let fwd = || forward!(ioctl(fd, request, arg), -1);
+    let clone = request == libc::FICLONE || request == libc::FICLONERANGE;
+    if !clone || table::TRACKED.load(Ordering::Acquire) == 0 {
+        return fwd();
+    }
+    let (src_fd, off_in, len, off_out) = if request == libc::FICLONE {
+        (arg as c_int, 0, 0, 0)
+    } else {
+        if arg == 0 {
+            set_errno(libc::EFAULT);
+            return -1;
+        }
+        // SAFETY: FICLONERANGE's argument is the caller's `struct file_clone_range`.
+        let r = unsafe { std::ptr::read_unaligned(arg as *const libc::file_clone_range) };
+        if r.src_offset > i64::MAX as u64 || r.dest_offset > i64::MAX as u64 {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        (r.src_fd as c_int, r.src_offset, r.src_length, r.dest_offset)
+    };
+    let Some(e) = table::enter() else { return fwd() };
+    let (Some((s, c)), Some((d, c2))) = (side(src_fd), side(fd)) else {
+        // A kernel side: the kernel answers (EXDEV across file systems,
+        // EOPNOTSUPP from the mount).
+        drop(e);
+        return fwd();
+    };
+    if !std::ptr::eq(c, c2) {
+        set_errno(libc::EXDEV);
+        return -1;
+    }
+    let r = catch_unwind(AssertUnwindSafe(|| ops::clone(c, &s, &d, off_in, len, off_out)))
+        .unwrap_or(Err(libc::EIO));
+    match r {
+        Ok(Do::Done(_)) | Ok(Do::KernelDone(_)) => {
+            stats::direct();
+            0
+        }
+        Ok(Do::Kernel) => {
+            drop(e);
+            fwd()
+        }
+        Err(x) => {
+            set_errno(x);
+            -1
+        }
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn copy_file_range(
     fd_in: c_int,

@@ -1,0 +1,298 @@
+//! Reflinks (FICLONE / FICLONERANGE, and the aligned middle of copy_file_range):
+//! a range of one file made to map the same data blocks as a range of another (or
+//! of the same file), copy-on-write, without copying the data.
+//!
+//! Invariants:
+//! - A clone is one commit of the destination's log: WRITE entries that name the
+//!   source's blocks (with page checksums under the destination's seed), PUNCH
+//!   entries where the source has holes, copies of the pages whose content lives
+//!   in the source's log (small writes embedded over a page), and one SETATTR of
+//!   size and times. After a crash the destination has all of the clone or none.
+//! - One fence: every shared block's data was durable before the clone began (the
+//!   source's commits), and a copied page is covered by its checksum.
+//! - The references are added (`refs`) before the commit, under the source's
+//!   hold and state lock, and dropped again if the commit fails.
+//! - Lock order: both inodes' holds, then their range locks, then their state
+//!   locks, each in ascending inode order (one of each for a clone within a file).
+//! - A DAX-mapped source is copied, not shared (its blocks change in place); a
+//!   DAX-mapped destination refuses (EBUSY), as collapse and insert do.
+
+use crate::error::{Error, Result};
+use crate::fs::{Fs, Inode};
+use crate::index::InodeState;
+use crate::layout::{BLOCK, MAX_FILE_SIZE};
+use crate::log::{self, EntryBuf};
+use crate::pmem::Medium;
+use smallvec::SmallVec;
+use std::sync::Arc;
+
+/// What a clone does to each destination page.
+#[derive(Default)]
+struct Plan {
+    /// (destination page, block, checksum under the destination's seed): the
+    /// source's blocks, and fresh copies of the pages whose content lives in the
+    /// source's log, ascending.
+    cow: Vec<(u64, u64, u32)>,
+    /// The source's blocks among them (they get a reference each).
+    shared: Vec<u64>,
+    /// The fresh blocks of the copies (freed if the clone fails).
+    fresh: Vec<(u64, u64)>,
+    /// Destination pages to unmap (the source has a hole there).
+    punch: Vec<u64>,
+}
+
+impl<M: Medium> Fs<M> {
+    /// FICLONERANGE: make `[off_out, off_out + len)` of regular file `dst` share
+    /// the data of `[off_in, off_in + len)` of `src` (`len` 0: to the source's end
+    /// of file); durable and atomic when it returns. Returns the bytes cloned.
+    /// Linux's rules (`generic_remap_checks`): page-aligned offsets, a length that
+    /// is page-aligned unless it reaches the source's end of file, a source range
+    /// inside the source, no overlap within one file (all EINVAL); a source end of
+    /// file that is not page-aligned may not land inside the destination (EINVAL,
+    /// as btrfs); EFBIG past the largest file; EBUSY while `dst` is DAX-mapped.
+    pub fn clone_range(
+        &self,
+        src: u64,
+        off_in: u64,
+        dst: u64,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u64> {
+        self.clone_range_as(src, off_in, dst, off_out, len, || false)
+    }
+
+    /// [`Fs::clone_range`] by a writer that may lack `CAP_FSETID` (see
+    /// [`Fs::write_as`]): the destination loses its set-id bits as on a write.
+    pub fn clone_range_as(
+        &self,
+        src: u64,
+        off_in: u64,
+        dst: u64,
+        off_out: u64,
+        len: u64,
+        lacks_fsetid: impl FnOnce() -> bool,
+    ) -> Result<u64> {
+        self.check_writable()?;
+        let si = self.inode(src)?;
+        let di = self.inode(dst)?;
+        self.check_regular(&si)?;
+        self.check_regular(&di)?;
+        if off_in > MAX_FILE_SIZE || off_out > MAX_FILE_SIZE {
+            return Err(Error::invalid("negative offset"));
+        }
+        if !off_in.is_multiple_of(BLOCK) || !off_out.is_multiple_of(BLOCK) {
+            return Err(Error::invalid("clone offsets must be page-aligned"));
+        }
+        let same = src == dst;
+        let (lo, hi) = if src <= dst { (&si, &di) } else { (&di, &si) };
+        let _h1 = self.hold(lo)?;
+        let _h2 = if same { None } else { self.hold(hi)? };
+        let (p_in, p_out) = (off_in / BLOCK, off_out / BLOCK);
+        let _r1;
+        let _r2;
+        if same {
+            _r1 = lo.ranges.lock(p_in.min(p_out), u64::MAX);
+            _r2 = None;
+        } else {
+            let first = |i: &Arc<Inode>| if i.ino == src { p_in } else { p_out };
+            _r1 = lo.ranges.lock(first(lo), u64::MAX);
+            _r2 = Some(hi.ranges.lock(first(hi), u64::MAX));
+        }
+        if same {
+            let mut st = si.st.write();
+            let (plan, len, size) = self.clone_plan(&si, &st, off_in, &di, &st, off_out, len)?;
+            self.clone_commit(&di, &mut st, plan, len, size, lacks_fsetid)
+        } else {
+            let mut g1 = lo.st.write();
+            let mut g2 = hi.st.write();
+            let (sst, dst_st) = if lo.ino == src { (&mut g1, &mut g2) } else { (&mut g2, &mut g1) };
+            let (plan, len, size) = self.clone_plan(&si, sst, off_in, &di, dst_st, off_out, len)?;
+            self.clone_commit(&di, dst_st, plan, len, size, lacks_fsetid)
+        }
+    }
+
+    /// Check a clone against both files' state and decide each page's fate;
+    /// returns the plan, the byte length and the destination's new size.
+    #[allow(clippy::too_many_arguments)]
+    fn clone_plan(
+        &self,
+        si: &Inode,
+        sst: &InodeState,
+        off_in: u64,
+        di: &Inode,
+        dst_st: &InodeState,
+        off_out: u64,
+        len: u64,
+    ) -> Result<(Plan, u64, u64)> {
+        let ssize = sst.attr.size;
+        if len == 0 && off_in == ssize {
+            return Ok((Plan::default(), 0, dst_st.attr.size));
+        }
+        if off_in >= ssize {
+            return Err(Error::invalid("clone source range starts at or past its end of file"));
+        }
+        let len = if len == 0 { ssize - off_in } else { len.min(ssize - off_in) };
+        let to_eof = off_in + len == ssize;
+        if !to_eof && !len.is_multiple_of(BLOCK) {
+            return Err(Error::invalid("clone length must be page-aligned before end of file"));
+        }
+        let end_out = off_out.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE);
+        let end_out = end_out.ok_or(Error::FileTooBig)?;
+        let bcount = len.next_multiple_of(BLOCK);
+        if si.ino == di.ino && off_out < off_in + bcount && off_in < off_out + bcount {
+            return Err(Error::invalid("clone ranges overlap within one file"));
+        }
+        if !len.is_multiple_of(BLOCK) && end_out < dst_st.attr.size {
+            return Err(Error::invalid("a partial last page would land inside the destination"));
+        }
+        if self.pinned(di) {
+            return Err(Error::DaxMapped);
+        }
+        let copy_all = self.pinned(si);
+        let mut plan = Plan::default();
+        let Some(sf) = sst.file() else { return Err(Error::invalid("clone of a non-file")) };
+        let df = dst_st.file();
+        let has = |pg: u64| df.is_some_and(|f| f.lookup(pg).is_some()) || dst_st.page_ops(pg).0 > 0;
+        let mut page = vec![0u8; BLOCK as usize];
+        let mut copy: Vec<(u64, u64)> = Vec::new(); // (destination page, source page)
+        for k in 0..bcount / BLOCK {
+            let (spg, dpg) = (off_in / BLOCK + k, off_out / BLOCK + k);
+            match (sf.lookup(spg), sst.page_ops(spg).0) {
+                (Some((blk, loc)), 0) if !copy_all => {
+                    let crc = match log::write_page_crc(&self.m, loc, blk)? {
+                        Some(c) => c ^ si.seed ^ di.seed,
+                        None => {
+                            // No stored checksum (a DAX page once mapped): its
+                            // content is flushed (the commit's fence orders it)
+                            // and checksummed as it is.
+                            self.m.flush(blk * BLOCK, BLOCK);
+                            self.m.read(blk * BLOCK, &mut page);
+                            log::page_crc(di.seed, &page)
+                        }
+                    };
+                    plan.cow.push((dpg, blk, crc));
+                    plan.shared.push(blk);
+                }
+                (None, 0) => {
+                    if has(dpg) {
+                        plan.punch.push(dpg);
+                    }
+                }
+                _ => copy.push((dpg, spg)),
+            }
+        }
+        if !copy.is_empty() {
+            let runs = self.alloc_blocks(self.data_shard(di, dst_st), copy.len() as u64, false)?;
+            plan.fresh = runs.to_vec();
+            let blocks = plan.fresh.iter().flat_map(|&(s, n)| s..s + n);
+            for (&(dpg, spg), b) in copy.iter().zip(blocks) {
+                let end = (ssize - spg * BLOCK).min(BLOCK) as usize;
+                if let Err(e) = self.read_page_verified(si, sst, spg, &mut page, end) {
+                    self.free_runs(&plan.fresh);
+                    return Err(e);
+                }
+                plan.cow.push((dpg, b, self.m.write_nt_crc(b * BLOCK, &page) ^ di.seed));
+            }
+            plan.cow.sort_unstable_by_key(|c| c.0);
+        }
+        Ok((plan, len, dst_st.attr.size.max(end_out)))
+    }
+
+    /// The clone's one commit (both files locked; `st` is the destination's).
+    fn clone_commit(
+        &self,
+        di: &Inode,
+        st: &mut InodeState,
+        plan: Plan,
+        len: u64,
+        size: u64,
+        lacks_fsetid: impl FnOnce() -> bool,
+    ) -> Result<u64> {
+        if len == 0 {
+            return Ok(0);
+        }
+        if let Err(e) = self.add_refs(&plan.shared) {
+            self.free_runs(&plan.fresh);
+            return Err(e);
+        }
+        if let Some(p) = &self.share {
+            // Committed blocks of the source: no party's own any more (see `refs`).
+            for &b in &plan.shared {
+                p.table().set_owner(b, 1, crate::share::DAEMON);
+            }
+        }
+        let now = self.stamp(di).0;
+        let kill = crate::privs::suidgid_to_kill(st.attr.mode);
+        let kill = if kill != 0 && lacks_fsetid() { kill } else { 0 };
+        let mut entries: SmallVec<[EntryBuf; 4]> = SmallVec::new();
+        let (e, _) = Self::setattr_entry(st, |a| {
+            a.size = size;
+            a.mtime = now;
+            a.ctime = now;
+            a.mode &= !kill;
+        });
+        entries.push(e);
+        entries.extend(crate::privs::capability_removal(st, now));
+        let mut k = 0;
+        while k < plan.punch.len() {
+            let mut n = 1;
+            while k + n < plan.punch.len() && plan.punch[k + n] == plan.punch[k] + n as u64 {
+                n += 1;
+            }
+            entries.push(EntryBuf::punch(plan.punch[k] * BLOCK, n as u64 * BLOCK, now));
+            k += n;
+        }
+        crate::ops::cow_entries(di.seed, &plan.cow, size, now, true, &mut entries);
+        if let Err(e) = self.commit_single(di, st, &mut entries, false, false) {
+            for &b in &plan.shared {
+                self.drop_ref(b);
+            }
+            self.free_runs(&plan.fresh);
+            return Err(e);
+        }
+        Ok(len)
+    }
+
+    /// FALLOC_FL_UNSHARE_RANGE's part: every page of `[off, end)` below the end of
+    /// file whose block another file (or place) also maps gets a copy of its own,
+    /// all in one commit (the caller holds the hold, range and state locks).
+    pub(crate) fn unshare_locked(
+        &self,
+        i: &Inode,
+        st: &mut InodeState,
+        off: u64,
+        end: u64,
+    ) -> Result<()> {
+        if !self.any_shared() {
+            return Ok(());
+        }
+        let size = st.attr.size;
+        let last = end.min(size).div_ceil(BLOCK);
+        let Some(f) = st.file() else { return Ok(()) };
+        let pages: Vec<u64> = (off / BLOCK..last)
+            .filter(|&pg| f.lookup(pg).is_some_and(|(b, _)| self.extra_refs(b) > 0))
+            .collect();
+        if pages.is_empty() {
+            return Ok(());
+        }
+        let runs = self.alloc_blocks(self.data_shard(i, st), pages.len() as u64, false)?;
+        let mut cow: Vec<(u64, u64, u32)> = Vec::with_capacity(pages.len());
+        let mut page = vec![0u8; BLOCK as usize];
+        for (&pg, b) in pages.iter().zip(runs.iter().flat_map(|&(s, n)| s..s + n)) {
+            let len = (size - pg * BLOCK).min(BLOCK) as usize;
+            if let Err(e) = self.read_page_verified(i, st, pg, &mut page, len) {
+                self.free_runs(&runs);
+                return Err(e);
+            }
+            cow.push((pg, b, self.m.write_nt_crc(b * BLOCK, &page) ^ i.seed));
+        }
+        let mut entries: SmallVec<[EntryBuf; 4]> = SmallVec::new();
+        // Same content, size and times: only the blocks change.
+        crate::ops::cow_entries(i.seed, &cow, size, st.attr.mtime, true, &mut entries);
+        if let Err(e) = self.commit_single(i, st, &mut entries, false, false) {
+            self.free_runs(&runs);
+            return Err(e);
+        }
+        Ok(())
+    }
+}
