@@ -111,6 +111,22 @@ pub fn exec<M: Medium>(fs: &Fs<M>, op: &Op, handles: &mut Handles) -> Result<(),
             let shift = if *insert { Shift::Insert } else { Shift::Collapse };
             fs.fallocate(ino, FallocMode { shift: Some(shift), ..Default::default() }, *off, *len)
         }
+        Op::Clone { src, off_in, dst, off_out, len } => {
+            let s = resolve(fs, src)?;
+            let d = resolve(fs, dst)?;
+            // The byte count is part of the call's result: predict it from the
+            // source's size first (workloads run one operation at a time).
+            let ssize = fs.getattr(s).map(|a| a.size).unwrap_or(0);
+            let n = fs.clone_range(s, *off_in, d, *off_out, *len)?;
+            let want = match len {
+                0 => ssize.saturating_sub(*off_in),
+                l => (*l).min(ssize.saturating_sub(*off_in)),
+            };
+            if n != want {
+                return Err(Error::invalid(format!("clone returned {n} bytes, expected {want}")));
+            }
+            Ok(())
+        }
         Op::Chmod { path, perm } => {
             let ino = resolve(fs, path)?;
             fs.setattr(ino, &SetAttr { perm: Some(*perm), ..Default::default() }).map(drop)

@@ -108,7 +108,7 @@ impl Gen {
         let full = m.paths().len() >= self.cfg.max_nodes;
         let heavy = m.total_bytes() >= self.cfg.max_bytes;
         let pat = self.rng.below(256) as u8;
-        let k = self.rng.below(100);
+        let k = self.rng.below(105);
         Some(match k {
             0..=17 => {
                 let path = self.file(m)?;
@@ -287,7 +287,7 @@ impl Gen {
                 }
                 Op::CrashRemount
             }
-            _ => {
+            98..=99 => {
                 // Rename a directory somewhere (possibly into itself: EINVAL).
                 let dirs = m.dirs();
                 if dirs.len() < 2 {
@@ -298,7 +298,55 @@ impl Gen {
                 let to = join(&d, self.name());
                 Op::Rename { from, to, kind: RenameKind::Plain }
             }
+            _ => return self.clone_op(m, heavy),
         })
+    }
+
+    /// A clone (FICLONERANGE): mostly page-aligned ranges inside the source, to its
+    /// end of file or whole pages, into another file or past the range in the same
+    /// file (sometimes overlapping it); sometimes unaligned offsets or lengths and
+    /// source ranges at or past the end of file (EINVAL, or nothing at exactly EOF).
+    fn clone_op(&mut self, m: &Model, heavy: bool) -> Option<Op> {
+        const P: u64 = 4096;
+        let src = self.file(m)?;
+        let dst = if self.rng.chance(1, 4) { src.clone() } else { self.file(m)? };
+        let (ssize, dsize) = (m.size_of(&src), m.size_of(&dst));
+        let mut off_in = self.rng.below(ssize.div_ceil(P).max(1)) * P;
+        let mut len = match self.rng.below(4) {
+            0 => 0,
+            1 => ssize.saturating_sub(off_in),
+            _ => self.rng.range(1, 4) * P,
+        };
+        let eff = |off_in: u64, len: u64| {
+            let left = ssize.saturating_sub(off_in);
+            if len == 0 {
+                left
+            } else {
+                len.min(left)
+            }
+        };
+        let mut off_out = match self.rng.below(4) {
+            0 => off_in,
+            1 => dsize.next_multiple_of(P),
+            _ => self.rng.below(self.cfg.max_file / P) * P,
+        };
+        if src == dst && self.rng.chance(3, 4) {
+            // Past the source range (whole pages): no overlap.
+            off_out = (off_in + eff(off_in, len)).next_multiple_of(P) + self.rng.below(3) * P;
+        }
+        if self.rng.chance(1, 6) {
+            match self.rng.below(4) {
+                0 => off_in += self.rng.range(1, P - 1),
+                1 => off_out += self.rng.range(1, P - 1),
+                2 => len = self.rng.range(1, 3 * P) | 1,
+                _ => off_in = ssize.next_multiple_of(P) + self.rng.below(2) * P,
+            }
+        }
+        let end = off_out + eff(off_in, len);
+        if end > self.cfg.max_file + P || (heavy && end > dsize) {
+            return None;
+        }
+        Some(Op::Clone { src, off_in, dst, off_out, len })
     }
 }
 

@@ -72,6 +72,10 @@ pub enum Op {
     Punch { path: String, off: u64, len: u64 },
     /// fallocate(COLLAPSE_RANGE), or INSERT_RANGE when `insert`.
     Shift { path: String, off: u64, len: u64, insert: bool },
+    /// FICLONERANGE (`Fs::clone_range`): `[off_out, off_out + len)` of `dst` shares
+    /// the blocks of `[off_in, off_in + len)` of `src` (`len` 0: to the source's end
+    /// of file).
+    Clone { src: String, off_in: u64, dst: String, off_out: u64, len: u64 },
     /// chmod.
     Chmod { path: String, perm: u32 },
     /// chown.
@@ -138,6 +142,9 @@ impl fmt::Display for Op {
             Op::Shift { path, off, len, insert } => {
                 let what = if *insert { "insert" } else { "collapse" };
                 write!(f, "{what} {path} off={off} len={len}")
+            }
+            Op::Clone { src, off_in, dst, off_out, len } => {
+                write!(f, "clone {src} off={off_in} -> {dst} off={off_out} len={len}")
             }
             Op::Chmod { path, perm } => write!(f, "chmod {path} {perm:o}"),
             Op::Chown { path, uid, gid } => write!(f, "chown {path} {uid}:{gid}"),
@@ -398,6 +405,70 @@ impl Model {
         }
     }
 
+    /// The errno of a data operation on a node that is not a regular file.
+    fn regular(&self, id: u64) -> R<()> {
+        match &self.node(id).kind {
+            MKind::File(_) => Ok(()),
+            MKind::Dir(_) => Err(EISDIR),
+            MKind::Symlink(_) => Err(EINVAL),
+        }
+    }
+
+    /// FICLONERANGE with the core's (Linux's `generic_remap_checks`) order of
+    /// checks: both paths, both types (source first), offsets (EINVAL past the
+    /// largest file or not page-aligned), then against the sizes: `len` 0 at exactly
+    /// the source's end of file does nothing; a source range starting at or past
+    /// its end is EINVAL; the length is clamped to the source's end of file and
+    /// must be page-aligned unless it reaches it; EFBIG past the largest file;
+    /// overlapping ranges of one file (whole pages) EINVAL; a partial last page
+    /// landing inside the destination EINVAL. The destination then reads as the
+    /// source range (holes as zeros) and grows to cover it.
+    fn clone_range(&mut self, src: &str, off_in: u64, dst: &str, off_out: u64, len: u64) -> R<()> {
+        const PAGE: u64 = 4096;
+        const MAX: u64 = ferrite_core::layout::MAX_FILE_SIZE;
+        let s = self.lookup(src)?;
+        let d = self.lookup(dst)?;
+        self.regular(s)?;
+        self.regular(d)?;
+        if off_in > MAX
+            || off_out > MAX
+            || !off_in.is_multiple_of(PAGE)
+            || !off_out.is_multiple_of(PAGE)
+        {
+            return Err(EINVAL);
+        }
+        let size_of = |m: &Model, id: u64| match &m.node(id).kind {
+            MKind::File(x) => x.len() as u64,
+            _ => 0,
+        };
+        let (ssize, dsize) = (size_of(self, s), size_of(self, d));
+        if len == 0 && off_in == ssize {
+            return Ok(());
+        }
+        if off_in >= ssize {
+            return Err(EINVAL);
+        }
+        let len = if len == 0 { ssize - off_in } else { len.min(ssize - off_in) };
+        let to_eof = off_in + len == ssize;
+        if !to_eof && !len.is_multiple_of(PAGE) {
+            return Err(EINVAL);
+        }
+        let end_out = off_out.checked_add(len).filter(|&e| e <= MAX).ok_or(libc::EFBIG)?;
+        let whole = len.next_multiple_of(PAGE);
+        if s == d && off_out < off_in + whole && off_in < off_out + whole {
+            return Err(EINVAL);
+        }
+        if !len.is_multiple_of(PAGE) && end_out < dsize {
+            return Err(EINVAL);
+        }
+        let bytes = match &self.node(s).kind {
+            MKind::File(x) => x[off_in as usize..(off_in + len) as usize].to_vec(),
+            _ => unreachable!("checked above"),
+        };
+        write_at(self.file_data(d)?, off_out, &bytes);
+        Ok(())
+    }
+
     fn new_name_ok(&self, dir_path: &str, name: &str) -> R<u64> {
         let d = self.dir(dir_path)?;
         if self.child(d, name).is_some() {
@@ -529,6 +600,9 @@ impl Model {
                     }
                     d.drain(off..off + len);
                 }
+            }
+            Op::Clone { src, off_in, dst, off_out, len } => {
+                self.clone_range(src, *off_in, dst, *off_out, *len)?
             }
             Op::Chmod { path, perm } => {
                 let id = self.lookup(path)?;
@@ -963,6 +1037,61 @@ mod tests {
         assert!(pattern(0, 0, 10000).iter().all(|&b| b != 0));
         assert_ne!(pattern(0, 0, 64), pattern(1, 0, 64));
         assert_ne!(pattern(0, 0, 64), pattern(0, 64, 64));
+    }
+
+    #[test]
+    fn clone_semantics_and_errors() {
+        let clone = |src: &str, off_in, dst: &str, off_out, len| Op::Clone {
+            src: p(src),
+            off_in,
+            dst: p(dst),
+            off_out,
+            len,
+        };
+        let data = |m: &Model, path: &str| match &m.nodes[&m.lookup(path).unwrap()].kind {
+            MKind::File(d) => d.clone(),
+            _ => panic!("not a file"),
+        };
+        let mut m = Model::new();
+        m.apply(&Op::Create { path: p("/a"), perm: 0o644 }).unwrap();
+        m.apply(&Op::Create { path: p("/b"), perm: 0o644 }).unwrap();
+        m.apply(&Op::Mkdir { path: p("/d"), perm: 0o755 }).unwrap();
+        m.apply(&Op::Symlink { path: p("/s"), target: p("a") }).unwrap();
+        m.apply(&Op::Write { path: p("/a"), off: 0, len: 10000, pat: 1 }).unwrap();
+        // Types first (source, then destination), then offsets, then sizes.
+        assert_eq!(m.apply(&clone("/x", 0, "/b", 0, 0)), Err(ENOENT));
+        assert_eq!(m.apply(&clone("/d", 0, "/b", 0, 0)), Err(EISDIR));
+        assert_eq!(m.apply(&clone("/s", 0, "/d", 0, 0)), Err(EINVAL));
+        assert_eq!(m.apply(&clone("/a", 0, "/d", 0, 0)), Err(EISDIR));
+        assert_eq!(m.apply(&clone("/a", 1, "/b", 0, 4096)), Err(EINVAL));
+        assert_eq!(m.apply(&clone("/a", 0, "/b", 4095, 4096)), Err(EINVAL));
+        assert_eq!(m.apply(&clone("/a", 12288, "/b", 0, 0)), Err(EINVAL));
+        assert_eq!(m.apply(&clone("/a", 0, "/b", 0, 5000)), Err(EINVAL));
+        assert_eq!(m.apply(&clone("/a", 0, "/a", 4096, 8192)), Err(EINVAL));
+        assert_eq!(m.apply(&clone("/a", 0, "/b", (u64::MAX / 2) & !4095, 8192)), Err(libc::EFBIG));
+        // len 0 at exactly the end of file: nothing, even into a directory's place.
+        m.apply(&Op::Truncate { path: p("/b"), size: 8192 }).unwrap();
+        let before = m.clone();
+        m.apply(&clone("/b", 8192, "/a", 0, 0)).unwrap();
+        assert_eq!(m, before);
+        // To the end of file (unaligned), clamped; a partial last page may not land
+        // inside the destination, but may end exactly at its end or past it.
+        assert_eq!(m.apply(&clone("/a", 4096, "/b", 0, 0)), Err(EINVAL));
+        m.apply(&clone("/a", 4096, "/b", 4096, 1 << 20)).unwrap();
+        let b = data(&m, "/b");
+        assert_eq!(b.len(), 4096 + 5904);
+        assert_eq!(&b[4096..], &data(&m, "/a")[4096..]);
+        assert!(b[..4096].iter().all(|&x| x == 0));
+        // Within one file, whole pages apart; the destination grows, holes show.
+        m.apply(&clone("/a", 0, "/a", 12288, 8192)).unwrap();
+        let a = data(&m, "/a");
+        assert_eq!(a.len(), 12288 + 8192);
+        assert_eq!(a[..8192], a[12288..]);
+        assert!(a[10000..12288].iter().all(|&x| x == 0));
+        // Hard links are one file: overlap is refused through them too.
+        m.apply(&Op::Link { from: p("/a"), to: p("/a2") }).unwrap();
+        assert_eq!(m.apply(&clone("/a", 0, "/a2", 4096, 8192)), Err(EINVAL));
+        m.apply(&clone("/a", 0, "/a2", 4096 * 8, 4096)).unwrap();
     }
 
     #[test]

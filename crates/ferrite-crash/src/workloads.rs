@@ -305,6 +305,9 @@ fn link(a: &str, b: &str) -> Op {
 fn symlink(p: &str, t: &str) -> Op {
     Op::Symlink { path: s(p), target: s(t) }
 }
+fn clone(src: &str, off_in: u64, dst: &str, off_out: u64, len: u64) -> Op {
+    Op::Clone { src: s(src), off_in, dst: s(dst), off_out, len }
+}
 fn chmod(p: &str, perm: u32) -> Op {
     Op::Chmod { path: s(p), perm }
 }
@@ -436,6 +439,66 @@ pub fn suite(seed: u64) -> Vec<Workload> {
             Op::Shift { path: s("/x"), off: 8192, len: 12288, insert: true },
             Op::Shift { path: s("/x"), off: 20480, len: 4096, insert: false },
             Op::Shift { path: s("/x"), off: 100, len: 4096, insert: false },
+        ]),
+        w("reflink", "clones (FICLONERANGE): whole files with holes, embedded data and a partial last page, ranges back into the source, within one file; copy-on-write of shared pages by writes, punches and truncates; errors; unlink, orphan and truncate frees of shared blocks, reference counts over a clean remount and a crash", MB, vec![
+            create("/a"),
+            create("/b"),
+            write("/a", 0, 20 * KB, 1),
+            // Page 1 gets log-embedded data (the clone copies it), page 2 a hole,
+            // page 5 a block with bytes past the end of file after the truncate.
+            write("/a", 4196, 100, 2),
+            Op::Punch { path: s("/a"), off: 8 * KB, len: 4 * KB },
+            write("/a", 20 * KB, 4 * KB, 3),
+            truncate("/a", 22000),
+            clone("/a", 0, "/b", 0, 0),
+            // Copy-on-write of shared pages: a whole page, and an embedded write.
+            write("/a", 0, 4 * KB, 4),
+            write("/a", 12388, 60, 5),
+            // A range of the destination back into the source past its end of file
+            // (the partial page and the gap must read as zeros).
+            clone("/b", 4 * KB, "/a", 28 * KB, 8 * KB),
+            // Within one file, to a range that does not overlap; twice (the second
+            // time over the blocks the first one mapped).
+            clone("/a", 0, "/a", 40 * KB, 12 * KB),
+            clone("/a", 0, "/a", 40 * KB, 12 * KB),
+            // Refused: overlap, unaligned offset, unaligned length before the end of
+            // file, a source range past its end, a partial last page inside the
+            // destination; and nothing to do at exactly the end of file.
+            clone("/a", 0, "/a", 8 * KB, 12 * KB),
+            clone("/b", 100, "/a", 0, 4 * KB),
+            clone("/b", 0, "/a", 0, 5000),
+            clone("/b", 24 * KB, "/a", 0, 0),
+            clone("/b", 16 * KB, "/a", 0, 0),
+            clone("/a", 52 * KB, "/b", 0, 0),
+            // Punch and truncate shared pages of the destination (partial pages
+            // must not change the source).
+            Op::Punch { path: s("/b"), off: 12000, len: 6000 },
+            truncate("/b", 17000),
+            truncate("/b", 30000),
+            // A clean unmount records the shared blocks; the mount counts again.
+            Op::Remount,
+            // The source goes: its own blocks are freed, the shared ones stay.
+            unlink("/a"),
+            write("/b", 4 * KB, 4 * KB, 6),
+            write("/b", 20000, 200, 7),
+            create("/c"),
+            clone("/b", 0, "/c", 0, 0),
+            clone("/b", 0, "/c", 32 * KB, 8 * KB),
+            create("/d"),
+            clone("/b", 0, "/d", 0, 16 * KB),
+            // Again: the destination pages already map the very blocks it adds.
+            clone("/b", 0, "/d", 0, 16 * KB),
+            Op::Compact { path: s("/b") },
+            // An open clone unlinked, then a crash: recovery frees the orphan,
+            // dropping its references, and counts the rest from the logs.
+            Op::Open { path: s("/c"), handle: 1 },
+            unlink("/c"),
+            Op::WriteHandle { handle: 1, off: 36 * KB, len: 4 * KB, pat: 8 },
+            Op::CrashRemount,
+            write("/b", 0, 8 * KB, 9),
+            truncate("/b", 0),
+            write("/d", 4 * KB, 100, 10),
+            unlink("/d"),
         ]),
         w("fallocate-reuse", "fallocate zeroes blocks that a deleted file's data held", MB, vec![
             create("/y"),

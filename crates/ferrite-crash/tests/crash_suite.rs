@@ -1,6 +1,6 @@
 //! The CI run of the crash simulator: every workload of the suite at the CI budget
-//! (at least 20,000 crash states, plus crashes during recovery, the `mt-*` and
-//! `client-*` workloads included), zero failures.
+//! (at least 20,000 crash states, plus crashes during recovery, the `mt-*`,
+//! `client-*` and `reflink` workloads included), zero failures.
 //!
 //! `FERRITE_CRASH_STATES` and `FERRITE_CRASH_SEED` override the budget and the seed
 //! (the 10x run by hand: `FERRITE_CRASH_STATES=240000`, or `ferrite crashtest
@@ -67,6 +67,9 @@ fn suite_passes_at_ci_budget() {
             assert!(w.tally.states >= 50, "{}: only {} crash states", w.name, w.tally.states);
         }
     }
+    // Clones (shared blocks, their reference counts) are part of the CI budget.
+    let r = rep.workloads.iter().find(|w| w.name == "reflink").expect("reflink in the suite");
+    assert!(r.tally.states >= 200, "reflink: only {} crash states", r.tally.states);
     assert_eq!(rep.workloads.len(), ws.len(), "every workload ran");
     assert!(rep.states() >= states.min(20_000) * 98 / 100, "budget not reached: {}", rep.states());
     assert!(rep.recovery_states() > 0, "no crash during recovery was explored");
