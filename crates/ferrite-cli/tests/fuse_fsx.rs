@@ -1,17 +1,18 @@
 //! An fsx equivalent (Debian 12 packages neither fsx nor xfstests): bounded random
 //! read / write / truncate / mmap read / mmap write / fallocate (allocate, keep size,
 //! collapse range, insert range,
-//! punch hole, zero range with and without keep size) / copy_file_range /
-//! fsync / reopen sequences on files of a mounted pool, every result checked against
+//! punch hole, zero range with and without keep size, unshare range) /
+//! copy_file_range / FICLONERANGE (reflinks) / fsync / reopen sequences on files of a mounted pool, every result checked against
 //! an in-memory model of the file, then the whole file checked again after a remount.
 //! Two files are exercised at once, from two threads, to keep several daemon threads
 //! busy. `FERRITE_FSX_OPS=n` sets the operations per file (default 4000),
 //! `FERRITE_FSX_SEED=s` the seed.
 //!
-//! The kernel's FUSE client refuses FALLOC_FL_COLLAPSE_RANGE and INSERT_RANGE
-//! itself (EOPNOTSUPP; the request never reaches the daemon), so the run on the mount
-//! checks that refusal, and a second run in a process with the preload library,
-//! where the core serves fallocate, exercises both modes among the others.
+//! The kernel's FUSE client refuses FALLOC_FL_COLLAPSE_RANGE, INSERT_RANGE and
+//! UNSHARE_RANGE, and the FICLONERANGE ioctl, itself (EOPNOTSUPP; the request
+//! never reaches the daemon), so the run on the mount checks that refusal, and a
+//! second run in a process with the preload library, where the core serves
+//! fallocate and the ioctl, exercises them among the others.
 
 mod fuse_util;
 
@@ -105,6 +106,26 @@ fn copy_range(fd: &OwnedFd, a: u64, b: u64, len: usize) -> std::io::Result<usize
         return Err(std::io::Error::last_os_error());
     }
     Ok(n as usize)
+}
+
+/// ioctl(FICLONERANGE) through libc's symbol (so the preload library sees it):
+/// `len` bytes (0: to the end of file) from `a` to `b` within one file.
+fn clone_range(fd: &OwnedFd, a: u64, len: u64, b: u64) -> Result<(), rustix::io::Errno> {
+    use std::os::fd::AsRawFd;
+    let arg = libc::file_clone_range {
+        src_fd: fd.as_raw_fd() as i64,
+        src_offset: a,
+        src_length: len,
+        dest_offset: b,
+    };
+    // SAFETY: a descriptor we own and an argument struct on this stack frame.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FICLONERANGE, &arg) };
+    if r < 0 {
+        return Err(rustix::io::Errno::from_raw_os_error(
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        ));
+    }
+    Ok(())
 }
 
 fn first_diff(a: &[u8], b: &[u8]) -> String {
@@ -251,7 +272,51 @@ fn fsx(path: &Path, seed: u64, ops: usize, shifts: bool) -> Result<Vec<u8>, Stri
                     model.resize(end, 0);
                 }
             }
-            87..=91 => {
+            90..=91 => {
+                // A reflink of whole pages (or to the end of file) within the file,
+                // sometimes unshared again.
+                if size < PAGE {
+                    continue;
+                }
+                let pages = size / PAGE;
+                let a = r.below(pages) * PAGE;
+                let len =
+                    if r.pct(25) { 0 } else { (1 + r.below((pages - a / PAGE).min(8))) * PAGE };
+                let eff = if len == 0 { size - a } else { len };
+                let bcount = eff.next_multiple_of(PAGE);
+                let b = r.below(FILE_MAX / PAGE) * PAGE;
+                if (b < a + bcount && a < b + bcount) || b + eff > FILE_MAX {
+                    continue;
+                }
+                desc = format!("clone {a}+{len} -> {b}");
+                let got = clone_range(&fd, a, len, b);
+                let want = if !shifts {
+                    Err(rustix::io::Errno::OPNOTSUPP)
+                } else if eff % PAGE != 0 && b + eff < size {
+                    // The source's partial last page may not land inside the file.
+                    Err(rustix::io::Errno::INVAL)
+                } else {
+                    Ok(())
+                };
+                if got != want {
+                    return Err(format!("{desc}: {got:?}, expected {want:?}"));
+                }
+                if want.is_ok() {
+                    let src = model[a as usize..(a + eff) as usize].to_vec();
+                    let end = (b + eff) as usize;
+                    if model.len() < end {
+                        model.resize(end, 0);
+                    }
+                    model[b as usize..end].copy_from_slice(&src);
+                    if r.pct(30) {
+                        let got = rfs::fallocate(&fd, FallocateFlags::UNSHARE_RANGE, b, eff);
+                        if got.is_err() {
+                            return Err(format!("unshare {b}+{eff}: {got:?}"));
+                        }
+                    }
+                }
+            }
+            87..=89 => {
                 if size < 2 {
                     continue;
                 }
