@@ -191,6 +191,8 @@ struct Info {
     inodes_in_use: u64,
     log_pages: u64,
     data_pages: u64,
+    /// Data blocks mapped by more than one file or place (reflinks, format version 6).
+    shared_blocks: u64,
     clean: bool,
     mapping: String,
     durability: String,
@@ -248,6 +250,7 @@ pub fn info(a: &InfoArgs) -> i32 {
         inodes_in_use: counts.0,
         log_pages: counts.1,
         data_pages: counts.2,
+        shared_blocks: fs.shared_blocks().len() as u64,
         clean,
         mapping: match &mode {
             Ok(ferrite_core::Durability::Dax) => "MAP_SHARED_VALIDATE|MAP_SYNC (DAX)".into(),
@@ -277,6 +280,9 @@ pub fn info(a: &InfoArgs) -> i32 {
         println!("inodes:        {} in use of {}", info.inodes_in_use, info.inode_slots);
         println!("log pages:     {}", info.log_pages);
         println!("data pages:    {}", info.data_pages);
+        if info.shared_blocks > 0 {
+            println!("shared:        {} data blocks (reflinks)", info.shared_blocks);
+        }
         println!(
             "state:         {}",
             if clean {

@@ -1012,7 +1012,7 @@ fn a_mapping_process_killed_leaves_its_stores_and_no_pin() {
 /// view afterwards; without the preload library the kernel's FUSE client refuses.
 #[test]
 fn cp_reflink_under_ferrite_run() {
-    let m = Mount::new("direct-reflink", "256M", "");
+    let mut m = Mount::new("direct-reflink", "256M", "");
     let stats = m.scratch().join("stats");
     let (a, b, c) = (m.mnt.join("a"), m.mnt.join("b"), m.mnt.join("c"));
     let data: Vec<u8> =
@@ -1033,4 +1033,12 @@ fn cp_reflink_under_ferrite_run() {
     assert!(std::fs::read(&a).unwrap() == data, "the source changed with its clone");
     let s = direct_stats(&stats);
     assert!(s.iter().map(|x| x.direct).sum::<u64>() > 0, "{s:?}");
+    // The counts survive the unmount: the clean mount recounts them from the logs.
+    m.umount();
+    let (report, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "{:?}", fsck.errors);
+    assert!(report.refs_counted && report.shared_blocks >= 8191, "{report:?}");
+    let out = run(Command::new(ferrite()).arg("info").arg(&m.pool));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("data blocks (reflinks)"), "{text}");
 }
