@@ -19,8 +19,10 @@
 //!   raised on a block that is already free.
 //! - Where the counts live: in the coordination table when the pool is shared, so
 //!   every party sees the same words; else in this process's memory, allocated at
-//!   the first share. A flag word says whether any block ever had one, so a pool
-//!   that never shared pays one load per free.
+//!   the first share. Either way 4 bytes per pool block of zero-filled memory that
+//!   the kernel backs a page (1,024 blocks) at a time as blocks get shared. A flag
+//!   word says whether any block ever had one, so a pool that never shared pays
+//!   one load per free.
 //! - Shared blocks are never DAX pages (`mapping`): a mapping copies them first,
 //!   since stores through it would change every file that maps them.
 
@@ -192,5 +194,32 @@ impl<M: Medium> Fs<M> {
         for &(b, n) in list {
             w[b as usize].store(n, Ordering::Release);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tally_counts_each_extra_reference() {
+        assert_eq!(tally(vec![9, 3, 9, 9, 4]), vec![(3, 1), (4, 1), (9, 3)]);
+        assert!(tally(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn summary_names_blocks_references_and_their_list() {
+        let s = RefSummary::of(&[(3, 1), (9, 3)]);
+        assert_eq!((s.blocks, s.extra), (2, 4));
+        assert_ne!(s.crc, RefSummary::of(&[(3, 1), (9, 2)]).crc, "the list is in the checksum");
+        assert_eq!(RefSummary::of(&[]), RefSummary::default());
+    }
+
+    #[test]
+    fn zeroed_words_are_zero_and_writable() {
+        let w = crate::region::zeroed_words(1 << 20);
+        assert!(w.iter().step_by(4099).all(|x| x.load(Ordering::Relaxed) == 0));
+        w[(1 << 20) - 1].store(7, Ordering::Relaxed);
+        assert_eq!(w[(1 << 20) - 1].load(Ordering::Relaxed), 7);
     }
 }

@@ -23,6 +23,20 @@ pub unsafe trait Region: Send + Sync + 'static {
     fn owners(&self) -> &[AtomicU8];
 }
 
+/// `n` zeroed atomic words from a zeroed allocation (calloc: for a large `n` the
+/// kernel backs each page when it is first touched), so a sparse table costs only
+/// the pages it uses.
+pub(crate) fn zeroed_words(n: usize) -> Box<[AtomicU32]> {
+    let v: Box<[u32]> = vec![0u32; n].into_boxed_slice();
+    let len = v.len();
+    let p = Box::into_raw(v) as *mut AtomicU32;
+    // SAFETY: `AtomicU32` has the same size, alignment and bit validity as `u32`
+    // (its documented layout), so the allocation of `len` zeroed `u32`s is one of
+    // `len` zeroed `AtomicU32`s; `Box::from_raw` takes back exactly the allocation
+    // `Box::into_raw` gave up, with the same layout.
+    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, len)) }
+}
+
 /// A table in this process's heap (parties are threads: tests, the simulator).
 pub struct HeapRegion {
     words: Box<[AtomicU32]>,
@@ -33,7 +47,7 @@ impl HeapRegion {
     /// A zeroed region of `words` words and `owners` owner bytes.
     pub fn zeroed(words: usize, owners: usize) -> HeapRegion {
         HeapRegion {
-            words: (0..words).map(|_| AtomicU32::new(0)).collect(),
+            words: zeroed_words(words),
             owners: (0..owners).map(|_| AtomicU8::new(0)).collect(),
         }
     }
