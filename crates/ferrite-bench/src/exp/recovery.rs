@@ -11,6 +11,9 @@
 //!   cannot use the checkpoint and rebuilds the allocators from every inode log.
 //! - After the last crash recovery every directory holds exactly the files written
 //!   (the recovered file system is checked, not only timed).
+//! - "Clean, shared" mounts follow a clone of the first file (a reflink): the
+//!   checkpoint then records shared blocks and a clean mount walks every log to
+//!   count their references (format version 6), as crash recovery does.
 
 use super::{pattern, say, Ctx};
 use crate::config::fmt_size;
@@ -189,9 +192,44 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
                     });
                 }
             }
+            // A reflink of the first file: clean mounts must now count references.
+            let src = fs.resolve(&path_of(0), true)?;
+            let dst = fs.create(fs.root(), b"shared", 0o644, 0, 0)?.ino;
+            fs.clone_range(src, 0, dst, 0, 0)?;
+            let mut shared = Vec::new();
+            for rep in 0..mount_reps(cfg.reps) {
+                pb.set_message(format!("{}: clean mounts with shared blocks, rep {rep}", ds.name));
+                let m = fs.unmount()?;
+                let t0 = Instant::now();
+                fs = Fs::mount(m, &MountOptions::default())?;
+                let v = t0.elapsed().as_secs_f64() * 1e3;
+                let rpt = fs.mount_report();
+                if !rpt.clean || !rpt.refs_counted || rpt.shared_blocks == 0 {
+                    return Err(TargetError::Other(format!(
+                        "clean mount with shared blocks: {rpt:?}"
+                    )));
+                }
+                shared.push(v);
+                let mut extra = BTreeMap::new();
+                extra.insert("files".into(), ds.files as f64);
+                extra.insert("shared_blocks".into(), rpt.shared_blocks as f64);
+                ctx.res.push(Sample {
+                    experiment: "recovery".into(),
+                    case: format!("{}/clean-shared", ds.name),
+                    target: "ferrite-lib".into(),
+                    rep,
+                    ops: 1,
+                    bytes: ds.bytes(),
+                    secs: v / 1e3,
+                    value: v,
+                    extra,
+                });
+            }
             check(&fs, ds)?;
             fs.unmount()?;
-            let (Some(cl), Some(cr)) = (Summary::of(&clean), Summary::of(&crash)) else {
+            let (Some(cl), Some(cr), Some(sh)) =
+                (Summary::of(&clean), Summary::of(&crash), Summary::of(&shared))
+            else {
                 return Err(TargetError::Other("no repetitions".into()));
             };
             let gb = ds.bytes() as f64 / 1e9;
@@ -204,6 +242,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
                 built.log_pages.to_string(),
                 format!("{:.2} ±{:.0}%", cl.median, cl.spread_pct()),
                 format!("{:.1} ±{:.0}%", cr.median, cr.spread_pct()),
+                format!("{:.1} ±{:.0}%", sh.median, sh.spread_pct()),
                 format!("{:.1}", cr.median / gb),
                 format!("{:.0}", cr.median / (ds.files as f64 / 1e6)),
                 format!("{:.1}", cr.median / (built.log_pages as f64 / 1e3)),
@@ -235,6 +274,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
                 "log pages",
                 "clean mount (ms)",
                 "crash recovery (ms)",
+                "clean mount, shared blocks (ms)",
                 "crash ms per GB",
                 "crash ms per million files",
                 "crash ms per 1000 log pages",
@@ -247,7 +287,9 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
             note: format!(
                 "FerriteFS library only; {} mounts of each kind per data set (medians); recovery \
                  uses one worker per core ({} here). The same-metadata pair has the same files \
-                 and log entries, with 4x the data in the second.",
+                 and log entries, with 4x the data in the second. \"Clean mount, shared \
+                 blocks\": after a clone of the first file, a clean mount walks every log to \
+                 count references (as crash recovery does).",
                 mount_reps(cfg.reps),
                 std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
             ),
