@@ -203,8 +203,9 @@ pub struct FallocMode {
     /// range's end (collapse) or start (insert) move by its length, down or up.
     pub shift: Option<Shift>,
     /// FALLOC_FL_UNSHARE_RANGE: pages of the range that share their block with
-    /// another file (a reflink) get a copy of their own, then the range is
-    /// allocated as by a plain fallocate.
+    /// another file (a reflink) get a copy of their own (one commit), then the
+    /// range is allocated as by a plain fallocate (which may still fail with
+    /// ENOSPC: the copies, which change no content, stay).
     pub unshare: bool,
 }
 

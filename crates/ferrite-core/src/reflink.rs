@@ -37,8 +37,9 @@ struct Plan {
     shared: Vec<u64>,
     /// The fresh blocks of the copies (freed if the clone fails).
     fresh: Vec<(u64, u64)>,
-    /// Destination pages to unmap (the source has a hole there).
-    punch: Vec<u64>,
+    /// The destination range (offset, whole pages) to unmap first, when it holds
+    /// data somewhere.
+    punch: Option<(u64, u64)>,
 }
 
 impl<M: Medium> Fs<M> {
@@ -151,35 +152,45 @@ impl<M: Medium> Fs<M> {
         let copy_all = self.pinned(si);
         let mut plan = Plan::default();
         let Some(sf) = sst.file() else { return Err(Error::invalid("clone of a non-file")) };
-        let df = dst_st.file();
-        let has = |pg: u64| df.is_some_and(|f| f.lookup(pg).is_some()) || dst_st.page_ops(pg).0 > 0;
-        let mut page = vec![0u8; BLOCK as usize];
+        let (s0, s1) = (off_in / BLOCK, (off_in + bcount) / BLOCK);
+        let to_dst = |spg: u64| off_out / BLOCK + (spg - s0);
+        // Walk the source's runs and overlays, not its pages: the work is bounded by
+        // what the pool holds, whatever the range's length (a sparse file).
         let mut copy: Vec<(u64, u64)> = Vec::new(); // (destination page, source page)
-        for k in 0..bcount / BLOCK {
-            let (spg, dpg) = (off_in / BLOCK + k, off_out / BLOCK + k);
-            match (sf.lookup(spg), sst.page_ops(spg).0) {
-                (Some((blk, loc)), 0) if !copy_all => {
-                    let crc = match log::write_page_crc(&self.m, loc, blk)? {
-                        Some(c) => c ^ si.seed ^ di.seed,
-                        None => {
-                            // No stored checksum (a DAX page once mapped): its
-                            // content is flushed (the commit's fence orders it)
-                            // and checksummed as it is.
-                            self.m.flush(blk * BLOCK, BLOCK);
-                            self.m.read(blk * BLOCK, &mut page);
-                            log::page_crc(di.seed, &page)
-                        }
-                    };
-                    plan.cow.push((dpg, blk, crc));
-                    plan.shared.push(blk);
+        let mut page = vec![0u8; BLOCK as usize];
+        for (pg, e) in sf.ext.runs_in(s0, s1) {
+            for spg in pg.max(s0)..(pg + e.len as u64).min(s1) {
+                if copy_all || sst.page_ops(spg).0 > 0 {
+                    copy.push((to_dst(spg), spg));
+                    continue;
                 }
-                (None, 0) => {
-                    if has(dpg) {
-                        plan.punch.push(dpg);
+                let blk = e.block + (spg - pg);
+                let crc = match log::write_page_crc(&self.m, e.loc, blk)? {
+                    Some(c) => c ^ si.seed ^ di.seed,
+                    None => {
+                        // No stored checksum (a DAX page once mapped): its content
+                        // is flushed (the commit's fence orders it) and checksummed
+                        // as it is.
+                        self.m.flush(blk * BLOCK, BLOCK);
+                        self.m.read(blk * BLOCK, &mut page);
+                        log::page_crc(di.seed, &page)
                     }
-                }
-                _ => copy.push((dpg, spg)),
+                };
+                plan.cow.push((to_dst(spg), blk, crc));
+                plan.shared.push(blk);
             }
+        }
+        // Overlays on pages no run maps (data embedded over a hole).
+        for (&spg, _) in sf.ops.iter() {
+            if spg >= s0 && spg < s1 && sf.lookup(spg).is_none() {
+                copy.push((to_dst(spg), spg));
+            }
+        }
+        // The destination range is unmapped first where it holds anything (the
+        // source's holes stay holes); the WRITE entries then map the rest.
+        let (d0, d1) = (off_out / BLOCK, off_out / BLOCK + bcount / BLOCK);
+        if dst_st.file().and_then(|f| f.next_data(d0)).is_some_and(|p| p < d1) {
+            plan.punch = Some((off_out, bcount));
         }
         if !copy.is_empty() {
             let runs = self.alloc_blocks(self.data_shard(di, dst_st), copy.len() as u64, false)?;
@@ -233,14 +244,8 @@ impl<M: Medium> Fs<M> {
         });
         entries.push(e);
         entries.extend(crate::privs::capability_removal(st, now));
-        let mut k = 0;
-        while k < plan.punch.len() {
-            let mut n = 1;
-            while k + n < plan.punch.len() && plan.punch[k + n] == plan.punch[k] + n as u64 {
-                n += 1;
-            }
-            entries.push(EntryBuf::punch(plan.punch[k] * BLOCK, n as u64 * BLOCK, now));
-            k += n;
+        if let Some((off, n)) = plan.punch {
+            entries.push(EntryBuf::punch(off, n, now));
         }
         crate::ops::cow_entries(di.seed, &plan.cow, size, now, true, &mut entries);
         if let Err(e) = self.commit_single(di, st, &mut entries, false, false) {
@@ -269,9 +274,13 @@ impl<M: Medium> Fs<M> {
         let size = st.attr.size;
         let last = end.min(size).div_ceil(BLOCK);
         let Some(f) = st.file() else { return Ok(()) };
-        let pages: Vec<u64> = (off / BLOCK..last)
-            .filter(|&pg| f.lookup(pg).is_some_and(|(b, _)| self.extra_refs(b) > 0))
-            .collect();
+        // The runs of the range, not its pages (bounded by what the pool holds).
+        let mut pages: Vec<u64> = Vec::new();
+        for (pg, e) in f.ext.runs_in(off / BLOCK, last) {
+            let from = pg.max(off / BLOCK);
+            let to = (pg + e.len as u64).min(last);
+            pages.extend((from..to).filter(|&p| self.extra_refs(e.block + (p - pg)) > 0));
+        }
         if pages.is_empty() {
             return Ok(());
         }

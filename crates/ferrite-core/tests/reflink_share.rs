@@ -315,3 +315,39 @@ fn model_clone(
     m[g][off_out as usize..end].copy_from_slice(&src);
     Some(len)
 }
+
+/// Regression (found in review before it shipped): the first clone walked every
+/// page of the range, so a clone of a sparse file of 2^50 bytes would have run for
+/// days holding both files' locks (as fallocate once did). The clone and unshare
+/// now walk the runs and overlays, bounded by what the pool holds.
+#[test]
+fn a_clone_of_a_huge_sparse_file_walks_runs_not_pages() {
+    let fs = fresh_sim(32 * MB, 1);
+    let a = fs.create(fs.root(), b"a", 0o644, 0, 0).unwrap().ino;
+    let b = fs.create(fs.root(), b"b", 0o644, 0, 0).unwrap().ino;
+    let far = 1u64 << 50;
+    fs.write(a, 0, &[1u8; PG as usize]).unwrap();
+    fs.write(a, far, &[2u8; PG as usize]).unwrap();
+    fs.write(a, far + 3 * PG + 5, b"embedded").unwrap();
+    fs.write(b, 7 * PG, &[3u8; PG as usize]).unwrap();
+    let size = far + 3 * PG + 13;
+    assert_eq!(fs.clone_range(a, 0, b, 0, 0).unwrap(), size);
+    assert_eq!(fs.getattr(b).unwrap().size, size);
+    assert_eq!(fs.shared_blocks().len(), 2);
+    let mut buf = [9u8; 16];
+    fs.read(b, 7 * PG, &mut buf).unwrap();
+    assert_eq!(buf, [0u8; 16], "the source's hole replaced b's data");
+    fs.read(b, far + 3 * PG + 5, &mut buf[..8]).unwrap();
+    assert_eq!(&buf[..8], b"embedded");
+    let unshare = FallocMode::from_flags(libc::FALLOC_FL_UNSHARE_RANGE | libc::FALLOC_FL_KEEP_SIZE);
+    let unshare = unshare.unwrap();
+    // Over the whole file it would also allocate 2^50 bytes of holes: ENOSPC, with
+    // the file's content as it was.
+    assert!(matches!(fs.fallocate(b, unshare, 0, size), Err(Error::NoSpace)));
+    fs.fallocate(b, unshare, far, size - far).unwrap();
+    fs.fallocate(b, unshare, 0, PG).unwrap();
+    assert!(fs.shared_blocks().is_empty());
+    fs.read(b, far + 3 * PG + 5, &mut buf[..8]).unwrap();
+    assert_eq!(&buf[..8], b"embedded");
+    assert_fsck_clean(&fs, "after the sparse clone and unshare");
+}
