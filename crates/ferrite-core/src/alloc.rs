@@ -118,43 +118,44 @@ impl AtomicBitmap {
         let m = 1u64 << (i % 64);
         self.words[(i / 64) as usize].fetch_or(m, Ordering::AcqRel) & m == 0
     }
-    /// Set bits `[start, start + n)` a word at a time; `Err(bit)` names the first bit
-    /// that was already set. Recovery claims whole extents with it, so its cost follows
-    /// the extents (metadata), not the blocks (data).
-    pub fn claim_range(&self, start: u64, n: u64) -> std::result::Result<(), u64> {
+    /// The words of bits `[start, start + n)`: (word index, mask of the range's bits).
+    fn word_masks(&self, start: u64, n: u64) -> impl Iterator<Item = (usize, u64)> {
         let end = start.checked_add(n).expect("range end overflows");
         assert!(end <= self.bits);
         let mut i = start;
-        while i < end {
+        std::iter::from_fn(move || {
+            if i >= end {
+                return None;
+            }
             let w = i / 64;
             let lo = i % 64;
             let hi = (end - w * 64).min(64);
             let m = if hi - lo == 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << lo };
-            let old = self.words[w as usize].fetch_or(m, Ordering::AcqRel);
-            if old & m != 0 {
-                return Err(w * 64 + (old & m).trailing_zeros() as u64);
-            }
             i = w * 64 + hi;
+            Some((w as usize, m))
+        })
+    }
+    /// Set bits `[start, start + n)` a word at a time; `Err(bit)` names the first bit
+    /// that was already set. Recovery claims whole extents with it, so its cost follows
+    /// the extents (metadata), not the blocks (data).
+    pub fn claim_range(&self, start: u64, n: u64) -> std::result::Result<(), u64> {
+        for (w, m) in self.word_masks(start, n) {
+            let old = self.words[w].fetch_or(m, Ordering::AcqRel);
+            if old & m != 0 {
+                return Err(w as u64 * 64 + (old & m).trailing_zeros() as u64);
+            }
         }
         Ok(())
     }
     /// Set bits `[start, start + n)` a word at a time, pushing each bit that was
     /// already set onto `again` (recovery counts shared data blocks with it).
     pub fn claim_range_counting(&self, start: u64, n: u64, again: &mut Vec<u64>) {
-        let end = start.checked_add(n).expect("range end overflows");
-        assert!(end <= self.bits);
-        let mut i = start;
-        while i < end {
-            let w = i / 64;
-            let lo = i % 64;
-            let hi = (end - w * 64).min(64);
-            let m = if hi - lo == 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << lo };
-            let mut old = self.words[w as usize].fetch_or(m, Ordering::AcqRel) & m;
+        for (w, m) in self.word_masks(start, n) {
+            let mut old = self.words[w].fetch_or(m, Ordering::AcqRel) & m;
             while old != 0 {
-                again.push(w * 64 + old.trailing_zeros() as u64);
+                again.push(w as u64 * 64 + old.trailing_zeros() as u64);
                 old &= old - 1;
             }
-            i = w * 64 + hi;
         }
     }
     /// Is bit `i` set?

@@ -146,6 +146,25 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
             fmt_size(ds.bytes()),
             ds.files
         ));
+        // One sample of mount kind `kind` (milliseconds), with the data set's file count.
+        let push = |ctx: &mut Ctx<'_>, kind: &str, rep: usize, v: f64, more: &[(&str, f64)]| {
+            let mut extra = BTreeMap::new();
+            extra.insert("files".into(), ds.files as f64);
+            for &(k, x) in more {
+                extra.insert(k.into(), x);
+            }
+            ctx.res.push(Sample {
+                experiment: "recovery".into(),
+                case: format!("{}/{kind}", ds.name),
+                target: "ferrite-lib".into(),
+                rep,
+                ops: 1,
+                bytes: ds.bytes(),
+                secs: v / 1e3,
+                value: v,
+                extra,
+            });
+        };
         let r = (|| -> TResult<()> {
             let _ = std::fs::remove_file(&pool);
             let m = MmapMedium::create(&pool, pool_size, &MapOptions::default())?;
@@ -174,22 +193,12 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
                 scanned = fs.mount_report().inodes_scanned;
                 crash.push(r);
                 for (kind, v) in [("clean", c), ("crash", r)] {
-                    let mut extra = BTreeMap::new();
-                    extra.insert("files".into(), ds.files as f64);
-                    extra.insert("log_pages".into(), built.log_pages as f64);
-                    extra.insert("inodes_scanned".into(), scanned as f64);
-                    extra.insert("pool_bytes".into(), pool_size as f64);
-                    ctx.res.push(Sample {
-                        experiment: "recovery".into(),
-                        case: format!("{}/{kind}", ds.name),
-                        target: "ferrite-lib".into(),
-                        rep,
-                        ops: 1,
-                        bytes: ds.bytes(),
-                        secs: v / 1e3,
-                        value: v,
-                        extra,
-                    });
+                    let extra = [
+                        ("log_pages", built.log_pages as f64),
+                        ("inodes_scanned", scanned as f64),
+                        ("pool_bytes", pool_size as f64),
+                    ];
+                    push(ctx, kind, rep, v, &extra);
                 }
             }
             // A reflink of the first file: clean mounts must now count references.
@@ -210,20 +219,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
                     )));
                 }
                 shared.push(v);
-                let mut extra = BTreeMap::new();
-                extra.insert("files".into(), ds.files as f64);
-                extra.insert("shared_blocks".into(), rpt.shared_blocks as f64);
-                ctx.res.push(Sample {
-                    experiment: "recovery".into(),
-                    case: format!("{}/clean-shared", ds.name),
-                    target: "ferrite-lib".into(),
-                    rep,
-                    ops: 1,
-                    bytes: ds.bytes(),
-                    secs: v / 1e3,
-                    value: v,
-                    extra,
-                });
+                push(ctx, "clean-shared", rep, v, &[("shared_blocks", rpt.shared_blocks as f64)]);
             }
             check(&fs, ds)?;
             fs.unmount()?;
