@@ -1023,8 +1023,10 @@ fn cp_reflink_under_ferrite_run() {
     let free = statvfs_free(&m.mnt);
     let out = run(ferrite_run(&m, &stats).arg("cp").arg("--reflink=always").arg(&a).arg(&b));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // A copy would use 8,192 blocks; the clone uses a log page, plus whatever block
+    // grant the client still held when statfs answered (256 blocks at first).
     let used = free.saturating_sub(statvfs_free(&m.mnt));
-    assert!(used < 64, "a reflink of 8192 pages used {used} blocks");
+    assert!(used < 1024, "a reflink of 8192 pages used {used} blocks");
     assert!(std::fs::read(&b).unwrap() == data, "the clone reads as the source");
     // A write to the clone changes only the clone.
     let f = std::fs::OpenOptions::new().write(true).open(&b).unwrap();
