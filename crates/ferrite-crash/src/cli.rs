@@ -185,6 +185,9 @@ fn print_workload(r: &explore::WorkloadReport, seed: u64) {
         t.failure_count + r.functional.is_some() as u64,
         r.secs
     );
+    for l in &r.leaks {
+        println!("    accepted (documented leak of a dead client's reference count): {l}");
+    }
     if let Some(f) = &r.functional {
         println!("    FUNCTIONAL FAILURE at op {}: {}", f.op, f.message);
         println!("    reproduce: ferrite crashtest --workload {} --seed {seed} --states 0", r.name);
@@ -211,6 +214,7 @@ pub fn json_summary(rep: &SuiteReport, cfg: &Config) -> serde_json::Value {
                 "failures": t.failure_count + w.functional.is_some() as u64,
                 "functional": w.functional.as_ref().map(|f| format!("op {}: {}", f.op, f.message)),
                 "replays": t.failures.iter().map(|f| f.replay_spec()).collect::<Vec<_>>(),
+                "leaks": w.leaks,
                 "secs": w.secs,
             })
         })

@@ -23,6 +23,15 @@
 //!   namespace. A client revoked before its operation must fail with ENOTCONN.
 //! - The live tree is read from the daemon when no cross-process lock is held,
 //!   else from a mount of the pool's current image (a reader would wait for a lease).
+//! - After a round that leaves no client attached (every one detached or resolved)
+//!   and no cross-process lock held, the daemon's fsck must be clean, with the
+//!   extra-reference counts of the coordination table: the one error accepted is
+//!   the documented leak of a client that died between a commit and the drop of a
+//!   reference (or a clone's references and its commit), a count too high on a
+//!   block that had an extra reference when a client died (or the block that count
+//!   then kept from being freed); each is reported (`Driven::leaks`).
+//! - A clone (two inodes) never shares a round: it could wait for the other
+//!   party's lock on its source.
 
 use crate::drive::{
     check_outcome, describe, end_point, finish, group_by_tag, lock, make_hook, merge,
@@ -41,7 +50,7 @@ use ferrite_core::{
     Shift, SimMedium, Table,
 };
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -84,11 +93,24 @@ impl Step {
         }
     }
 
-    /// The file a file operation changes.
+    /// The file a file operation changes (a clone: its destination).
     fn file(&self) -> Option<&str> {
         match self {
+            Step::Op(_, Op::Clone { dst, .. }) | Step::Die(_, Op::Clone { dst, .. }, _) => {
+                Some(dst)
+            }
             Step::Op(_, op) | Step::Die(_, op, _) => crate::workloads::groupable(op),
             _ => None,
+        }
+    }
+
+    /// The files a file operation names, in the order [`exec_client`] takes their
+    /// inode numbers (a clone: source, destination).
+    fn paths(&self) -> Vec<&str> {
+        match self {
+            Step::Op(_, Op::Clone { src, dst, .. })
+            | Step::Die(_, Op::Clone { src, dst, .. }, _) => vec![src, dst],
+            _ => self.file().into_iter().collect(),
         }
     }
 
@@ -147,6 +169,10 @@ impl Plan {
         self.par(vec![s])
     }
     fn par(&mut self, v: Vec<Step>) -> &mut Plan {
+        assert!(
+            v.len() == 1 || !v.iter().any(|s| matches!(s.model_op(), Op::Clone { .. })),
+            "a clone takes two inodes' locks: it never shares a round"
+        );
         let mut r = Vec::new();
         for s in v {
             self.steps.push(s);
@@ -327,6 +353,18 @@ pub fn client_suite(seed: u64) -> Vec<Workload> {
         false,
     ));
 
+    // Clients on files that share blocks (reflinks): the daemon clones, clients
+    // overwrite, punch, truncate, append to, unshare and clone them (the counts
+    // live in the coordination table), some beside a daemon operation on the
+    // other file mapping the same blocks, and die in the middle of five of them.
+    // In this workload a copy-on-write write of two pages takes 7 medium steps, a
+    // punch 5, a truncate 5, an unshare of two shared pages 12 and a clone of two
+    // blocks and a copied partial page 10 (tests/crash_clients.rs checks that each
+    // dies): a death after the commit's tail store (a write's, punch's or
+    // truncate's last 2 steps, the unshare's 6th and 7th) or between the clone's
+    // references and its tail store (its steps 2-8) leaves the documented leak.
+    v.push(client_reflink(&mut rng, seed));
+
     // Two clients on different files beside daemon operations.
     let mut p = Plan::new();
     p.one(op(0, create("/p1")))
@@ -365,6 +403,82 @@ pub fn client_suite(seed: u64) -> Vec<Workload> {
     v
 }
 
+/// The `client-reflink` workload (see `client_suite`).
+fn client_reflink(rng: &mut Rng, seed: u64) -> Workload {
+    const P: u64 = 4096;
+    let clone = |src: &str, off_in: u64, dst: &str, off_out: u64, len: u64| Op::Clone {
+        src: src.into(),
+        off_in,
+        dst: dst.into(),
+        off_out,
+        len,
+    };
+    let punch = |p: &str, off: u64, len: u64| Op::Punch { path: p.into(), off, len };
+    let unshare = |p: &str, off: u64, len: u64, keep_size: bool| Op::Unshare {
+        path: p.into(),
+        off,
+        len,
+        keep_size,
+    };
+    let (d1, d2, d3) = (1 + rng.below(7), 1 + rng.below(5), 1 + rng.below(5));
+    let (d4, d5) = (1 + rng.below(12), 1 + rng.below(10));
+    let mut p = Plan::new();
+    p.one(op(0, create("/a")))
+        .one(op(0, create("/b")))
+        .one(op(0, create("/c")))
+        // Six whole pages and a partial seventh; /b maps all of /a, /c its first
+        // two pages (three files on those blocks).
+        .one(op(0, write("/a", 0, 6 * P + 1000, 1)))
+        .one(op(0, clone("/a", 0, "/b", 0, 0)))
+        .one(op(0, clone("/a", 0, "/c", 0, 2 * P)))
+        .one(Step::Attach(1))
+        .one(op(1, write("/b", P, P, 2)))
+        // Both unmap the block of page 2 at once: one drops its reference, the
+        // other frees it.
+        .par(vec![op(1, punch("/b", 2 * P, P)), op(0, write("/a", 2 * P, P, 3))])
+        .one(op(1, truncate("/b", 5 * P + 1500)))
+        .one(op(1, append("/b", 3000, 4)))
+        .one(op(1, unshare("/b", 0, 4 * P, true)))
+        .one(op(1, clone("/a", 4 * P, "/c", 2 * P, 0)))
+        .one(Step::Die(1, write("/c", 0, 2 * P, 5), d1))
+        .one(Step::Resolve(1))
+        .one(op(0, clone("/a", 0, "/b", 0, 2 * P)))
+        .one(Step::Attach(2))
+        .one(Step::Die(2, punch("/b", 0, 2 * P), d2))
+        .one(Step::Resolve(2))
+        .one(op(0, write("/a", 0, 2 * P, 6)))
+        .one(op(0, clone("/a", 4 * P, "/b", 4 * P, 0)))
+        .one(Step::Attach(1))
+        .one(Step::Die(1, truncate("/b", 4 * P + 100), d3))
+        .one(Step::Resolve(1))
+        .one(op(0, clone("/c", 0, "/b", 0, 2 * P)))
+        .one(Step::Attach(2))
+        .one(Step::Die(2, unshare("/b", 0, 2 * P, true), d4))
+        .one(Step::Resolve(2))
+        .one(Step::Attach(1))
+        .one(Step::Die(1, clone("/a", 4 * P, "/b", 8 * P, 0), d5))
+        .one(Step::Resolve(1))
+        .one(Step::Attach(2))
+        .par(vec![op(2, unshare("/b", 0, 12 * P, false)), op(0, write("/a", 4 * P, P, 7))])
+        .one(op(2, append("/c", 5000, 8)))
+        .one(Step::Detach(2))
+        .one(op(0, Op::Unlink { path: "/a".into() }))
+        .one(op(0, write("/b", 0, 4 * P, 9)))
+        .one(op(0, truncate("/c", 0)));
+    p.build(
+        "client-reflink",
+        &format!(
+            "the daemon clones, clients overwrite, punch, truncate, append to, unshare and \
+             clone the shared files (beside the daemon on the other file), and die inside a \
+             copy-on-write write (step {d1}), a punch (step {d2}), a truncate (step {d3}), an \
+             unshare (step {d4}) and a clone (step {d5}); the daemon resolves each"
+        ),
+        2,
+        seed,
+        false,
+    )
+}
+
 /// A client's blocks come straight from the daemon's `Fs`.
 struct Grants {
     daemon: Arc<Fs<Med>>,
@@ -388,6 +502,9 @@ struct Client {
     /// Revoked (or resolved) by the daemon: its operations must fail.
     revoked: bool,
     dead: bool,
+    /// Holds a party slot (and may own blocks): attached, not yet detached or
+    /// resolved. A dead client stays attached until the daemon resolves it.
+    attached: bool,
 }
 
 /// The unwinding payload of a client that dies at a medium step.
@@ -427,8 +544,10 @@ fn maybe_die() {
     }
 }
 
-/// A file operation of a client, by inode number.
-fn exec_client(fs: &Fs<Med>, ino: u64, op: &Op) -> Result<(), Error> {
+/// A file operation of a client, by inode number: `inos` holds those of the
+/// files [`Step::paths`] names.
+fn exec_client(fs: &Fs<Med>, inos: &[u64], op: &Op) -> Result<(), Error> {
+    let ino = inos.first().copied().unwrap_or(0);
     match op {
         Op::Write { off, len, pat, .. } => {
             fs.write(ino, *off, &pattern(*pat, *off, *len)).map(drop)
@@ -456,6 +575,29 @@ fn exec_client(fs: &Fs<Med>, ino: u64, op: &Op) -> Result<(), Error> {
             *off,
             *len,
         ),
+        Op::Unshare { off, len, keep_size, .. } => fs.fallocate(
+            ino,
+            FallocMode { unshare: true, keep_size: *keep_size, ..Default::default() },
+            *off,
+            *len,
+        ),
+        Op::Clone { off_in, off_out, len, .. } => {
+            let &[src, dst] = inos else {
+                return Err(Error::invalid("a clone needs two inodes"));
+            };
+            // As `exec`: the byte count is part of the result (one party runs at a
+            // time on these files: a clone never shares a round).
+            let ssize = fs.getattr(src)?.size;
+            let n = fs.clone_range(src, *off_in, dst, *off_out, *len)?;
+            let want = match len {
+                0 => ssize.saturating_sub(*off_in),
+                l => (*l).min(ssize.saturating_sub(*off_in)),
+            };
+            if n != want {
+                return Err(Error::invalid(format!("clone returned {n} bytes, expected {want}")));
+            }
+            Ok(())
+        }
         Op::Shift { off, len, insert, .. } => {
             let shift = if *insert { Shift::Insert } else { Shift::Collapse };
             fs.fallocate(ino, FallocMode { shift: Some(shift), ..Default::default() }, *off, *len)
@@ -496,17 +638,17 @@ impl World {
             .ok_or_else(|| Error::invalid(format!("client {c} is not attached")))
     }
 
-    /// Run one step on the calling (simulated) thread. `ino`: the file of a
+    /// Run one step on the calling (simulated) thread. `inos`: the files of a
     /// client's operation, resolved by the daemon before the round.
-    fn run(&self, step: &Step, ino: u64) -> Outcome {
+    fn run(&self, step: &Step, inos: &[u64]) -> Outcome {
         let r = match step {
             Step::Op(0, op) => exec(&*self.d, op, &mut Handles::new()),
-            Step::Op(c, op) => self.client_fs(*c).and_then(|fs| exec_client(&fs, ino, op)),
+            Step::Op(c, op) => self.client_fs(*c).and_then(|fs| exec_client(&fs, inos, op)),
             Step::Attach(c) => self.attach(*c),
             Step::Tick(c, all) => self.client_fs(*c).map(|fs| {
                 fs.tick_leases(*all);
             }),
-            Step::Die(c, op, n) => return self.die(*c, op, *n, ino),
+            Step::Die(c, op, n) => return self.die(*c, op, *n, inos),
             Step::Revoke(c) => {
                 let pid = lock(&self.clients)[*c as usize].pid;
                 self.table.set_party_state(pid, P_REVOKED);
@@ -514,10 +656,16 @@ impl World {
             }
             Step::Resolve(c) => {
                 let pid = lock(&self.clients)[*c as usize].pid;
-                self.d.resolve_party(pid).map(drop)
+                let r = self.d.resolve_party(pid).map(drop);
+                lock(&self.clients)[*c as usize].attached = false;
+                r
             }
             Step::Detach(c) => {
-                let fs = lock(&self.clients)[*c as usize].fs.take();
+                let fs = {
+                    let mut v = lock(&self.clients);
+                    v[*c as usize].attached = false;
+                    v[*c as usize].fs.take()
+                };
                 match fs.map(Arc::try_unwrap) {
                     Some(Ok(fs)) => {
                         drop(fs.detach());
@@ -544,11 +692,12 @@ impl World {
         if v.len() <= c as usize {
             v.resize_with(c as usize + 1, Client::default);
         }
-        v[c as usize] = Client { pid, fs: Some(Arc::new(fs)), revoked: false, dead: false };
+        v[c as usize] =
+            Client { pid, fs: Some(Arc::new(fs)), revoked: false, dead: false, attached: true };
         Ok(())
     }
 
-    fn die(&self, c: u32, op: &Op, n: u64, ino: u64) -> Outcome {
+    fn die(&self, c: u32, op: &Op, n: u64, inos: &[u64]) -> Outcome {
         let (fs, pid) = {
             let v = lock(&self.clients);
             (v[c as usize].fs.clone(), v[c as usize].pid)
@@ -567,7 +716,7 @@ impl World {
             })
         });
         let r =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exec_client(&fs, ino, op)));
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exec_client(&fs, inos, op)));
         DYING.with(|d| d.borrow_mut().take());
         {
             let mut v = lock(&self.clients);
@@ -681,30 +830,46 @@ pub fn drive_clients(
     let desc = |k: usize| plan.steps[k - 1].to_string();
     let mut ino_of: BTreeMap<String, u64> = BTreeMap::new();
     let mut deaths = 0;
+    // Live fsck of the daemon: runs, the blocks whose counts a client's death may
+    // have left too high (with the first such death), and the leaks accepted.
+    let mut live_fscks = 0;
+    let mut suspects: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    let mut leak_seen: BTreeSet<String> = BTreeSet::new();
+    let mut leaks: Vec<String> = Vec::new();
+    let mut shared: Vec<(usize, u64)> = Vec::new();
     for round in &plan.rounds {
         let pairs: Vec<(u32, usize)> =
             round.iter().map(|&k| (plan.steps[k - 1].party() + 1, k)).collect();
         let solo = round.len() == 1;
         // Revoked before the round: its operations must fail.
         let revoked: Vec<bool> = lock(&world.clients).iter().map(|c| c.revoked).collect();
-        let mut inos = BTreeMap::new();
+        let mut inos: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
         for &k in round {
-            if let Some(f) = plan.steps[k - 1].file() {
-                if plan.steps[k - 1].party() != 0 {
-                    // Resolved once, before a client leases the file (a lookup
-                    // reads the file's attributes and would wait for the lease).
-                    let ino = match ino_of.get(f) {
-                        Some(&i) => i,
-                        None => world
-                            .d
-                            .resolve(f.as_bytes(), false)
-                            .map_err(|e| fail(k, format!("resolve {f}: {e}")))?,
-                    };
-                    ino_of.insert(f.to_string(), ino);
-                    inos.insert(k, ino);
-                }
+            if plan.steps[k - 1].party() == 0 {
+                continue;
+            }
+            for f in plan.steps[k - 1].paths() {
+                // Resolved once, before a client leases the file (a lookup reads
+                // the file's attributes and would wait for the lease).
+                let ino = match ino_of.get(f) {
+                    Some(&i) => i,
+                    None => world
+                        .d
+                        .resolve(f.as_bytes(), false)
+                        .map_err(|e| fail(k, format!("resolve {f}: {e}")))?,
+                };
+                ino_of.insert(f.to_string(), ino);
+                inos.entry(k).or_default().push(ino);
             }
         }
+        // Blocks whose count a client dying in this round may leave too high:
+        // those with an extra reference before the round and after it.
+        let shared_before: Vec<u64> =
+            if round.iter().any(|&k| matches!(plan.steps[k - 1], Step::Die(..))) {
+                world.d.shared_blocks().into_iter().map(|(b, _)| b).collect()
+            } else {
+                Vec::new()
+            };
         let results: Mutex<BTreeMap<usize, Outcome>> = Mutex::new(BTreeMap::new());
         let panicked: Mutex<Option<(usize, String)>> = Mutex::new(None);
         sched.begin_round(&pairs);
@@ -712,12 +877,12 @@ pub fn drive_clients(
             for &(t, k) in &pairs {
                 let (world, sched, results, panicked) = (&world, &sched, &results, &panicked);
                 let step = &plan.steps[k - 1];
-                let ino = inos.get(&k).copied().unwrap_or(0);
+                let step_inos: &[u64] = inos.get(&k).map_or(&[], Vec::as_slice);
                 s.spawn(move || {
                     set_sim_thread(t);
                     sched.arrive(t);
                     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        world.run(step, ino)
+                        world.run(step, step_inos)
                     }));
                     match r {
                         Ok(Outcome::Died) => {
@@ -741,8 +906,11 @@ pub fn drive_clients(
                 });
             }
             let mut last = (sched.steps.load(std::sync::atomic::Ordering::Relaxed), Instant::now());
+            // Polled from 20 us up to 2 ms: a short round ends without waiting long.
+            let mut nap = Duration::from_micros(20);
             while sched.live() > 0 {
-                std::thread::sleep(Duration::from_millis(2));
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_millis(2));
                 let now = sched.steps.load(std::sync::atomic::Ordering::Relaxed);
                 if now != last.0 {
                     last = (now, Instant::now());
@@ -770,6 +938,13 @@ pub fn drive_clients(
                 (_, Outcome::Died) => {
                     dead_op = Some(k);
                     deaths += 1;
+                    let after = world.d.shared_blocks().into_iter().map(|(b, _)| b);
+                    for b in shared_before.iter().copied().chain(after) {
+                        let v: &mut Vec<usize> = suspects.entry(b).or_default();
+                        if v.last() != Some(&k) {
+                            v.push(k);
+                        }
+                    }
                 }
                 (Step::Op(c, op) | Step::Die(c, op, _), Outcome::Done(live)) => {
                     let rev = *c != 0 && revoked.get(*c as usize).copied().unwrap_or(false);
@@ -843,6 +1018,49 @@ pub fn drive_clients(
             return Err(fail(last_k, format!("after round {round:?} ({}) the file system differs from the model (model left, fs right): {dif}", ops.join("; "))));
         }
         let after = after_m;
+        shared.push((last_k, world.d.shared_blocks().len() as u64));
+        // The daemon's own view (caught up by `observe`) when no client holds a
+        // party slot: fsck must be clean, the extra-reference counts of the
+        // coordination table included, but for the leak a dead client may leave.
+        if view.is_none() && !lock(&world.clients).iter().any(|c| c.attached) {
+            live_fscks += 1;
+            let r = world.d.fsck().map_err(|e| fail(last_k, format!("fsck of the daemon: {e}")))?;
+            let mut bad = Vec::new();
+            for e in &r.errors {
+                match documented_leak(e).and_then(|b| suspects.get(&b)) {
+                    Some(deaths) => {
+                        if leak_seen.insert(e.clone()) {
+                            // The latest death it had an extra reference at: the
+                            // first report follows the culprit's resolution.
+                            let last = *deaths.last().expect("a death");
+                            let more = match deaths.len() - 1 {
+                                0 => String::new(),
+                                n => format!(", and {n} earlier one(s)"),
+                            };
+                            leaks.push(format!(
+                                "after op {last_k} ({}): {e} (shared when a client died in op \
+                                 {last}: {}{more})",
+                                desc(last_k),
+                                desc(last)
+                            ));
+                        }
+                    }
+                    None => bad.push(e.as_str()),
+                }
+            }
+            if !bad.is_empty() {
+                cleanup(&m);
+                return Err(fail(
+                    last_k,
+                    format!(
+                        "after round {round:?} ({}) fsck of the live daemon found {} error(s): {}",
+                        round.iter().map(|&k| desc(k)).collect::<Vec<_>>().join("; "),
+                        bad.len(),
+                        bad.join("; ")
+                    ),
+                ));
+            }
+        }
         let files = |set: &[usize]| -> Vec<&str> {
             set.iter().filter_map(|&k| plan.steps[k - 1].file()).collect()
         };
@@ -905,5 +1123,38 @@ pub fn drive_clients(
     dr.thread_fences = thread_fences;
     dr.switches = sched.switches.load(std::sync::atomic::Ordering::Relaxed);
     dr.deaths = deaths;
+    dr.live_fscks = live_fscks;
+    dr.leaks = leaks;
+    dr.shared = shared;
     Ok(dr)
+}
+
+/// The block an fsck error names if it is the documented trace of a party that
+/// died between adding or keeping an extra reference and the commit that should
+/// have gone with it (`ferrite_core::refs`): a count one too high, either on a
+/// block mapped once ("counted with N extra references but mapped once") or on one
+/// mapped several times (counted with as many extra references as mappings or
+/// more), or the block that count kept from being freed when its last mapping went
+/// ("marked used but nobody owns it"). A count too low is never one.
+fn documented_leak(e: &str) -> Option<u64> {
+    let num = |t: &str| t.parse::<u64>().ok();
+    let w: Vec<&str> = e.split_whitespace().collect();
+    if w.len() < 2 || w[0] != "block" {
+        return None;
+    }
+    let b = num(w[1])?;
+    if e.ends_with("extra references but mapped once")
+        || e.ends_with("is marked used but nobody owns it")
+    {
+        return Some(b);
+    }
+    // "block B is mapped M times but counted with C extra references"
+    if let ["block", _, "is", "mapped", m, "times", "but", "counted", "with", c, "extra", "references"] =
+        w.as_slice()
+    {
+        if num(c)? >= num(m)? {
+            return Some(b);
+        }
+    }
+    None
 }

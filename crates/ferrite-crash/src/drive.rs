@@ -226,6 +226,16 @@ pub struct Driven {
     pub switches: u64,
     /// Client workloads: clients that died inside an operation.
     pub deaths: u64,
+    /// Client workloads: fsck runs of the live daemon (after rounds that leave no
+    /// client attached and no cross-process lock held).
+    pub live_fscks: u64,
+    /// Client workloads: the documented reference-count leaks those runs accepted
+    /// (a client died between a commit and a reference's drop, or between a
+    /// clone's reference and its commit), one line per block and kind, first seen.
+    pub leaks: Vec<String>,
+    /// Client workloads: blocks with an extra reference in the coordination table
+    /// after each round, as (the round's last step, blocks).
+    pub shared: Vec<(usize, u64)>,
 }
 
 /// What a pool byte offset holds, for explaining fault traces.
@@ -472,6 +482,9 @@ pub(crate) fn finish(
         thread_fences: Vec::new(),
         switches: 0,
         deaths: 0,
+        live_fscks: 0,
+        leaks: Vec::new(),
+        shared: Vec::new(),
     }
 }
 
@@ -610,8 +623,11 @@ pub fn drive_mt(
             }
             // Watchdog: never hang on a broken round assumption.
             let mut last = (sched.steps.load(std::sync::atomic::Ordering::Relaxed), Instant::now());
+            // Polled from 20 us up to 2 ms: a short round ends without waiting long.
+            let mut nap = Duration::from_micros(20);
             while sched.live() > 0 {
-                std::thread::sleep(Duration::from_millis(2));
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_millis(2));
                 let now = sched.steps.load(std::sync::atomic::Ordering::Relaxed);
                 if now != last.0 {
                     last = (now, Instant::now());

@@ -97,6 +97,15 @@ pub fn exec<M: Medium>(fs: &Fs<M>, op: &Op, handles: &mut Handles) -> Result<(),
                 *len,
             )
         }
+        Op::Unshare { path, off, len, keep_size } => {
+            let ino = resolve(fs, path)?;
+            fs.fallocate(
+                ino,
+                FallocMode { unshare: true, keep_size: *keep_size, ..Default::default() },
+                *off,
+                *len,
+            )
+        }
         Op::Punch { path, off, len } => {
             let ino = resolve(fs, path)?;
             fs.fallocate(

@@ -150,6 +150,9 @@ pub struct WorkloadReport {
     pub tally: Tally,
     /// Functional failure of the running file system, if any.
     pub functional: Option<Functional>,
+    /// Client workloads: the documented reference-count leaks of dead clients the
+    /// live daemon's fsck accepted (`Driven::leaks`).
+    pub leaks: Vec<String>,
     /// Seconds.
     pub secs: f64,
 }
@@ -405,6 +408,10 @@ pub fn explore_workload(
     pool.drain(&ctx);
     drop(pool);
     let tally = lock(&ctx.tally).clone();
+    let (functional, leaks) = match res {
+        Ok(d) => (None, d.leaks),
+        Err(f) => (Some(f), Vec::new()),
+    };
     WorkloadReport {
         name: w.name.clone(),
         ops: w.ops.len(),
@@ -412,7 +419,8 @@ pub fn explore_workload(
         natural: natural(sv, cfg),
         planned,
         tally,
-        functional: res.err(),
+        functional,
+        leaks,
         secs: t0.elapsed().as_secs_f64(),
     }
 }
@@ -471,6 +479,7 @@ pub fn run_suite(
                 planned: 0,
                 tally: Tally::default(),
                 functional: Some(f.clone()),
+                leaks: Vec::new(),
                 secs: 0.0,
             },
             Ok(d) => {

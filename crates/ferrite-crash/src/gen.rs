@@ -150,7 +150,14 @@ impl Gen {
                 if heavy {
                     return None;
                 }
-                Op::Fallocate { path, off, len, keep_size: self.rng.chance(1, 3) }
+                let keep_size = self.rng.chance(1, 3);
+                // One in four is FALLOC_FL_UNSHARE_RANGE, decided by the pattern byte
+                // a fallocate does not use: the random stream (and so every other
+                // operation generated) stays as it was without unshares.
+                if pat < 64 {
+                    return Some(Op::Unshare { path, off, len, keep_size });
+                }
+                Op::Fallocate { path, off, len, keep_size }
             }
             33..=35 => {
                 let path = self.file(m)?;

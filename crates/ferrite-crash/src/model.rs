@@ -70,6 +70,11 @@ pub enum Op {
     Fallocate { path: String, off: u64, len: u64, keep_size: bool },
     /// fallocate(PUNCH_HOLE | KEEP_SIZE).
     Punch { path: String, off: u64, len: u64 },
+    /// fallocate(UNSHARE_RANGE [| KEEP_SIZE]): every page of the range that shares
+    /// its block with another file (or place) gets a copy of its own, then the range
+    /// is allocated as by a plain fallocate. The contents do not change; the size
+    /// grows to `off + len` unless `keep_size`.
+    Unshare { path: String, off: u64, len: u64, keep_size: bool },
     /// fallocate(COLLAPSE_RANGE), or INSERT_RANGE when `insert`.
     Shift { path: String, off: u64, len: u64, insert: bool },
     /// FICLONERANGE (`Fs::clone_range`): `[off_out, off_out + len)` of `dst` shares
@@ -139,6 +144,13 @@ impl fmt::Display for Op {
                 )
             }
             Op::Punch { path, off, len } => write!(f, "punch {path} off={off} len={len}"),
+            Op::Unshare { path, off, len, keep_size } => {
+                write!(
+                    f,
+                    "unshare {path} off={off} len={len}{}",
+                    if *keep_size { " keep_size" } else { "" }
+                )
+            }
             Op::Shift { path, off, len, insert } => {
                 let what = if *insert { "insert" } else { "collapse" };
                 write!(f, "{what} {path} off={off} len={len}")
@@ -556,7 +568,10 @@ impl Model {
                 let id = self.lookup(path)?;
                 self.file_data(id)?.resize(*size as usize, 0);
             }
-            Op::Fallocate { path, off, len, keep_size } => {
+            // An unshare is a plain fallocate as far as anything visible goes: which
+            // blocks back the pages is not part of the tree.
+            Op::Fallocate { path, off, len, keep_size }
+            | Op::Unshare { path, off, len, keep_size } => {
                 let id = self.lookup(path)?;
                 if *len == 0 {
                     return Err(EINVAL);

@@ -46,6 +46,7 @@ pub fn groupable(op: &Op) -> Option<&str> {
         | Op::Truncate { path, .. }
         | Op::Fallocate { path, .. }
         | Op::Punch { path, .. }
+        | Op::Unshare { path, .. }
         | Op::Shift { path, .. }
         | Op::Chmod { path, .. }
         | Op::Chown { path, .. }
@@ -308,6 +309,9 @@ fn symlink(p: &str, t: &str) -> Op {
 fn clone(src: &str, off_in: u64, dst: &str, off_out: u64, len: u64) -> Op {
     Op::Clone { src: s(src), off_in, dst: s(dst), off_out, len }
 }
+fn unshare(p: &str, off: u64, len: u64, keep_size: bool) -> Op {
+    Op::Unshare { path: s(p), off, len, keep_size }
+}
 fn chmod(p: &str, perm: u32) -> Op {
     Op::Chmod { path: s(p), perm }
 }
@@ -440,7 +444,7 @@ pub fn suite(seed: u64) -> Vec<Workload> {
             Op::Shift { path: s("/x"), off: 20480, len: 4096, insert: false },
             Op::Shift { path: s("/x"), off: 100, len: 4096, insert: false },
         ]),
-        w("reflink", "clones (FICLONERANGE): whole files with holes, embedded data and a partial last page, ranges back into the source, within one file; copy-on-write of shared pages by writes, punches and truncates; errors; unlink, orphan and truncate frees of shared blocks, reference counts over a clean remount and a crash", MB, vec![
+        w("reflink", "clones (FICLONERANGE): whole files with holes, embedded data and a partial last page, ranges back into the source, within one file; copy-on-write of shared pages by writes, punches, truncates and unshares (FALLOC_FL_UNSHARE_RANGE); errors; unlink, orphan and truncate frees of shared blocks, reference counts over a clean remount and a crash", MB, vec![
             create("/a"),
             create("/b"),
             write("/a", 0, 20 * KB, 1),
@@ -489,6 +493,18 @@ pub fn suite(seed: u64) -> Vec<Workload> {
             // Again: the destination pages already map the very blocks it adds.
             clone("/b", 0, "/d", 0, 16 * KB),
             Op::Compact { path: s("/b") },
+            // FALLOC_FL_UNSHARE_RANGE: page 0 of /d (whose block /b and /c map too)
+            // gets a block of its own (same contents, size kept); writes into it
+            // must leave /b and /c as they were. Then pages 2-3 without keep_size
+            // inside the file (no shared block there: a plain fallocate, the size
+            // stays). Page 1 of /d stays shared with /b (after the crash below too).
+            unshare("/d", 0, 4 * KB, true),
+            write("/d", 1000, 3000, 11),
+            write("/d", 100, 50, 12),
+            unshare("/d", 8 * KB, 8 * KB, false),
+            // Past the end of file of /c, over its last shared page (page 9, a page
+            // of /b): it is copied and /c grows to off + len as a fallocate grows it.
+            unshare("/c", 36 * KB, 8 * KB, false),
             // An open clone unlinked, then a crash: recovery frees the orphan,
             // dropping its references, and counts the rest from the logs.
             Op::Open { path: s("/c"), handle: 1 },

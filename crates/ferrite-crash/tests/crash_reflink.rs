@@ -151,6 +151,51 @@ fn generator_produces_clones() {
 }
 
 #[test]
+fn generator_produces_unshares_rarely() {
+    let unshares = |seed| {
+        let ops = generate(seed, 150, GenConfig::default());
+        ops.iter().filter(|o| matches!(o, Op::Unshare { .. })).count()
+    };
+    let n: usize = (1..=10).map(unshares).sum();
+    assert!((3..=40).contains(&n), "{n} unshares in 1500 generated operations");
+    // Seed 3's 150 operations have one, after clones; they run as the model says
+    // (an unshare changes no contents, and the size as a fallocate does).
+    assert!(unshares(3) > 0);
+    run(&generate(3, 150, GenConfig::default()), 1 << 20);
+}
+
+#[test]
+fn an_unshare_copies_shared_pages_and_changes_nothing_visible() {
+    let p = |s: &str| s.to_string();
+    let unshare = |off, len, keep_size| Op::Unshare { path: p("/b"), off, len, keep_size };
+    let ops = vec![
+        Op::Create { path: p("/a"), perm: 0o644 },
+        Op::Create { path: p("/b"), perm: 0o644 },
+        // Five blocks shared (the partial last page lives in the log: copied).
+        Op::Write { path: p("/a"), off: 0, len: 5 * 4096 + 300, pat: 1 },
+        Op::Clone { src: p("/a"), off_in: 0, dst: p("/b"), off_out: 0, len: 0 },
+        // Pages 1-2 of /b get their own blocks; the size stays.
+        unshare(4096, 8192, true),
+        Op::Write { path: p("/b"), off: 4096, len: 4096, pat: 2 },
+        // Past the end of file without keep_size: page 4 is copied and the file
+        // grows to off + len, the new part reading as zeros.
+        unshare(4 * 4096, 4 * 4096, false),
+        // A range with no shared page: a plain fallocate.
+        unshare(4096, 4096, false),
+        Op::Unshare { path: p("/nope"), off: 0, len: 1, keep_size: true },
+        unshare(0, 0, true),
+    ];
+    let out = run(&ops, 1 << 20);
+    let shared = |k: usize| out[k].1;
+    assert_eq!(shared(3), 5, "{out:?}");
+    assert_eq!(shared(4), 3, "{out:?}");
+    assert_eq!(shared(6), 2, "{out:?}");
+    assert_eq!(shared(7), 2, "{out:?}");
+    assert_eq!(out[8].0, Err(libc::ENOENT));
+    assert_eq!(out[9].0, Err(libc::EINVAL));
+}
+
+#[test]
 fn reflink_crash_states_pass() {
     let ws = workloads::select("reflink", 1).unwrap();
     let cfg = Config { states: 3000, seed: 1, ..Config::default() };

@@ -1,6 +1,7 @@
 //! The CI run of the crash simulator: every workload of the suite at the CI budget
 //! (at least 20,000 crash states, plus crashes during recovery, the `mt-*`,
-//! `client-*` and `reflink` workloads included), zero failures.
+//! `client-*` (`client-reflink` among them) and `reflink` workloads included), zero
+//! failures.
 //!
 //! `FERRITE_CRASH_STATES` and `FERRITE_CRASH_SEED` override the budget and the seed
 //! (the 10x run by hand: `FERRITE_CRASH_STATES=240000`, or `ferrite crashtest
@@ -31,6 +32,9 @@ fn suite_passes_at_ci_budget() {
             r.tally.failure_count + r.functional.is_some() as u64,
             r.secs
         );
+        for l in &r.leaks {
+            eprintln!("  accepted (documented leak of a dead client's reference count): {l}");
+        }
     });
     // Written to the process's stderr (not the test harness's capture) so CI logs show
     // the count even when the test passes.
