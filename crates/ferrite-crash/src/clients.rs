@@ -585,18 +585,9 @@ fn exec_client(fs: &Fs<Med>, inos: &[u64], op: &Op) -> Result<(), Error> {
             let &[src, dst] = inos else {
                 return Err(Error::invalid("a clone needs two inodes"));
             };
-            // As `exec`: the byte count is part of the result (one party runs at a
-            // time on these files: a clone never shares a round).
-            let ssize = fs.getattr(src)?.size;
-            let n = fs.clone_range(src, *off_in, dst, *off_out, *len)?;
-            let want = match len {
-                0 => ssize.saturating_sub(*off_in),
-                l => (*l).min(ssize.saturating_sub(*off_in)),
-            };
-            if n != want {
-                return Err(Error::invalid(format!("clone returned {n} bytes, expected {want}")));
-            }
-            Ok(())
+            // As `exec` (one party runs at a time on these files: a clone never
+            // shares a round).
+            crate::exec::clone_checked(fs, src, *off_in, dst, *off_out, *len)
         }
         Op::Shift { off, len, insert, .. } => {
             let shift = if *insert { Shift::Insert } else { Shift::Collapse };

@@ -29,6 +29,29 @@ fn parent<'p, M: Medium>(fs: &Fs<M>, path: &'p str) -> Result<(u64, &'p [u8]), E
 }
 
 /// Run one non-lifecycle operation.
+/// `Fs::clone_range`, with the byte count it returns checked: it is part of the
+/// call's result, predicted from the source's size first (one operation runs at a
+/// time on these files).
+pub(crate) fn clone_checked<M: Medium>(
+    fs: &Fs<M>,
+    src: u64,
+    off_in: u64,
+    dst: u64,
+    off_out: u64,
+    len: u64,
+) -> Result<(), Error> {
+    let ssize = fs.getattr(src).map(|a| a.size).unwrap_or(0);
+    let n = fs.clone_range(src, off_in, dst, off_out, len)?;
+    let want = match len {
+        0 => ssize.saturating_sub(off_in),
+        l => l.min(ssize.saturating_sub(off_in)),
+    };
+    if n != want {
+        return Err(Error::invalid(format!("clone returned {n} bytes, expected {want}")));
+    }
+    Ok(())
+}
+
 pub fn exec<M: Medium>(fs: &Fs<M>, op: &Op, handles: &mut Handles) -> Result<(), Error> {
     match op {
         Op::Create { path, perm } => {
@@ -123,18 +146,7 @@ pub fn exec<M: Medium>(fs: &Fs<M>, op: &Op, handles: &mut Handles) -> Result<(),
         Op::Clone { src, off_in, dst, off_out, len } => {
             let s = resolve(fs, src)?;
             let d = resolve(fs, dst)?;
-            // The byte count is part of the call's result: predict it from the
-            // source's size first (workloads run one operation at a time).
-            let ssize = fs.getattr(s).map(|a| a.size).unwrap_or(0);
-            let n = fs.clone_range(s, *off_in, d, *off_out, *len)?;
-            let want = match len {
-                0 => ssize.saturating_sub(*off_in),
-                l => (*l).min(ssize.saturating_sub(*off_in)),
-            };
-            if n != want {
-                return Err(Error::invalid(format!("clone returned {n} bytes, expected {want}")));
-            }
-            Ok(())
+            clone_checked(fs, s, *off_in, d, *off_out, *len)
         }
         Op::Chmod { path, perm } => {
             let ino = resolve(fs, path)?;
