@@ -309,17 +309,9 @@ impl<M: Medium> Fs<M> {
         }
         let mut st = i.st.write();
         let now = self.m.now();
-        let kill = crate::privs::suidgid_to_kill(st.attr.mode);
-        let kill = if kill != 0 && lacks_fsetid() { kill } else { 0 };
         let mut entries: SmallVec<[EntryBuf; 2]> = SmallVec::new();
-        let (e, _) = Self::setattr_entry(&st, |a| {
-            a.size = a.size.max(end);
-            a.mtime = now;
-            a.ctime = now;
-            a.mode &= !kill;
-        });
-        entries.push(e);
-        entries.extend(crate::privs::capability_removal(&st, now));
+        let size = st.attr.size.max(end);
+        Self::data_change_entries(&st, size, now, lacks_fsetid, &mut entries);
         // The in-place stores are flushed: fence them before the tail.
         self.commit_single(i, &mut st, &mut entries, true, false)
     }

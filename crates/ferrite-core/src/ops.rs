@@ -341,13 +341,7 @@ impl<M: Medium> Fs<M> {
         len: u64,
         lacks_fsetid: impl Fn() -> bool,
     ) -> Result<u64> {
-        for ino in [src, dst] {
-            let i = self.inode(ino)?;
-            self.check_regular(&i)?;
-        }
-        if off_in > MAX_FILE_SIZE || off_out > MAX_FILE_SIZE {
-            return Err(Error::invalid("negative offset"));
-        }
+        self.range_pair(src, off_in, dst, off_out)?;
         let size = self.getattr(src)?.size;
         let len = len.min(size.saturating_sub(off_in));
         if len == 0 {
@@ -386,6 +380,25 @@ impl<M: Medium> Fs<M> {
             Ok(n) => Ok(done + n),
             Err(_) => Ok(done),
         }
+    }
+
+    /// The checks copy_file_range and a clone share: both files regular (EISDIR,
+    /// EINVAL), neither offset negative as an `loff_t` (EINVAL). Returns the two.
+    pub(crate) fn range_pair(
+        &self,
+        src: u64,
+        off_in: u64,
+        dst: u64,
+        off_out: u64,
+    ) -> Result<(Arc<Inode>, Arc<Inode>)> {
+        let si = self.inode(src)?;
+        self.check_regular(&si)?;
+        let di = self.inode(dst)?;
+        self.check_regular(&di)?;
+        if off_in > MAX_FILE_SIZE || off_out > MAX_FILE_SIZE {
+            return Err(Error::invalid("negative offset"));
+        }
+        Ok((si, di))
     }
 
     /// Copy `len` bytes from `src` to `dst` through reads and writes, in commits

@@ -79,6 +79,29 @@ impl<M: Medium> Fs<M> {
         }
         out.extend(capability_removal(st, now));
     }
+
+    /// The attribute entries of a data change to a locked regular file that
+    /// leaves it `size` bytes long at `now` (a write in place, a clone): one
+    /// SETATTR of size, mtime, ctime and the set-id bits a writer lacking
+    /// `CAP_FSETID` loses, then the capability's removal if it has one.
+    pub(crate) fn data_change_entries(
+        st: &InodeState,
+        size: u64,
+        now: Ts,
+        lacks_fsetid: impl FnOnce() -> bool,
+        out: &mut impl Extend<EntryBuf>,
+    ) {
+        let kill = suidgid_to_kill(st.attr.mode);
+        let kill = if kill != 0 && lacks_fsetid() { kill } else { 0 };
+        let (e, _) = Self::setattr_entry(st, |a| {
+            a.size = size;
+            a.mtime = now;
+            a.ctime = now;
+            a.mode &= !kill;
+        });
+        out.extend([e]);
+        out.extend(capability_removal(st, now));
+    }
 }
 
 #[cfg(test)]

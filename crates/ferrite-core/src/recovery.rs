@@ -72,16 +72,17 @@ pub fn read_superblock<M: Medium + ?Sized>(m: &M) -> Result<(Superblock, u32)> {
 }
 
 /// Convert a pool of format version 1 to 5 to version 6 in place; returns the
-/// version it had. Version 6 added the checkpoint's summary of shared blocks,
-/// which reads as "none" where an older checkpoint has zero padding. Version 2 added a WRITE flag (data checksums); version 3 added
+/// version it had. Version 2 added a WRITE flag (data checksums); version 3 added
 /// page checksums (a WRITE flag), file type codes 4-7 (FIFOs, devices, sockets), a
 /// device number in SETATTR's last word and spilled XATTR values; version 4 the
-/// SHIFT entry; none of which an older log holds. So an older log reads the same
-/// under version 5 rules, torn tails included: the superblock copies get the new
-/// version number and nothing else changes. Version 5's metadata replicas are a
-/// feature bit the upgraded pool does not get (they need the space its first data
-/// blocks hold): such a pool works as before, without second copies. The caller
-/// holds the pool exclusively (not mounted).
+/// SHIFT entry; version 6 the checkpoint's summary of shared blocks, which reads
+/// as "none" where an older checkpoint has zero padding; none of which an older
+/// pool holds. So an older log reads the same under version 6 rules, torn tails
+/// included: the superblock copies get the new version number and nothing else
+/// changes. Version 5's metadata replicas are a feature bit the upgraded pool does
+/// not get (they need the space its first data blocks hold): such a pool works as
+/// before, without second copies. The caller holds the pool exclusively (not
+/// mounted).
 pub fn upgrade<M: Medium + ?Sized>(m: &M) -> Result<u32> {
     if m.len() < 2 * BLOCK {
         return Err(Error::Foreign(format!("pool is only {} bytes", m.len())));
@@ -98,7 +99,7 @@ pub fn upgrade<M: Medium + ?Sized>(m: &M) -> Result<u32> {
     };
     match from {
         VERSION => return Ok(VERSION),
-        // Version 1 to 4 logs read the same under version 5 rules (version 1 and 2
+        // Version 1 to 5 logs read the same under version 6 rules (version 1 and 2
         // WRITE entries carry no page checksums: reads and scrub cannot check those
         // pages; version 4 added the SHIFT entry, which older logs do not hold).
         1..=5 => {}
@@ -223,8 +224,8 @@ impl<M: Medium> Fs<M> {
                     let mut r = MountReport::default();
                     let s = scan_all(&m, &sb, &geo, opts, &mut r, false, true)?;
                     report.refs_counted = true;
-                    let got = crate::refs::RefSummary::of(&s.refs);
-                    if (got.blocks, got.extra, got.crc)
+                    let got = crate::refs::summary(&s.refs);
+                    if (got.blocks, got.extra, got.list_crc)
                         != (shared.blocks, shared.extra, shared.list_crc)
                     {
                         report.refs_mismatch = Some(format!(
@@ -321,7 +322,7 @@ impl<M: Medium> Fs<M> {
         }
         let blocks = self.balloc.used_bitmap();
         let inodes = self.ialloc.used_bitmap();
-        let shared = crate::refs::RefSummary::of(&self.shared_blocks());
+        let shared = crate::refs::summary(&self.shared_blocks());
         write_checkpoint(&self.m, &self.geo, self.generation, &blocks, &inodes, &shared);
         persist_u64(&self.m, MOUNT_STATE_OFF, (self.generation << 2) | STATE_CLEAN);
         self.m.fence();
@@ -371,7 +372,7 @@ fn write_checkpoint<M: Medium + ?Sized>(
     gen: u64,
     blocks: &Bitmap,
     inodes: &Bitmap,
-    shared: &crate::refs::RefSummary,
+    shared: &CkptShared,
 ) {
     let bb = blocks.to_bytes();
     let ib = inodes.to_bytes();
@@ -394,10 +395,8 @@ fn write_checkpoint<M: Medium + ?Sized>(
         b.resize(v.len().div_ceil(BLOCK as usize).max(1) * BLOCK as usize, 0);
         b
     };
-    let sh =
-        CkptShared { blocks: shared.blocks, extra: shared.extra, list_crc: shared.crc, csum: 0 };
     let mut hb = whole(&h.encode());
-    hb[CKPT_SHARED_OFF..CKPT_SHARED_OFF + 24].copy_from_slice(&sh.encode());
+    hb[CKPT_SHARED_OFF..CKPT_SHARED_OFF + 24].copy_from_slice(&shared.encode());
     let (bb, ib) = (whole(&bb), whole(&ib));
     for start in geo.ckpt_starts().into_iter().flatten() {
         let (boff, ioff, _) = bitmaps_bytes(geo, start);

@@ -74,13 +74,7 @@ impl<M: Medium> Fs<M> {
         lacks_fsetid: impl FnOnce() -> bool,
     ) -> Result<u64> {
         self.check_writable()?;
-        let si = self.inode(src)?;
-        let di = self.inode(dst)?;
-        self.check_regular(&si)?;
-        self.check_regular(&di)?;
-        if off_in > MAX_FILE_SIZE || off_out > MAX_FILE_SIZE {
-            return Err(Error::invalid("negative offset"));
-        }
+        let (si, di) = self.range_pair(src, off_in, dst, off_out)?;
         if !off_in.is_multiple_of(BLOCK) || !off_out.is_multiple_of(BLOCK) {
             return Err(Error::invalid("clone offsets must be page-aligned"));
         }
@@ -193,17 +187,8 @@ impl<M: Medium> Fs<M> {
             plan.punch = Some((off_out, bcount));
         }
         if !copy.is_empty() {
-            let runs = self.alloc_blocks(self.data_shard(di, dst_st), copy.len() as u64, false)?;
-            plan.fresh = runs.to_vec();
-            let blocks = plan.fresh.iter().flat_map(|&(s, n)| s..s + n);
-            for (&(dpg, spg), b) in copy.iter().zip(blocks) {
-                let end = (ssize - spg * BLOCK).min(BLOCK) as usize;
-                if let Err(e) = self.read_page_verified(si, sst, spg, &mut page, end) {
-                    self.free_runs(&plan.fresh);
-                    return Err(e);
-                }
-                plan.cow.push((dpg, b, self.m.write_nt_crc(b * BLOCK, &page) ^ di.seed));
-            }
+            let shard = self.data_shard(di, dst_st);
+            plan.fresh = self.copy_to_fresh(si, sst, &copy, di.seed, shard, &mut plan.cow)?;
             plan.cow.sort_unstable_by_key(|c| c.0);
         }
         Ok((plan, len, dst_st.attr.size.max(end_out)))
@@ -233,17 +218,8 @@ impl<M: Medium> Fs<M> {
             }
         }
         let now = self.stamp(di).0;
-        let kill = crate::privs::suidgid_to_kill(st.attr.mode);
-        let kill = if kill != 0 && lacks_fsetid() { kill } else { 0 };
         let mut entries: SmallVec<[EntryBuf; 4]> = SmallVec::new();
-        let (e, _) = Self::setattr_entry(st, |a| {
-            a.size = size;
-            a.mtime = now;
-            a.ctime = now;
-            a.mode &= !kill;
-        });
-        entries.push(e);
-        entries.extend(crate::privs::capability_removal(st, now));
+        Self::data_change_entries(st, size, now, lacks_fsetid, &mut entries);
         if let Some((off, n)) = plan.punch {
             entries.push(EntryBuf::punch(off, n, now));
         }
@@ -256,6 +232,34 @@ impl<M: Medium> Fs<M> {
             return Err(e);
         }
         Ok(len)
+    }
+
+    /// Copy pages of `src` (state `sst`) into fresh blocks of `shard`, each
+    /// `(to page, from page)` of `pairs` pushed onto `cow` as (to page, block,
+    /// checksum under `seed`); returns the blocks (freed again on an error, when
+    /// nothing is pushed). Content is checked first where reads check.
+    fn copy_to_fresh(
+        &self,
+        src: &Inode,
+        sst: &InodeState,
+        pairs: &[(u64, u64)],
+        seed: u32,
+        shard: u32,
+        cow: &mut Vec<(u64, u64, u32)>,
+    ) -> Result<Vec<(u64, u64)>> {
+        let runs = self.alloc_blocks(shard, pairs.len() as u64, false)?.to_vec();
+        let mut page = vec![0u8; BLOCK as usize];
+        let at = cow.len();
+        for (&(to, from), b) in pairs.iter().zip(runs.iter().flat_map(|&(s, n)| s..s + n)) {
+            let len = sst.attr.size.saturating_sub(from * BLOCK).min(BLOCK) as usize;
+            if let Err(e) = self.read_page_verified(src, sst, from, &mut page, len) {
+                cow.truncate(at);
+                self.free_runs(&runs);
+                return Err(e);
+            }
+            cow.push((to, b, self.m.write_nt_crc(b * BLOCK, &page) ^ seed));
+        }
+        Ok(runs)
     }
 
     /// FALLOC_FL_UNSHARE_RANGE's part: every page of `[off, end)` below the end of
@@ -284,17 +288,9 @@ impl<M: Medium> Fs<M> {
         if pages.is_empty() {
             return Ok(());
         }
-        let runs = self.alloc_blocks(self.data_shard(i, st), pages.len() as u64, false)?;
+        let pairs: Vec<(u64, u64)> = pages.iter().map(|&pg| (pg, pg)).collect();
         let mut cow: Vec<(u64, u64, u32)> = Vec::with_capacity(pages.len());
-        let mut page = vec![0u8; BLOCK as usize];
-        for (&pg, b) in pages.iter().zip(runs.iter().flat_map(|&(s, n)| s..s + n)) {
-            let len = (size - pg * BLOCK).min(BLOCK) as usize;
-            if let Err(e) = self.read_page_verified(i, st, pg, &mut page, len) {
-                self.free_runs(&runs);
-                return Err(e);
-            }
-            cow.push((pg, b, self.m.write_nt_crc(b * BLOCK, &page) ^ i.seed));
-        }
+        let runs = self.copy_to_fresh(i, st, &pairs, i.seed, self.data_shard(i, st), &mut cow)?;
         let mut entries: SmallVec<[EntryBuf; 4]> = SmallVec::new();
         // Same content, size and times: only the blocks change.
         crate::ops::cow_entries(i.seed, &cow, size, st.attr.mtime, true, &mut entries);

@@ -28,6 +28,7 @@
 
 use crate::error::{Error, Result};
 use crate::fs::Fs;
+use crate::layout::CkptShared;
 use crate::pmem::Medium;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
@@ -39,33 +40,22 @@ pub(crate) struct LocalRefs {
     words: OnceLock<Box<[AtomicU32]>>,
 }
 
-/// The summary of a pool's shared blocks a clean unmount records in the
-/// checkpoint (format version 6; all zero when no block is shared).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RefSummary {
-    /// Blocks with an extra reference.
-    pub blocks: u64,
-    /// Extra references in all.
-    pub extra: u64,
-    /// CRC32C of the list of (block, extra) pairs, ascending, 12 bytes each
-    /// little-endian.
-    pub crc: u32,
-}
-
-impl RefSummary {
-    /// The summary of a list of (block, extra references), ascending.
-    pub fn of(list: &[(u64, u32)]) -> RefSummary {
-        let mut crc = 0u32;
-        let mut extra = 0u64;
-        for &(b, n) in list {
-            let mut e = [0u8; 12];
-            e[..8].copy_from_slice(&b.to_le_bytes());
-            e[8..].copy_from_slice(&n.to_le_bytes());
-            crc = crc32c::crc32c_append(crc, &e);
-            extra += n as u64;
-        }
-        RefSummary { blocks: list.len() as u64, extra, crc }
+/// The summary a clean unmount records of the shared blocks `list` ((block,
+/// extra references), ascending) in the checkpoint (format version 6; all zero
+/// when the list is empty): their number, the extra references in all and a
+/// CRC32C of the list, 12 bytes per pair, little-endian. Its own checksum is
+/// made by `CkptShared::encode`.
+pub fn summary(list: &[(u64, u32)]) -> CkptShared {
+    let mut crc = 0u32;
+    let mut extra = 0u64;
+    for &(b, n) in list {
+        let mut e = [0u8; 12];
+        e[..8].copy_from_slice(&b.to_le_bytes());
+        e[8..].copy_from_slice(&n.to_le_bytes());
+        crc = crc32c::crc32c_append(crc, &e);
+        extra += n as u64;
     }
+    CkptShared { blocks: list.len() as u64, extra, list_crc: crc, csum: 0 }
 }
 
 /// Count a list of block numbers, one entry per extra reference, into
@@ -209,10 +199,10 @@ mod tests {
 
     #[test]
     fn summary_names_blocks_references_and_their_list() {
-        let s = RefSummary::of(&[(3, 1), (9, 3)]);
+        let s = summary(&[(3, 1), (9, 3)]);
         assert_eq!((s.blocks, s.extra), (2, 4));
-        assert_ne!(s.crc, RefSummary::of(&[(3, 1), (9, 2)]).crc, "the list is in the checksum");
-        assert_eq!(RefSummary::of(&[]), RefSummary::default());
+        assert_ne!(s.list_crc, summary(&[(3, 1), (9, 2)]).list_crc, "the list is in the CRC");
+        assert_eq!(summary(&[]), CkptShared::default());
     }
 
     #[test]

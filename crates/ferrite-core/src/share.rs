@@ -148,11 +148,7 @@ fn lo_hi(v: u64) -> (u32, u32) {
 impl Table {
     /// Words and owner bytes a table needs.
     pub fn sizes(ninodes: u64, nblocks: u64) -> (usize, usize) {
-        let words = HEADER_WORDS
-            + MAX_JOURNALS * JOURNAL_WORDS
-            + MAX_PARTIES as usize * PARTY_WORDS
-            + ninodes as usize * ENTRY_WORDS
-            + nblocks as usize;
+        let words = Self::ENTRIES + ninodes as usize * ENTRY_WORDS + nblocks as usize;
         (words, nblocks as usize)
     }
 
@@ -235,22 +231,20 @@ impl Table {
         &self.r.words()[s..s + PARTY_WORDS]
     }
 
+    /// The first word of the inode entries (after the header, journals, parties).
+    const ENTRIES: usize =
+        HEADER_WORDS + MAX_JOURNALS * JOURNAL_WORDS + MAX_PARTIES as usize * PARTY_WORDS;
+
     fn entry(&self, ino: u64) -> &[AtomicU32] {
         assert!(ino >= 1 && ino <= self.ninodes, "inode {ino} out of range");
-        let s = HEADER_WORDS
-            + MAX_JOURNALS * JOURNAL_WORDS
-            + MAX_PARTIES as usize * PARTY_WORDS
-            + (ino - 1) as usize * ENTRY_WORDS;
+        let s = Self::ENTRIES + (ino - 1) as usize * ENTRY_WORDS;
         &self.r.words()[s..s + ENTRY_WORDS]
     }
 
     /// The extra-reference words, one per block (see `refs`), and the word that
     /// says whether any is set.
     pub(crate) fn refs(&self) -> (&AtomicU32, &[AtomicU32]) {
-        let s = HEADER_WORDS
-            + MAX_JOURNALS * JOURNAL_WORDS
-            + MAX_PARTIES as usize * PARTY_WORDS
-            + self.ninodes as usize * ENTRY_WORDS;
+        let s = Self::ENTRIES + self.ninodes as usize * ENTRY_WORDS;
         let w = self.r.words();
         (&w[H_REFS], &w[s..s + self.nblocks as usize])
     }
