@@ -1,23 +1,112 @@
-//! Profile target: N random 4 KiB overwrites (+fsync) in a 64 MiB file.
+//! Profile target on a prefaulted pool, timed against a peer in the same run.
+//! `cargo run --release --example write_profile -- MODE [N] [SIZE]`
+//! - `write`: N random overwrites of SIZE bytes (+fsync) in a 64 MiB file, against
+//!   the hardware floor (a non-temporal copy of the same bytes plus one fence);
+//! - `append`: N appends of SIZE bytes (+fsync), against tmpfs;
+//! - `meta`: N creates then N unlinks in one directory, against tmpfs.
 use ferrite_core::*;
+use std::io::Write;
+use std::time::Instant;
+
+fn per_op(t: Instant, n: u64) -> f64 {
+    t.elapsed().as_nanos() as f64 / n as f64
+}
+
 fn main() -> Result<()> {
-    let n: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(20_000);
+    let mut args = std::env::args().skip(1);
+    let mode = args.next().unwrap_or_else(|| "write".into());
+    let n: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(200_000);
+    let size: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(4096);
     let pool = "/dev/shm/write_profile.pool";
     let _ = std::fs::remove_file(pool);
-    let m = MmapMedium::create(pool.as_ref(), 512 << 20, &MapOptions::default())?;
+    let m = MmapMedium::create(pool.as_ref(), 1 << 30, &MapOptions::default())?;
+    // Touch every page first (as the benchmark does): no first-touch faults timed.
+    m.zero_nt(0, m.len());
+    m.fence();
     let fs = Fs::mkfs(m, &MkfsOptions::default())?;
-    let a = fs.create(fs.root(), b"a", 0o644, 0, 0)?;
-    fs.fallocate(a.ino, FallocMode::default(), 0, 64 << 20)?;
-    let buf = vec![3u8; 4096];
-    let mut x = 88172645463325252u64;
-    for _ in 0..n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        fs.write(a.ino, (x % 16384) * 4096, &buf)?;
-        fs.fsync(a.ino, false)?;
-    }
+    let dir = "/dev/shm/write_profile.tmpfs";
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir(dir).expect("tmpfs directory");
+    let buf = vec![3u8; size as usize];
+    let (lib, peer, name) = match mode.as_str() {
+        "write" => {
+            let a = fs.create(fs.root(), b"a", 0o644, 0, 0)?;
+            let file = 64u64 << 20;
+            let big = vec![1u8; 1 << 20];
+            for off in (0..file).step_by(big.len()) {
+                fs.write(a.ino, off, &big)?;
+            }
+            let slots = file / size;
+            let mut x = 88172645463325252u64;
+            let mut next = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % slots
+            };
+            let t = Instant::now();
+            for _ in 0..n {
+                fs.write(a.ino, next() * size, &buf)?;
+                fs.fsync(a.ino, false)?;
+            }
+            let lib = per_op(t, n);
+            // The floor: the same bytes into the pool's last 64 MiB, one fence each.
+            let base = fs.medium().len() - file;
+            let t = Instant::now();
+            for _ in 0..n {
+                fs.medium().write_nt(base + next() * size, &buf);
+                fs.medium().fence();
+            }
+            (lib, per_op(t, n), "hw-ntstore")
+        }
+        "append" => {
+            let a = fs.create(fs.root(), b"a", 0o644, 0, 0)?;
+            let t = Instant::now();
+            for _ in 0..n {
+                fs.append(a.ino, &buf)?;
+                fs.fsync(a.ino, false)?;
+            }
+            let lib = per_op(t, n);
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(format!("{dir}/a"))
+                .expect("tmpfs file");
+            let t = Instant::now();
+            for _ in 0..n {
+                f.write_all(&buf).expect("tmpfs write");
+                f.sync_all().expect("tmpfs fsync");
+            }
+            (lib, per_op(t, n), "tmpfs")
+        }
+        _ => {
+            let d = fs.mkdir(fs.root(), b"d", 0o755, 0, 0)?;
+            let names: Vec<String> = (0..n).map(|i| format!("f{i}")).collect();
+            let t = Instant::now();
+            for nm in &names {
+                fs.create(d.ino, nm.as_bytes(), 0o644, 0, 0)?;
+            }
+            for nm in &names {
+                fs.unlink(d.ino, nm.as_bytes())?;
+            }
+            let lib = per_op(t, 2 * n);
+            std::fs::create_dir(format!("{dir}/d")).expect("tmpfs directory");
+            let t = Instant::now();
+            for nm in &names {
+                std::fs::File::create(format!("{dir}/d/{nm}")).expect("tmpfs create");
+            }
+            for nm in &names {
+                std::fs::remove_file(format!("{dir}/d/{nm}")).expect("tmpfs unlink");
+            }
+            (lib, per_op(t, 2 * n), "tmpfs")
+        }
+    };
+    println!(
+        "{mode} {size} B: lib {lib:.0} ns/op, {name} {peer:.0} ns/op, lib speed / {name} {:.2}",
+        peer / lib
+    );
     fs.unmount()?;
     std::fs::remove_file(pool).ok();
+    std::fs::remove_dir_all(dir).ok();
     Ok(())
 }

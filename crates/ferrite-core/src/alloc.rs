@@ -16,6 +16,20 @@ use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+/// Where in the free space an allocation comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// The lowest free extents that fit: file data.
+    Low,
+    /// From this block on while it is free, else as [`Place::Low`]: file data that
+    /// continues a run (the block after the previous page's), so a file written in
+    /// order lies in consecutive blocks, one extent and one log entry per run.
+    At(u64),
+    /// The highest free blocks: log pages, kept apart from file data, which would
+    /// otherwise split every run of a file written in small appends.
+    High,
+}
+
 /// Extents `(start, len)` handed out by one allocation.
 pub type Runs = smallvec::SmallVec<[(u64, u64); 2]>;
 
@@ -201,6 +215,37 @@ impl FreeList {
         Ok(())
     }
 
+    /// Take up to `want` blocks starting at `goal`, if `goal` is free.
+    fn take_at(&mut self, goal: u64, want: u64) -> Option<(u64, u64)> {
+        let (&s, &l) = self.ext.range(..=goal).next_back()?;
+        if s + l <= goal {
+            return None;
+        }
+        let n = want.min(s + l - goal);
+        self.ext.remove(&s);
+        if goal > s {
+            self.ext.insert(s, goal - s);
+        }
+        if goal + n < s + l {
+            self.ext.insert(goal + n, s + l - goal - n);
+        }
+        Some((goal, n))
+    }
+
+    /// Take up to `want` blocks from the end of the highest free extent.
+    fn take_high(&mut self, want: u64) -> Option<(u64, u64)> {
+        let mut last = self.ext.last_entry()?;
+        let l = *last.get();
+        let n = want.min(l);
+        let start = *last.key() + l - n;
+        if n == l {
+            last.remove();
+        } else {
+            *last.get_mut() = l - n;
+        }
+        Some((start, n))
+    }
+
     /// Take up to `want` blocks as one extent: the first extent at least `want`
     /// long, else the largest one.
     fn take(&mut self, want: u64) -> Option<(u64, u64)> {
@@ -306,6 +351,17 @@ impl BlockAlloc {
     /// Allocate `n` blocks as one or more extents `(start, len)`, preferring `shard`
     /// (inline for up to two extents: allocates nothing in the common case).
     pub fn alloc(&self, shard: u32, n: u64, use_reserve: bool) -> Result<Runs> {
+        self.alloc_placed(shard, n, use_reserve, Place::Low)
+    }
+
+    /// [`BlockAlloc::alloc`] from the part of the free space `place` names.
+    pub fn alloc_placed(
+        &self,
+        shard: u32,
+        n: u64,
+        use_reserve: bool,
+        place: Place,
+    ) -> Result<Runs> {
         if n == 0 {
             return Ok(Runs::new());
         }
@@ -313,6 +369,20 @@ impl BlockAlloc {
         let mut out = Runs::new();
         let mut need = n;
         let ns = self.geo.nshards;
+        if let Place::At(goal) = place {
+            if self.geo.is_data_block(goal) {
+                let s = self.geo.block_shard(goal) as usize;
+                let mut fl = self.shards[s].lock();
+                if let Some((st, l)) = fl.take_at(goal, need) {
+                    out.push((st, l));
+                    need -= l;
+                    self.stocked[s].store(!fl.ext.is_empty(), Ordering::Release);
+                }
+                if need == 0 {
+                    return Ok(out);
+                }
+            }
+        }
         // The free counter never exceeds what the lists hold (free() inserts before it
         // credits), but a pass over the shards can miss blocks freed into a shard it
         // already visited while another allocator drained a later one: go round again.
@@ -324,7 +394,11 @@ impl BlockAlloc {
                 }
                 let mut fl = self.shards[s as usize].lock();
                 while need > 0 {
-                    match fl.take(need) {
+                    let got = match place {
+                        Place::High => fl.take_high(need),
+                        _ => fl.take(need),
+                    };
+                    match got {
                         Some((st, l)) => {
                             out.push((st, l));
                             need -= l;
@@ -527,6 +601,39 @@ mod tests {
         }
         let a = BlockAlloc::from_used(&g, &used);
         (g, a)
+    }
+
+    #[test]
+    fn placement_at_a_goal_from_the_top_and_back_to_the_lowest() {
+        let (g, a) = fresh_blocks();
+        let total = a.free_blocks();
+        let (lo, hi) = g.shard_range(0);
+        let mut taken = Vec::new();
+        let mut take = |place: Place, n: u64| {
+            let r = a.alloc_placed(0, n, false, place).unwrap().to_vec();
+            taken.extend_from_slice(&r);
+            r
+        };
+        // High: the last blocks of the shard, one run.
+        assert_eq!(take(Place::High, 3), [(hi - 3, 3)]);
+        // At a free goal: from the goal on, splitting the extent around it.
+        assert_eq!(take(Place::At(lo + 10), 4), [(lo + 10, 4)]);
+        // Low still starts at the bottom, below the goal's run.
+        assert_eq!(take(Place::Low, 2), [(lo, 2)]);
+        // A goal that is taken falls back to the lowest extent that fits.
+        assert_eq!(take(Place::At(lo + 10), 1), [(lo + 2, 1)]);
+        // A goal run that is too short is finished as a plain allocation.
+        assert_eq!(take(Place::At(lo + 7), 5), [(lo + 7, 3), (lo + 3, 2)]);
+        // A goal outside the data area is ignored.
+        assert_eq!(take(Place::At(0), 1), [(lo + 5, 1)]);
+        for (s, l) in taken {
+            a.free(s, l).unwrap();
+        }
+        assert_eq!(a.free_blocks(), total, "every placement gave back what it took");
+        // Every shard, highest first: a request larger than a shard's top extent.
+        let all = a.alloc_placed(1, total, true, Place::High).unwrap();
+        assert_eq!(all.iter().map(|r| r.1).sum::<u64>(), total);
+        assert!(a.alloc_placed(0, 1, true, Place::High).is_err());
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! - After a commit, the same entries are applied to the DRAM state with
 //!   [`InodeState::apply`]; blocks they release are freed only then.
 
-use crate::alloc::{BlockAlloc, InodeAlloc};
+use crate::alloc::{BlockAlloc, InodeAlloc, Place};
 use crate::error::{Error, Result};
 use crate::index::{FileType, Freed, InodeState};
 use crate::journal::{self, Record};
@@ -986,22 +986,34 @@ impl<M: Medium> Fs<M> {
         (t, false)
     }
 
-    fn alloc_log_page(&self, shard: u32, reserve: bool) -> Result<u64> {
-        Ok(self.alloc_blocks(shard, 1, reserve)?[0].0 * BLOCK)
+    /// A log page (from the top of the free space: see [`Place::High`]).
+    pub(crate) fn alloc_log_page(&self, shard: u32, reserve: bool) -> Result<u64> {
+        Ok(self.alloc_blocks_placed(shard, 1, reserve, Place::High)?[0].0 * BLOCK)
     }
 
-    /// Allocate `n` blocks; a direct-access client asks the daemon for more when
-    /// its own allocator runs dry.
+    /// Allocate `n` blocks for file data; a direct-access client asks the daemon for
+    /// more when its own allocator runs dry.
     pub(crate) fn alloc_blocks(
         &self,
         shard: u32,
         n: u64,
         reserve: bool,
     ) -> Result<crate::alloc::Runs> {
-        match self.balloc.alloc(shard, n, reserve) {
+        self.alloc_blocks_placed(shard, n, reserve, Place::Low)
+    }
+
+    /// [`Fs::alloc_blocks`] from the part of the free space `place` names.
+    pub(crate) fn alloc_blocks_placed(
+        &self,
+        shard: u32,
+        n: u64,
+        reserve: bool,
+        place: Place,
+    ) -> Result<crate::alloc::Runs> {
+        match self.balloc.alloc_placed(shard, n, reserve, place) {
             Err(Error::NoSpace) if self.is_client() => {
                 self.refill(n)?;
-                self.balloc.alloc(shard, n, reserve)
+                self.balloc.alloc_placed(shard, n, reserve, place)
             }
             r => r,
         }

@@ -17,7 +17,7 @@ use crate::fs::{CoreFault, Fs, Inode};
 use crate::index::{Body, InodeState, PageOp};
 use crate::journal::Record;
 use crate::layout::{logptr, BLOCK, SLOT_HEAD, SLOT_TAIL};
-use crate::log::{self, EntryBuf, LOG_DATA_END};
+use crate::log::{self, AttrRec, EntryBuf, LOG_DATA_END};
 use crate::pmem::{persist_u64, Medium};
 use std::sync::atomic::Ordering;
 
@@ -129,10 +129,10 @@ impl<M: Medium> Fs<M> {
     pub(crate) fn thorough_gc(&self, inode: &Inode, st: &mut InodeState) -> Result<()> {
         let mut entries = snapshot_entries(&self.m, st);
         let shard = self.shard();
-        let first = self.alloc_blocks(shard, 1, true)?[0].0 * BLOCK;
+        let first = self.alloc_log_page(shard, true)?;
         let mut taken = Vec::new();
         let epoch = logptr::epoch(st.log.tail).wrapping_add(1);
-        let mut alloc = || Ok(self.alloc_blocks(shard, 1, true)?[0].0 * BLOCK);
+        let mut alloc = || self.alloc_log_page(shard, true);
         let a = match log::write_fresh(
             &self.m,
             epoch,
@@ -207,15 +207,23 @@ fn snapshot_entries_sizes<M: Medium>(_m: &M, st: &InodeState) -> usize {
     let mut n = log::SETATTR_LEN;
     match &st.body {
         Body::File(f) => {
-            // Runs keep their page checksums: 4 bytes a page, split as writers do.
-            n += f
-                .ext
-                .iter()
-                .map(|(_, e)| {
-                    let chunks = (e.len as usize).div_ceil(log::PCRC_MAX_PAGES as usize);
-                    chunks * (log::WRITE_LEN + 4) + 4 * e.len as usize
-                })
-                .sum::<usize>();
+            // Runs keep their page checksums: 4 bytes a page, split as writers do;
+            // runs that continue each other share entries (as `snapshot_entries`).
+            let write_bytes = |pages: u64| {
+                let chunks = pages.div_ceil(u64::from(log::PCRC_MAX_PAGES)) as usize;
+                chunks * (log::WRITE_LEN + 4) + 4 * pages as usize
+            };
+            let mut cur: Option<(u64, u64, u64)> = None; // page, block, pages
+            for (pg, e) in f.ext.iter() {
+                match cur.as_mut() {
+                    Some(c) if c.0 + c.2 == pg && c.1 + c.2 == e.block => c.2 += u64::from(e.len),
+                    _ => {
+                        n += cur.map_or(0, |c| write_bytes(c.2));
+                        cur = Some((pg, e.block, u64::from(e.len)));
+                    }
+                }
+            }
+            n += cur.map_or(0, |c| write_bytes(c.2));
             for ops in f.ops.values() {
                 for op in ops {
                     n += match op {
@@ -245,32 +253,73 @@ fn snapshot_entries_sizes<M: Medium>(_m: &M, st: &InodeState) -> usize {
     n
 }
 
+/// File pages in consecutive blocks, as a snapshot writes them.
+struct Run {
+    pg: u64,
+    block: u64,
+    len: u64,
+    /// Each page's checksum, or none for an unchecked run.
+    crcs: Option<Vec<u32>>,
+}
+
+impl Run {
+    /// Does the run of `len` pages at `pg` in blocks from `block` (with `crcs`)
+    /// continue this one, so that one entry can map both?
+    fn continued_by(&self, pg: u64, block: u64, len: u32, crcs: &Option<Vec<u32>>) -> bool {
+        self.pg + self.len == pg
+            && self.block + self.len == block
+            && self.crcs.is_some() == crcs.is_some()
+            // An unchecked WRITE maps at most what one extent holds.
+            && (crcs.is_some() || self.len + u64::from(len) <= u64::from(crate::extmap::MAX_RUN))
+    }
+
+    /// Its WRITE entries (checked ones hold up to `PCRC_MAX_PAGES` pages each).
+    fn emit(self, a: &AttrRec, out: &mut Vec<EntryBuf>) {
+        match self.crcs {
+            Some(c) => {
+                for (k, part) in c.chunks(log::PCRC_MAX_PAGES as usize).enumerate() {
+                    let off = (k * log::PCRC_MAX_PAGES as usize) as u64;
+                    let (pg, block) = (self.pg + off, self.block + off);
+                    out.push(EntryBuf::write_crcs(pg, block, a.size, a.mtime, None, part));
+                }
+            }
+            None => {
+                let len = u32::try_from(self.len).expect("unchecked runs stay within MAX_RUN");
+                out.push(EntryBuf::write(self.pg, self.block, len, a.size, a.mtime, None));
+            }
+        }
+    }
+}
+
 /// The live state of an inode as a list of entries that replay to it.
 pub(crate) fn snapshot_entries<M: Medium>(m: &M, st: &InodeState) -> Vec<EntryBuf> {
     let a = &st.attr;
     let mut out = Vec::new();
     match &st.body {
         Body::File(f) => {
+            // A run that continues the one before it in pages and blocks (pages of
+            // a file written in order, each from its own entry) joins it: one entry
+            // for both, so the compacted log and the extent map shrink.
+            let mut pend: Option<Run> = None;
             for (pg, e) in f.ext.iter() {
                 // The pages' checksums move with them (the seed does not change);
                 // entries without any, or damaged since replay, stay unchecked.
-                let crcs = log::write_page_crcs(m, e.loc, e.block, e.len as u64);
-                match crcs {
-                    Ok(Some(c)) => {
-                        for (k, part) in c.chunks(log::PCRC_MAX_PAGES as usize).enumerate() {
-                            let off = (k * log::PCRC_MAX_PAGES as usize) as u64;
-                            out.push(EntryBuf::write_crcs(
-                                pg + off,
-                                e.block + off,
-                                a.size,
-                                a.mtime,
-                                None,
-                                part,
-                            ));
-                        }
+                let crcs = log::write_page_crcs(m, e.loc, e.block, e.len as u64).ok().flatten();
+                if let Some(p) = pend.as_mut().filter(|p| p.continued_by(pg, e.block, e.len, &crcs))
+                {
+                    p.len += u64::from(e.len);
+                    if let (Some(v), Some(c)) = (p.crcs.as_mut(), crcs) {
+                        v.extend(c);
                     }
-                    _ => out.push(EntryBuf::write(pg, e.block, e.len, a.size, a.mtime, None)),
+                    continue;
                 }
+                if let Some(p) = pend.take() {
+                    p.emit(a, &mut out);
+                }
+                pend = Some(Run { pg, block: e.block, len: u64::from(e.len), crcs });
+            }
+            if let Some(p) = pend {
+                p.emit(a, &mut out);
             }
             let mut pages: Vec<&u64> = f.ops.keys().collect();
             pages.sort();

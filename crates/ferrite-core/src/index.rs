@@ -186,6 +186,8 @@ impl IntoIterator for PageOps {
 
 /// A removed piece of a run.
 pub type Piece = (u64, Ext); // (first page, run)
+/// Pieces an index change replaced (inline: an overwrite allocates nothing).
+pub type Pieces = SmallVec<[Piece; 2]>;
 
 impl FileIndex {
     /// Pages mapped by runs.
@@ -262,8 +264,8 @@ impl FileIndex {
     }
 
     /// Remove the mappings of pages `[a, b)`, returning the removed pieces.
-    pub fn remove_range(&mut self, a: u64, b: u64) -> Vec<Piece> {
-        let mut out = Vec::new();
+    pub fn remove_range(&mut self, a: u64, b: u64) -> Pieces {
+        let mut out = Pieces::new();
         if a >= b {
             return out;
         }
@@ -303,16 +305,16 @@ impl FileIndex {
     }
 
     /// Map pages `[pg, pg + n)` to blocks `[block, block + n)`; returns replaced pieces.
-    pub fn insert(&mut self, pg: u64, n: u32, block: u64, loc: u64) -> Vec<Piece> {
+    pub fn insert(&mut self, pg: u64, n: u32, block: u64, loc: u64) -> Pieces {
         if n <= MAX_RUN {
             if pg >= self.ext.end() {
                 // Past every run (replay and snapshots map files in page order).
                 self.ext.push_back(pg, Ext { len: n, block, loc });
                 self.mapped += n as u64;
-                return Vec::new();
+                return Pieces::new();
             }
             if let Some(old) = self.ext.replace_same(pg, Ext { len: n, block, loc }) {
-                return vec![(pg, old)];
+                return smallvec::smallvec![(pg, old)];
             }
         }
         let out = self.remove_range(pg, pg + n as u64);
@@ -539,7 +541,7 @@ impl InodeState {
         }
     }
 
-    fn drop_pieces(&mut self, pieces: Vec<Piece>, freed: &mut Freed) {
+    fn drop_pieces(&mut self, pieces: Pieces, freed: &mut Freed) {
         for (_, e) in pieces {
             self.dec(e.loc, e.len as u64);
             freed.push((e.block, e.len as u64));
@@ -960,7 +962,7 @@ mod tests {
         let mut f = FileIndex::default();
         assert!(f.insert(0, 10, 100, 1).is_empty());
         let r = f.insert(3, 2, 500, 2);
-        assert_eq!(r, vec![(3, Ext { len: 2, block: 103, loc: 1 })]);
+        assert_eq!(r.to_vec(), vec![(3, Ext { len: 2, block: 103, loc: 1 })]);
         assert_eq!(f.lookup(2), Some((102, 1)));
         assert_eq!(f.lookup(3), Some((500, 2)));
         assert_eq!(f.lookup(5), Some((105, 1)));
