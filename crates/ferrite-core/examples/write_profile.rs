@@ -17,7 +17,8 @@ fn main() -> Result<()> {
     let mode = args.next().unwrap_or_else(|| "write".into());
     let n: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(200_000);
     let size: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(4096);
-    let pool = "/dev/shm/write_profile.pool";
+    let pool_dir = std::env::var("POOL_DIR").unwrap_or_else(|_| "/dev/shm".into());
+    let pool = &format!("{pool_dir}/write_profile.pool");
     let _ = std::fs::remove_file(pool);
     let m = MmapMedium::create(pool.as_ref(), 1 << 30, &MapOptions::default())?;
     // Touch every page first (as the benchmark does): no first-touch faults timed.
@@ -59,6 +60,37 @@ fn main() -> Result<()> {
             }
             (lib, per_op(t, n), "hw-ntstore")
         }
+        "shared" => {
+            // Two threads on disjoint halves of one file against one thread.
+            let a = fs.create(fs.root(), b"a", 0o644, 0, 0)?;
+            let file = 64u64 << 20;
+            let big = vec![1u8; 1 << 20];
+            for off in (0..file).step_by(big.len()) {
+                fs.write(a.ino, off, &big)?;
+            }
+            let run = |half: u64, halves: u64, n: u64| -> Result<()> {
+                let slots = file / size / halves;
+                let mut x = 88172645463325252u64 ^ half;
+                for _ in 0..n {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let off = (half * slots + x % slots) * size;
+                    fs.write(a.ino, off, &buf)?;
+                }
+                Ok(())
+            };
+            let t = Instant::now();
+            run(0, 1, n)?;
+            let one = per_op(t, n);
+            let t = Instant::now();
+            std::thread::scope(|s| {
+                let h = s.spawn(|| run(1, 2, n / 2));
+                run(0, 2, n / 2).expect("writer");
+                h.join().expect("thread").expect("writer");
+            });
+            (per_op(t, n), one, "one thread")
+        }
         "append" => {
             let a = fs.create(fs.root(), b"a", 0o644, 0, 0)?;
             let t = Instant::now();
@@ -83,12 +115,22 @@ fn main() -> Result<()> {
             let d = fs.mkdir(fs.root(), b"d", 0o755, 0, 0)?;
             let names: Vec<String> = (0..n).map(|i| format!("f{i}")).collect();
             let t = Instant::now();
+            let f0 = fs.medium().stats().snapshot().fences;
             for nm in &names {
                 fs.create(d.ino, nm.as_bytes(), 0o644, 0, 0)?;
             }
+            let (create, f1) = (per_op(t, n), fs.medium().stats().snapshot().fences);
+            let t2 = Instant::now();
             for nm in &names {
                 fs.unlink(d.ino, nm.as_bytes())?;
             }
+            let f2 = fs.medium().stats().snapshot().fences;
+            println!(
+                "create {create:.0} ns ({:.2} fences), unlink {:.0} ns ({:.2} fences)",
+                (f1 - f0) as f64 / n as f64,
+                per_op(t2, n),
+                (f2 - f1) as f64 / n as f64
+            );
             let lib = per_op(t, 2 * n);
             std::fs::create_dir(format!("{dir}/d")).expect("tmpfs directory");
             let t = Instant::now();
