@@ -21,10 +21,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 pub enum Place {
     /// The lowest free extents that fit: file data.
     Low,
-    /// From this block on while it is free, else as [`Place::Low`]: file data that
-    /// continues a run (the block after the previous page's), so a file written in
-    /// order lies in consecutive blocks, one extent and one log entry per run.
-    At(u64),
     /// The highest free blocks: log pages, kept apart from file data, which would
     /// otherwise split every run of a file written in small appends.
     High,
@@ -215,23 +211,6 @@ impl FreeList {
         Ok(())
     }
 
-    /// Take up to `want` blocks starting at `goal`, if `goal` is free.
-    fn take_at(&mut self, goal: u64, want: u64) -> Option<(u64, u64)> {
-        let (&s, &l) = self.ext.range(..=goal).next_back()?;
-        if s + l <= goal {
-            return None;
-        }
-        let n = want.min(s + l - goal);
-        self.ext.remove(&s);
-        if goal > s {
-            self.ext.insert(s, goal - s);
-        }
-        if goal + n < s + l {
-            self.ext.insert(goal + n, s + l - goal - n);
-        }
-        Some((goal, n))
-    }
-
     /// Take up to `want` blocks from the end of the highest free extent.
     fn take_high(&mut self, want: u64) -> Option<(u64, u64)> {
         let mut last = self.ext.last_entry()?;
@@ -369,20 +348,6 @@ impl BlockAlloc {
         let mut out = Runs::new();
         let mut need = n;
         let ns = self.geo.nshards;
-        if let Place::At(goal) = place {
-            if self.geo.is_data_block(goal) {
-                let s = self.geo.block_shard(goal) as usize;
-                let mut fl = self.shards[s].lock();
-                if let Some((st, l)) = fl.take_at(goal, need) {
-                    out.push((st, l));
-                    need -= l;
-                    self.stocked[s].store(!fl.ext.is_empty(), Ordering::Release);
-                }
-                if need == 0 {
-                    return Ok(out);
-                }
-            }
-        }
         // The free counter never exceeds what the lists hold (free() inserts before it
         // credits), but a pass over the shards can miss blocks freed into a shard it
         // already visited while another allocator drained a later one: go round again.
@@ -396,7 +361,7 @@ impl BlockAlloc {
                 while need > 0 {
                     let got = match place {
                         Place::High => fl.take_high(need),
-                        _ => fl.take(need),
+                        Place::Low => fl.take(need),
                     };
                     match got {
                         Some((st, l)) => {
@@ -604,7 +569,7 @@ mod tests {
     }
 
     #[test]
-    fn placement_at_a_goal_from_the_top_and_back_to_the_lowest() {
+    fn log_placement_takes_the_top_and_data_the_bottom() {
         let (g, a) = fresh_blocks();
         let total = a.free_blocks();
         let (lo, hi) = g.shard_range(0);
@@ -614,18 +579,12 @@ mod tests {
             taken.extend_from_slice(&r);
             r
         };
-        // High: the last blocks of the shard, one run.
+        // High: the last blocks of the shard, one run; Low: the first ones.
         assert_eq!(take(Place::High, 3), [(hi - 3, 3)]);
-        // At a free goal: from the goal on, splitting the extent around it.
-        assert_eq!(take(Place::At(lo + 10), 4), [(lo + 10, 4)]);
-        // Low still starts at the bottom, below the goal's run.
         assert_eq!(take(Place::Low, 2), [(lo, 2)]);
-        // A goal that is taken falls back to the lowest extent that fits.
-        assert_eq!(take(Place::At(lo + 10), 1), [(lo + 2, 1)]);
-        // A goal run that is too short is finished as a plain allocation.
-        assert_eq!(take(Place::At(lo + 7), 5), [(lo + 7, 3), (lo + 3, 2)]);
-        // A goal outside the data area is ignored.
-        assert_eq!(take(Place::At(0), 1), [(lo + 5, 1)]);
+        assert_eq!(take(Place::High, 1), [(hi - 4, 1)]);
+        // Data allocated between log pages stays consecutive.
+        assert_eq!(take(Place::Low, 1), [(lo + 2, 1)]);
         for (s, l) in taken {
             a.free(s, l).unwrap();
         }

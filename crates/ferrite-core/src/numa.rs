@@ -187,16 +187,6 @@ impl<M: crate::pmem::Medium> crate::fs::Fs<M> {
         self.node_shard(node)
     }
 
-    /// Does block `b` lie on the node of shard `shard`? (A run continues in the
-    /// next block only where the file's data is meant to go.)
-    pub(crate) fn same_node(&self, b: u64, shard: u32) -> bool {
-        if self.topo.nodes() <= 1 || !self.geo.is_data_block(b) {
-            return self.topo.nodes() <= 1;
-        }
-        let n = self.geo.nshards;
-        self.topo.shard_node(self.geo.block_shard(b), n) == self.topo.shard_node(shard, n)
-    }
-
     /// A shard of node `node`, chosen per thread.
     pub(crate) fn node_shard(&self, node: u32) -> u32 {
         let (a, b) = self.topo.node_shards(node, self.geo.nshards);

@@ -1,7 +1,6 @@
 //! POSIX operations on a mounted pool.
 
 use crate::acl;
-use crate::alloc::Place;
 use crate::error::{Error, Result};
 use crate::fs::{
     Attr, DirEntry, Entries, FallocMode, Fs, Inode, Locked, NewInode, NewNode, Part, RenameFlags,
@@ -505,7 +504,7 @@ impl<M: Medium> Fs<M> {
         // merged into a copy-on-write page instead (net zero blocks, and the page's
         // overlays die), so log overhead cannot eat the last free blocks.
         let low_space = self.low_space();
-        let (shard, pieces, place) = {
+        let (shard, pieces) = {
             let st = i.st.read();
             let shard = self.data_shard(i, &st);
             let mut pieces: SmallVec<[Piece; 2]> = SmallVec::new();
@@ -550,20 +549,10 @@ impl<M: Medium> Fs<M> {
                 }
                 pos += b - a;
             }
-            // Copy-on-write pages go right after the block of the page before them
-            // when it is free: a file written in order stays one run.
-            let first = pieces.iter().find_map(|p| match p {
-                Piece::Full { pg, .. } | Piece::Merged { pg, .. } => Some(*pg),
-                Piece::Inline { .. } => None,
-            });
-            let place = first
-                .and_then(|pg| st.file()?.lookup(pg.checked_sub(1)?))
-                .filter(|&(blk, _)| self.same_node(blk + 1, shard))
-                .map_or(Place::Low, |(blk, _)| Place::At(blk + 1));
-            (shard, pieces, place)
+            (shard, pieces)
         };
         let ncow = pieces.iter().filter(|p| !matches!(p, Piece::Inline { .. })).count() as u64;
-        let runs = self.alloc_blocks_placed(shard, ncow, false, place)?;
+        let runs = self.alloc_blocks(shard, ncow, false)?;
         // Copy data into the new blocks (outside the inode lock), each page's
         // checksum computed right after its copy, from the source still in cache: the WRITE entries carry
         // them, so data, entries and tail persist under one fence.
@@ -1138,7 +1127,7 @@ impl<M: Medium> Fs<M> {
         }
         let shard = self.shard();
         let ino = self.ialloc.alloc(shard)?;
-        let head = match self.balloc.alloc_placed(shard, 1, false, Place::High) {
+        let head = match self.balloc.alloc_placed(shard, 1, false, crate::alloc::Place::High) {
             Ok(r) => r[0].0 * BLOCK,
             Err(e) => {
                 self.poison_on(self.ialloc.free(ino));
