@@ -1,7 +1,6 @@
-//! Block placement: log pages come from the top of the free space and a file's
-//! copy-on-write pages continue the block of the page before them, so a file
-//! written in order (small appends included) lies in consecutive blocks, and log
-//! GC maps each such run with one entry. Before this, log pages took the lowest
+//! Block placement: log pages come from the top of the free space, file data from
+//! the bottom, so a file written in order (small appends included) lies in
+//! consecutive blocks, and log GC maps each such run with one entry. Before this, log pages took the lowest
 //! free blocks like data: a file built from 256-byte appends had one run and one
 //! live WRITE entry per page, and every thorough GC rewrote all of them (a fifth
 //! of an append's time in `ferrite bench`).
