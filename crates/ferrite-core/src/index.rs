@@ -548,6 +548,28 @@ impl InodeState {
         }
     }
 
+    /// [`InodeState::clear_ops`] of pages `[a, a + n)`: a look-up per page, or a
+    /// walk of the pages that have ops when they are fewer (a large write, and log
+    /// replay and GC, whose WRITE entries come before any op).
+    fn clear_ops_in(&mut self, a: u64, n: u64) {
+        let Body::File(f) = &self.body else { return };
+        if f.ops.is_empty() {
+            return;
+        }
+        let end = a.saturating_add(n);
+        if n <= f.ops.len() as u64 {
+            for pg in a..end {
+                self.clear_ops(pg);
+            }
+            return;
+        }
+        let pages: SmallVec<[u64; 8]> =
+            f.ops.keys().copied().filter(|p| (a..end).contains(p)).collect();
+        for pg in pages {
+            self.clear_ops(pg);
+        }
+    }
+
     fn clear_ops(&mut self, pg: u64) {
         let ops = match &mut self.body {
             Body::File(f) => f.ops.remove(&pg),
@@ -700,9 +722,7 @@ impl InodeState {
                     Body::Dir(_) => return,
                 };
                 self.drop_pieces(pieces, freed);
-                for pg in *pgoff..*pgoff + *npages as u64 {
-                    self.clear_ops(pg);
-                }
+                self.clear_ops_in(*pgoff, *npages as u64);
                 self.inc(loc, *npages as u64);
                 self.set_data_times(*size, *mtime);
             }
@@ -1041,5 +1061,44 @@ mod tests {
         // page 0 run (1 ref) + setattr (1) + pinned shrink (1)
         assert_eq!(s.refs.get(p1), 3);
         assert_eq!(s.page_ops(0), (1, 0));
+    }
+
+    #[test]
+    fn a_write_clears_the_ops_of_its_pages_by_lookup_or_by_walk() {
+        let inline = |pg: u64| Entry::Inline {
+            off: pg * BLOCK + 8,
+            size: 1 << 30,
+            mtime: Ts::default(),
+            dlen: 4,
+            data_off: crate::log::INLINE_HDR as u32,
+        };
+        let write = |pgoff: u64, npages: u32| Entry::Write {
+            pgoff,
+            block: 1000 + pgoff,
+            npages,
+            size: 1 << 30,
+            mtime: Ts::default(),
+            dcrc: None,
+            pcrc: false,
+        };
+        let mut s = InodeState::new(FileType::Regular);
+        let mut freed = vec![];
+        let mut loc = 100 * BLOCK;
+        let mut next = || {
+            loc += 64;
+            loc
+        };
+        for pg in [3, 5, 9, 40, 41] {
+            s.apply(next(), &inline(pg), &mut freed);
+        }
+        // Fewer pages than ops: a look-up per page (3 and 5 go, 9 stays).
+        s.apply(next(), &write(2, 4), &mut freed);
+        let has = |s: &InodeState, pg| s.page_ops(pg).0 > 0;
+        assert!(!has(&s, 3) && !has(&s, 5) && has(&s, 9) && has(&s, 40));
+        // More pages than ops: a walk of the ops (9 and 40 go, 41 stays).
+        s.apply(next(), &write(6, 35), &mut freed);
+        assert!(!has(&s, 9) && !has(&s, 40) && has(&s, 41));
+        // The overlays' entries lost their references with them.
+        assert_eq!(s.refs.get(100 * BLOCK), 1 + 4 + 35);
     }
 }
