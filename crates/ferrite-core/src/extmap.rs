@@ -214,6 +214,52 @@ impl ExtMap {
         Some(old)
     }
 
+    /// If one run holds all of pages `[pg, pg + e.len)`, map them to `e` instead
+    /// and return what they were (the middle of the run; the parts before and after
+    /// stay runs of their own): an overwrite inside a longer run with a few searches
+    /// in the leaves, no walk and no allocation.
+    pub fn split_replace(&mut self, pg: u64, e: Ext) -> Option<Ext> {
+        let (s, run) = self.floor(pg)?;
+        let end = s + run.len as u64;
+        let new_end = pg.checked_add(e.len as u64)?;
+        if new_end > end {
+            return None;
+        }
+        let old = Ext { len: e.len, block: run.block + (pg - s), loc: run.loc };
+        let after = (new_end < end).then(|| {
+            let block = run.block + (new_end - s);
+            Packed::new(new_end, Ext { len: (end - new_end) as u32, block, loc: run.loc })
+        });
+        // In place when the leaf has room: the run's slot shrinks to the part before
+        // `pg` (or becomes the new run), the rest go right after it.
+        let (_, leaf) = self.leaves.range_mut(..=s).next_back().expect("the run's leaf");
+        let extra = usize::from(pg > s) + usize::from(after.is_some());
+        if leaf.len() + extra <= LEAF {
+            let i = leaf.binary_search_by_key(&s, |q| q.pg).expect("the run starts here");
+            let mut at = i;
+            if pg > s {
+                leaf[i] = Packed::new(s, Ext { len: (pg - s) as u32, ..run });
+                at += 1;
+                leaf.insert(at, Packed::new(pg, e));
+            } else {
+                leaf[i] = Packed::new(pg, e);
+            }
+            if let Some(a) = after {
+                leaf.insert(at + 1, a);
+            }
+            self.len += extra;
+            return Some(old);
+        }
+        if pg > s {
+            self.insert(s, Ext { len: (pg - s) as u32, ..run });
+        }
+        self.insert(pg, e);
+        if let Some(a) = after {
+            self.insert(a.pg, a.ext());
+        }
+        Some(old)
+    }
+
     /// Remove the run starting at `pg`.
     pub fn remove(&mut self, pg: u64) -> Option<Ext> {
         let (&key, _) = self.leaves.range(..=pg).next_back()?;
@@ -258,6 +304,44 @@ mod tests {
         let e = Ext { len: MAX_RUN, block: (1 << BLOCK_BITS) - 1, loc: u64::MAX };
         m.insert(u64::MAX / 4096, e);
         assert_eq!(m.floor(u64::MAX), Some((u64::MAX / 4096, e)));
+    }
+
+    #[test]
+    fn split_replace_cuts_a_run_in_up_to_three() {
+        let run = Ext { len: 10, block: 1000, loc: 7 };
+        let new = |len| Ext { len, block: 50, loc: 9 };
+        let mut m = ExtMap::default();
+        m.insert(100, run);
+        // The middle: a run before, the new one, a run after.
+        assert_eq!(m.split_replace(103, new(2)), Some(Ext { len: 2, block: 1003, loc: 7 }));
+        let got: Vec<_> = m.iter().collect();
+        let after = Ext { len: 5, block: 1005, loc: 7 };
+        assert_eq!(got, [(100, Ext { len: 3, ..run }), (103, new(2)), (105, after)]);
+        // The start and the end of a run: two pieces.
+        assert_eq!(m.split_replace(105, new(1)), Some(Ext { len: 1, block: 1005, loc: 7 }));
+        assert_eq!(m.split_replace(102, new(1)), Some(Ext { len: 1, block: 1002, loc: 7 }));
+        assert_eq!(m.len(), 5);
+        assert_eq!(m.floor(106), Some((106, Ext { len: 4, block: 1006, loc: 7 })));
+        // Not inside one run: nothing changes.
+        assert_eq!(m.split_replace(108, new(3)), None);
+        assert_eq!(m.split_replace(99, new(1)), None);
+        assert_eq!(m.len(), 5);
+        assert_eq!(m.iter().map(|(_, e)| e.len).sum::<u32>(), 10);
+        // A full leaf: the pieces go in through `insert`, which splits it.
+        let mut m = ExtMap::default();
+        for k in 0..LEAF as u64 {
+            m.push_back(3 * k, Ext { len: 3, block: 3 * k, loc: k });
+        }
+        assert_eq!(m.leaves.len(), 1);
+        assert_eq!(m.split_replace(31, new(1)), Some(Ext { len: 1, block: 31, loc: 10 }));
+        assert_eq!(m.len(), LEAF + 2);
+        assert_eq!(m.floor(30), Some((30, Ext { len: 1, block: 30, loc: 10 })));
+        assert_eq!(m.floor(31), Some((31, new(1))));
+        assert_eq!(m.floor(32), Some((32, Ext { len: 1, block: 32, loc: 10 })));
+        assert_eq!(m.floor(33), Some((33, Ext { len: 3, block: 33, loc: 11 })));
+        for (k, l) in &m.leaves {
+            assert!(!l.is_empty() && l.len() <= LEAF && l[0].pg == *k);
+        }
     }
 
     proptest! {

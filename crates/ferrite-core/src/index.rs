@@ -322,6 +322,9 @@ impl FileIndex {
             if let Some(old) = self.ext.replace_same(pg, Ext { len: n, block, loc }) {
                 return smallvec::smallvec![(pg, old)];
             }
+            if let Some(old) = self.ext.split_replace(pg, Ext { len: n, block, loc }) {
+                return smallvec::smallvec![(pg, old)];
+            }
         }
         let out = self.remove_range(pg, pg + n as u64);
         // Runs longer than the map packs are kept as several (same entry).

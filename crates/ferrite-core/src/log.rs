@@ -531,6 +531,19 @@ pub fn data_matches<M: Medium + ?Sized>(m: &M, seed: u32, e: &Entry) -> bool {
 /// replayed; damage to it since makes this a corruption error or a mismatch,
 /// never a panic.
 pub fn write_page_crc<M: Medium + ?Sized>(m: &M, loc: u64, block: u64) -> Result<Option<u32>> {
+    Ok(write_page_crcs_in(m, loc, block, 1)?.map(|c| c[0]))
+}
+
+/// The stored checksums of blocks `[block, block + n)` (1 to `PCRC_MAX_PAGES`)
+/// mapped by the WRITE at `loc`, read with one read of the entry's header and one
+/// of its checksum array; `None` when it carries none. The bounds of
+/// [`write_page_crc`]: damage is an error, never a panic.
+fn write_page_crcs_in<M: Medium + ?Sized>(
+    m: &M,
+    loc: u64,
+    block: u64,
+    n: u64,
+) -> Result<Option<smallvec::SmallVec<[u32; 8]>>> {
     let bad = || Error::corrupt(format!("WRITE entry at {loc:#x} does not map block {block}"));
     let in_page = loc % BLOCK;
     if in_page + WRITE_LEN as u64 > LOG_DATA_END || (loc - in_page).saturating_add(BLOCK) > m.len()
@@ -546,17 +559,21 @@ pub fn write_page_crc<M: Medium + ?Sized>(m: &M, loc: u64, block: u64) -> Result
         return Ok(None);
     }
     let first = u64::from_le_bytes(h[HDR + 8..HDR + 16].try_into().expect("8"));
-    let n = u32::from_le_bytes(h[HDR + 16..HDR + 20].try_into().expect("4"));
+    let count = u32::from_le_bytes(h[HDR + 16..HDR + 20].try_into().expect("4"));
     let k = block.wrapping_sub(first);
-    if n > PCRC_MAX_PAGES
-        || k >= n as u64
-        || in_page + (WRITE_LEN + 4 * n as usize) as u64 > LOG_DATA_END
+    if count > PCRC_MAX_PAGES
+        || n == 0
+        || k >= count as u64
+        || n > count as u64 - k
+        || in_page + (WRITE_LEN + 4 * count as usize) as u64 > LOG_DATA_END
     {
         return Err(bad());
     }
-    let mut c = [0u8; 4];
-    m.read(loc + WRITE_LEN as u64 + 4 * k, &mut c);
-    Ok(Some(u32::from_le_bytes(c)))
+    let mut raw = [0u8; 4 * PCRC_MAX_PAGES as usize];
+    let raw = &mut raw[..4 * n as usize];
+    m.read(loc + WRITE_LEN as u64 + 4 * k, raw);
+    let crcs = raw.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))).collect();
+    Ok(Some(crcs))
 }
 
 /// Does the WRITE entry at `loc` carry a checksum of its data (page checksums
@@ -587,18 +604,7 @@ pub fn write_page_crcs<M: Medium + ?Sized>(
     if n == 0 {
         return Ok(Some(Vec::new()));
     }
-    // The first page's lookup checks the entry; the last's that it maps them all.
-    if write_page_crc(m, loc, block)?.is_none() {
-        return Ok(None);
-    }
-    write_page_crc(m, loc, block.saturating_add(n - 1))?;
-    // Both lie in the entry's array: so does everything between (one read).
-    let mut h = [0u8; WRITE_LEN];
-    m.read(loc, &mut h);
-    let first = u64::from_le_bytes(h[HDR + 8..HDR + 16].try_into().expect("8"));
-    let mut raw = vec![0u8; 4 * n as usize];
-    m.read(loc + WRITE_LEN as u64 + 4 * (block - first), &mut raw);
-    Ok(Some(raw.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))).collect()))
+    Ok(write_page_crcs_in(m, loc, block, n)?.map(|c| c.to_vec()))
 }
 
 /// The [`page_crc`] of an all-zero page (fallocate's blocks) under `seed`.
