@@ -12,6 +12,19 @@ fn per_op(t: Instant, n: u64) -> f64 {
     t.elapsed().as_nanos() as f64 / n as f64
 }
 
+/// Bytes of the file the write modes overwrite.
+const FILE: u64 = 64 << 20;
+
+/// A file of [`FILE`] bytes written in 1 MiB pieces (overwrites find it allocated).
+fn written_file<M: Medium>(fs: &Fs<M>) -> Result<Attr> {
+    let a = fs.create(fs.root(), b"a", 0o644, 0, 0)?;
+    let big = vec![1u8; 1 << 20];
+    for off in (0..FILE).step_by(big.len()) {
+        fs.write(a.ino, off, &big)?;
+    }
+    Ok(a)
+}
+
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let mode = args.next().unwrap_or_else(|| "write".into());
@@ -31,12 +44,7 @@ fn main() -> Result<()> {
     let buf = vec![3u8; size as usize];
     let (lib, peer, name) = match mode.as_str() {
         "write" => {
-            let a = fs.create(fs.root(), b"a", 0o644, 0, 0)?;
-            let file = 64u64 << 20;
-            let big = vec![1u8; 1 << 20];
-            for off in (0..file).step_by(big.len()) {
-                fs.write(a.ino, off, &big)?;
-            }
+            let (a, file) = (written_file(&fs)?, FILE);
             let slots = file / size;
             let mut x = 88172645463325252u64;
             let mut next = move || {
@@ -62,12 +70,7 @@ fn main() -> Result<()> {
         }
         "shared" => {
             // Two threads on disjoint halves of one file against one thread.
-            let a = fs.create(fs.root(), b"a", 0o644, 0, 0)?;
-            let file = 64u64 << 20;
-            let big = vec![1u8; 1 << 20];
-            for off in (0..file).step_by(big.len()) {
-                fs.write(a.ino, off, &big)?;
-            }
+            let (a, file) = (written_file(&fs)?, FILE);
             let run = |half: u64, halves: u64, n: u64| -> Result<()> {
                 let slots = file / size / halves;
                 let mut x = 88172645463325252u64 ^ half;
