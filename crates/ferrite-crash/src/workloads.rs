@@ -661,19 +661,20 @@ pub fn suite(seed: u64) -> Vec<Workload> {
             }
             o
         }),
-        w("gc-reuse", "fast GC frees a log page that the very next operation reuses as a data block", MB, {
+        w("gc-reuse", "fast GC frees a log page that the very next operation reuses as a log page", MB, {
             // 70 whole-page overwrites fill the first log page with WRITE entries that
             // each kill the previous one; the chmod kills the create's SETATTR from the
             // second page, so the first page is dead and fast GC unlinks and frees it.
-            // It is the lowest free block, so the next one-block write takes it.
+            // Log pages come from the top of the free space and it was the highest
+            // block taken, so the next create's first log page is that block.
             let mut o = vec![create("/g")];
             for i in 0..70u64 {
                 o.push(write("/g", 0, 4096, i as u8));
             }
             o.push(chmod("/g", 0o600));
-            o.push(write("/g", 0, 4096, 200));
-            o.push(write("/g", 4096, 4096, 201));
             o.push(create("/h"));
+            o.push(write("/g", 0, 4096, 200));
+            o.push(write("/h", 4096, 4096, 201));
             o
         }),
         w("remount", "clean unmount and mount, crash and recover, work continuing after both", MB, vec![
