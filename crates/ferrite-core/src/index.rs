@@ -155,7 +155,7 @@ impl PageOps {
         if self.ops.len() == self.ops.capacity() {
             // Grow 8, then to the most a non-last page holds (see `MAX_PAGE_OPS`):
             // one allocation and one copy for the ops of most pages, not four.
-            let cap = if self.ops.is_empty() { 8 } else { self.ops.len().max(8) * 2 };
+            let cap = (self.ops.len() * 2).max(8);
             self.ops.reserve_exact(cap - self.ops.len());
         }
         self.ops.push(op);

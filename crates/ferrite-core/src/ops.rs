@@ -504,15 +504,7 @@ impl<M: Medium> Fs<M> {
         // merged into a copy-on-write page instead (net zero blocks, and the page's
         // overlays die), so log overhead cannot eat the last free blocks.
         let low_space = self.low_space();
-        // Whole pages on one memory node need nothing of the inode's state to plan:
-        // no read lock (two writers of one file met on it before each copy).
-        let whole = off.is_multiple_of(BLOCK) && (data.len() as u64).is_multiple_of(BLOCK);
-        let (shard, pieces) = if whole && self.topology().nodes() <= 1 {
-            let pieces: SmallVec<[Piece; 2]> = (0..data.len() as u64 / BLOCK)
-                .map(|k| Piece::Full { pg: off / BLOCK + k, src: (k * BLOCK) as usize })
-                .collect();
-            (self.shard(), pieces)
-        } else {
+        let (shard, pieces) = {
             let st = i.st.read();
             let shard = self.data_shard(i, &st);
             let mut pieces: SmallVec<[Piece; 2]> = SmallVec::new();

@@ -2,8 +2,8 @@
 //! the bottom, so a file written in order (small appends included) lies in
 //! consecutive blocks, and log GC maps each such run with one entry. Before this, log pages took the lowest
 //! free blocks like data: a file built from 256-byte appends had one run and one
-//! live WRITE entry per page, and every thorough GC rewrote all of them (a fifth
-//! of an append's time in `ferrite bench`).
+//! live WRITE entry per page, and every thorough GC rewrote all of them (a quarter
+//! of a 256-byte append's time in a perf profile of `examples/write_profile`).
 mod common;
 use common::*;
 use ferrite_core::inspect::{ExtentKind, MapExtent};
