@@ -19,3 +19,10 @@ if ! command -v cargo >/dev/null; then
   exit 1
 fi
 rustup component add clippy rustfmt >/dev/null 2>&1 || true
+# FUSE over io_uring (Linux 6.14+): turn the fuse module's switch on when the kernel
+# has it and we may, so `ferrite mount` serves requests over io_uring (docs/FUSE.md,
+# "FUSE over io_uring"). It only lets FUSE daemons that ask for it use io_uring.
+uring=/sys/module/fuse/parameters/enable_uring
+if [ -w "$uring" ] && ! grep -qE '^(Y|1)' "$uring"; then
+  echo 1 > "$uring" || true
+fi

@@ -818,10 +818,21 @@ fn env_range(name: &str, default: std::ops::Range<u64>) -> std::ops::Range<u64> 
 
 #[test]
 fn random_syscall_sequences_match_tmpfs() {
-    let seeds = env_range("FERRITE_CONFORMANCE_SEEDS", 1..13);
+    // Over FUSE over io_uring where CI's kernel offers it (the module switch is on).
+    sequences_match_tmpfs("conformance", "", env_range("FERRITE_CONFORMANCE_SEEDS", 1..13));
+}
+
+/// The same sequences over `/dev/fuse` reads and writes (`-o nouring`), fewer seeds:
+/// the transport must not change a single result.
+#[test]
+fn random_syscall_sequences_match_tmpfs_over_dev_fuse() {
+    sequences_match_tmpfs("conformance-classic", "nouring", 1..4);
+}
+
+fn sequences_match_tmpfs(tag: &str, opts: &str, seeds: std::ops::Range<u64>) {
     let ops: usize =
         std::env::var("FERRITE_CONFORMANCE_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(2500);
-    let mut m = Mount::new("conformance", "512M", "");
+    let mut m = Mount::new(tag, "512M", opts);
     let tmp =
         tempfile::Builder::new().prefix("ferrite-ref").tempdir_in("/dev/shm").expect("tmpfs dir");
     let fstype = rfs::statfs(tmp.path()).expect("statfs").f_type;

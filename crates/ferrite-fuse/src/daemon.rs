@@ -14,7 +14,7 @@
 //! - A daemon whose handlers panicked does not write a checkpoint (see `fs`).
 
 use crate::fs::{DirectState, FerriteFuse, FuseConfig, Health};
-use crate::options::{self, Options};
+use crate::options::{self, Options, Transport};
 use crate::umount;
 use crate::{MountArgs, UmountArgs, DEFAULT_POOL};
 use ferrite_core::{Fs, MapOptions, Medium, MkfsOptions, MmapMedium, MountOptions};
@@ -279,6 +279,23 @@ fn fuser_config(p: &Plan) -> Config {
     c
 }
 
+/// The fuse module's switch for FUSE over io_uring (Linux 6.14+).
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// `-o uring`: turn the module's switch on if it is off. Failing here is not fatal:
+/// INIT then finds io_uring not offered and fails the mount with the reason.
+fn enable_uring() {
+    match std::fs::read_to_string(ENABLE_URING) {
+        Ok(v) if v.trim() == "Y" || v.trim() == "1" => {}
+        Ok(_) => {
+            if let Err(e) = std::fs::write(ENABLE_URING, "1") {
+                eprintln!("ferrite mount: cannot turn on {ENABLE_URING}: {e}");
+            }
+        }
+        Err(e) => eprintln!("ferrite mount: {ENABLE_URING}: {e}"),
+    }
+}
+
 /// Close the pool after the session: a clean unmount (checkpoint) unless poisoned.
 /// A panic anywhere in the daemon may leave DRAM state half-updated: stop committing
 /// at the panic itself. (The handler's own catch is too late: the unwinding drops
@@ -418,7 +435,11 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
         writeback_cache: p.opts.writeback_cache,
         direct_io: p.opts.direct_io,
         no_cache: p.opts.no_cache,
+        transport: p.opts.transport,
     };
+    if p.opts.transport == Transport::Uring {
+        enable_uring();
+    }
     let mut fuse = FerriteFuse::new(fs.clone(), cfg, health.clone());
     let server = match shared {
         Some(sh) => match ferrite_direct::Server::start(fs.clone(), sh, &p.pool) {
@@ -431,6 +452,7 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
         None => None,
     };
     let notifier = fuse.notifier_slot();
+    let uring = fuse.uring_slot();
     let session = match Session::new(fuse, &p.mountpoint, &fuser_config(p)) {
         Ok(s) => {
             // Before any request is served: nothing is cached yet.
@@ -457,10 +479,15 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
         )
     };
     notify.ready(&format!(
-        "mounted {} at {} ({} threads; pool {how} in {} us; {}; direct access {})",
+        "mounted {} at {} ({} threads, {}; pool {how} in {} us; {}; direct access {})",
         p.pool.display(),
         p.mountpoint.display(),
         p.threads,
+        if uring.load(Ordering::Relaxed) {
+            "requests over io_uring"
+        } else {
+            "requests over /dev/fuse"
+        },
         report.micros,
         durability.describe(),
         if server.is_some() { "offered" } else { "off" }
@@ -477,7 +504,12 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
             eprintln!("ferrite: session ended with an error: {e}");
         }
     }
-    eprintln!("ferrite: requests served: {}", health.summary());
+    // `uring=N`: how many of them came over io_uring (the rest over /dev/fuse).
+    eprintln!(
+        "ferrite: requests served: {} uring={}",
+        health.summary(),
+        fuser::uring_requests_served()
+    );
     if let Some(srv) = server {
         // Every client finishes the operation it is in and commits nothing more;
         // their blocks come back before the checkpoint.

@@ -81,6 +81,8 @@ pub struct FuseConfig {
     pub direct_io: bool,
     /// Zero time-to-live for every entry and attribute reply (`-o nocache`).
     pub no_cache: bool,
+    /// The kernel-daemon transport (`-o uring`, `-o nouring`).
+    pub transport: crate::options::Transport,
 }
 
 /// The request kinds counted by [`Health`], in report order.
@@ -165,6 +167,8 @@ pub struct FerriteFuse {
     /// The kernel takes ENOSYS from OPENDIR as "directory handles need nothing" and
     /// sends no more OPENDIR or RELEASEDIR (FUSE_NO_OPENDIR_SUPPORT, Linux 5.1).
     zero_message_opendir: bool,
+    /// Set at INIT when requests will travel over io_uring (see [`Self::uring_slot`]).
+    uring: Arc<AtomicBool>,
 }
 
 /// An open file or directory handle.
@@ -330,7 +334,13 @@ impl FerriteFuse {
             direct: None,
             notifier: Arc::new(OnceLock::new()),
             zero_message_opendir: false,
+            uring: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Whether the session serves requests over io_uring (known after INIT).
+    pub fn uring_slot(&self) -> Arc<AtomicBool> {
+        self.uring.clone()
     }
 
     /// Where the daemon puts the session's notifier once the session exists
@@ -733,6 +743,19 @@ impl Filesystem for FerriteFuse {
         }
         self.zero_message_opendir =
             config.add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT).is_ok();
+        // FUSE over io_uring (fuser patched in vendor/fuser): the kernel offers it
+        // only with the fuse module's enable_uring on.
+        if self.cfg.transport != crate::options::Transport::Classic {
+            let offered = config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok();
+            if !offered && self.cfg.transport == crate::options::Transport::Uring {
+                return Err(std::io::Error::other(
+                    "the kernel does not offer FUSE over io_uring (needs Linux 6.14+ \
+                     built with CONFIG_FUSE_IO_URING and the fuse module's enable_uring \
+                     on; mount without -o uring to use /dev/fuse)",
+                ));
+            }
+            self.uring.store(offered, Ordering::Relaxed);
+        }
         if self.direct.is_some() || self.cfg.direct_io {
             // Plain processes given FOPEN_DIRECT_IO may still map files shared.
             let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);

@@ -46,7 +46,10 @@ Options for -o (comma-separated; also what fstab and `mount -t fuse.ferrite` pas
   relatime               reads update access times as Linux's default (persisted lazily)
   noatime, strictatime   never / on every read
   create=SIZE            format the pool with SIZE if it does not exist
-  threads=N              request-serving threads
+  threads=N              request-serving threads on /dev/fuse
+  uring                  serve requests over io_uring (Linux 6.14+; turns the fuse module's
+                         enable_uring on, root only); the default when that switch is on
+  nouring                serve requests over /dev/fuse only
   msync                  msync at every commit (power-loss durability on non-DAX files)
   direct_io              no kernel page cache for file data
   nodirect               offer no direct access (processes under `ferrite run` use FUSE)

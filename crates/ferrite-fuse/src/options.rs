@@ -45,6 +45,23 @@ pub struct Options {
     /// `verify=first-touch` (default), `verify=always`, `verify=off`: when reads
     /// check data blocks against their checksums (docs/INTEGRITY.md).
     pub verify: ferrite_core::VerifyMode,
+    /// How requests travel between the kernel and the daemon (`uring`, `nouring`).
+    pub transport: Transport,
+}
+
+/// The kernel-daemon transport (docs/FUSE.md, "FUSE over io_uring").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// io_uring when the kernel offers it (Linux 6.14+ with the fuse module's
+    /// `enable_uring` on), else `/dev/fuse` reads and writes.
+    #[default]
+    Auto,
+    /// `uring`: turn the fuse module's `enable_uring` on if it is off (root only; it
+    /// lets every new FUSE mount that asks use io_uring), and fail the mount if the
+    /// kernel still does not offer io_uring.
+    Uring,
+    /// `nouring`: `/dev/fuse` reads and writes only.
+    Classic,
 }
 
 impl Default for Options {
@@ -65,6 +82,7 @@ impl Default for Options {
             create: None,
             atime: ferrite_core::AtimeMode::Relative,
             verify: ferrite_core::VerifyMode::FirstTouch,
+            transport: Transport::Auto,
         }
     }
 }
@@ -214,6 +232,14 @@ pub fn parse(lists: &[String]) -> Result<Options, String> {
                 }
                 o.threads = Some(n);
             }
+            "uring" => {
+                novalue()?;
+                o.transport = Transport::Uring;
+            }
+            "nouring" => {
+                novalue()?;
+                o.transport = Transport::Classic;
+            }
             "create" => o.create = Some(parse_size(&need(val)?)?),
             k if IGNORED.contains(&k) => {}
             k if k.starts_with("x-") || k == "comment" => {}
@@ -297,6 +323,15 @@ mod tests {
         assert_eq!(p("verify=first-touch").unwrap().verify, ferrite_core::VerifyMode::FirstTouch);
         assert!(p("verify").unwrap_err().contains("needs a value"));
         assert!(p("verify=sometimes").unwrap_err().contains("always, first-touch or off"));
+    }
+
+    #[test]
+    fn transport_is_auto_unless_asked() {
+        assert_eq!(p("").unwrap().transport, Transport::Auto);
+        assert_eq!(p("uring").unwrap().transport, Transport::Uring);
+        assert_eq!(p("nouring").unwrap().transport, Transport::Classic);
+        assert_eq!(p("uring,nouring").unwrap().transport, Transport::Classic);
+        assert!(p("uring=1").is_err());
     }
 
     #[test]

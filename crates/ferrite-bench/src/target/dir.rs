@@ -139,9 +139,16 @@ impl DirTarget {
     /// The FerriteFS FUSE mount: formats a pre-faulted pool of `size` bytes at `pool`,
     /// runs `bin mount POOL MNT -f` and waits for the mount to appear.
     pub fn fuse(bin: &Path, pool: PathBuf, mnt: PathBuf, size: u64) -> Result<Self, String> {
-        let desc =
+        // The mount's default transport follows the fuse module's switch.
+        let uring = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+            .is_ok_and(|v| matches!(v.trim(), "Y" | "1"));
+        let desc = if uring {
+            "FerriteFS through its FUSE mount (kernel VFS -> FUSE over io_uring -> \
+             `ferrite mount`); fsync reaches the library's fsync"
+        } else {
             "FerriteFS through its FUSE mount (kernel VFS -> /dev/fuse -> `ferrite mount`); \
-                    fsync reaches the library's fsync";
+             fsync reaches the library's fsync"
+        };
         Self::ferrite_mount("ferrite-fuse", desc, bin, pool, mnt, size, &["-o", "nodirect"])
     }
 

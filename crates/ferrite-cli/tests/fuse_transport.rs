@@ -1,0 +1,171 @@
+//! The mount's two transports between the kernel and the daemon: FUSE over io_uring
+//! (`-o uring`, the default when the fuse module's `enable_uring` is on; fuser patched
+//! in vendor/fuser) and `/dev/fuse` reads and writes (`-o nouring`). The same work
+//! must give the same files either way, and the daemon's count of requests served
+//! over the ring (`uring=N` in its last log line) tells which transport carried them.
+
+mod fuse_util;
+
+use fuse_util::Mount;
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::Command;
+
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Namespace and data work of every common kind, checked as it goes; returns how
+/// many requests it should at least have made.
+fn workload(root: &Path, tag: &str) -> u64 {
+    let d = root.join(tag);
+    fs::create_dir(&d).unwrap();
+    let mut made = 0;
+    for i in 0..40u64 {
+        let p = d.join(format!("f{i}"));
+        let data = pattern(100 + (i as usize * 997) % 9000, i);
+        fs::write(&p, &data).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), data, "{tag}: f{i}");
+        made += 3;
+    }
+    // One request of the largest size (1 MiB) each way, through the payload buffer.
+    let big = pattern(4 << 20, 99);
+    let mut f = fs::File::create(d.join("big")).unwrap();
+    f.write_all(&big).unwrap();
+    drop(f);
+    let mut back = Vec::new();
+    fs::File::open(d.join("big")).unwrap().read_to_end(&mut back).unwrap();
+    assert!(back == big, "{tag}: 4 MiB file differs");
+    let f = fs::OpenOptions::new().write(true).open(d.join("big")).unwrap();
+    f.write_all_at(b"middle", 3 << 19).unwrap();
+    f.set_len(3 << 20).unwrap();
+    drop(f);
+    let back = fs::read(d.join("big")).unwrap();
+    assert_eq!(back.len(), 3 << 20);
+    assert_eq!(&back[3 << 19..(3 << 19) + 6], b"middle");
+    fs::rename(d.join("f0"), d.join("renamed")).unwrap();
+    fs::hard_link(d.join("f1"), d.join("link")).unwrap();
+    std::os::unix::fs::symlink("f2", d.join("sym")).unwrap();
+    assert_eq!(fs::read_link(d.join("sym")).unwrap(), Path::new("f2"));
+    let f3 = d.join("f3");
+    rustix::fs::setxattr(&f3, "user.k", b"v1", rustix::fs::XattrFlags::empty()).unwrap();
+    let mut v = [0u8; 16];
+    let n = rustix::fs::getxattr(&f3, "user.k", &mut v[..]).unwrap();
+    assert_eq!(&v[..n], b"v1");
+    let mut names: Vec<String> =
+        fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    assert_eq!(names.len(), 40 + 3, "{tag}: {names:?}");
+    for n in &names {
+        fs::remove_file(d.join(n)).unwrap();
+    }
+    fs::remove_dir(&d).unwrap();
+    made + 50
+}
+
+fn uring_available() -> bool {
+    Path::new(ENABLE_URING).exists()
+}
+
+#[test]
+fn uring_carries_the_requests_and_gives_the_same_files() {
+    if !uring_available() {
+        // A kernel without FUSE over io_uring: `-o uring` must fail with the reason,
+        // and mounting without it must still work.
+        let mut m = Mount::unmounted("uring-absent", "64M");
+        let out = Command::new(fuse_util::ferrite())
+            .arg("mount")
+            .arg(&m.pool)
+            .arg(&m.mnt)
+            .args(["--create", "64M", "-o", "uring"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("io_uring"), "{err}");
+        m.mount("");
+        workload(&m.mnt, "classic");
+        m.umount();
+        eprintln!("this kernel has no FUSE over io_uring: checked the refusal only");
+        return;
+    }
+    let mut m = Mount::new("uring", "256M", "uring");
+    let made = workload(&m.mnt, "one");
+    m.umount();
+    let log = m.log_text();
+    assert!(log.contains("requests over io_uring"), "{log}");
+    let ring = m.served("uring");
+    assert!(ring >= made, "{ring} requests over the ring, expected at least {made}\n{log}");
+    let (_, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "{:?}", fsck.errors);
+}
+
+#[test]
+fn nouring_keeps_dev_fuse() {
+    let mut m = Mount::new("nouring", "256M", "nouring");
+    workload(&m.mnt, "one");
+    m.umount();
+    let log = m.log_text();
+    assert!(log.contains("requests over /dev/fuse"), "{log}");
+    assert_eq!(m.served("uring"), 0, "{log}");
+    assert!(m.served("create") >= 40, "{log}");
+}
+
+/// Every CPU's queue, more callers than ring entries (two per queue), and one slow
+/// request: all served, nothing lost or mixed up.
+#[test]
+fn uring_serves_every_cpu_and_more_callers_than_entries() {
+    if !uring_available() {
+        eprintln!("this kernel has no FUSE over io_uring");
+        return;
+    }
+    let mut m = Mount::new("uring-many", "512M", "uring");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mnt = m.mnt.clone();
+    let threads: Vec<_> = (0..6)
+        .map(|t| {
+            let mnt = mnt.clone();
+            std::thread::spawn(move || {
+                // Pin each caller to a CPU in turn, so every queue gets requests.
+                let cpu = t % cpus;
+                let mut set = rustix::thread::CpuSet::new();
+                set.set(cpu);
+                rustix::thread::sched_setaffinity(None, &set).expect("pin a caller");
+                for round in 0..3 {
+                    workload(&mnt, &format!("t{t}-r{round}"));
+                }
+            })
+        })
+        .collect();
+    // A slow request beside them: a 64 MiB copy_file_range served in the daemon.
+    let src = m.path("src");
+    fs::write(&src, pattern(64 << 20, 7)).unwrap();
+    let out = fs::File::create(m.path("dst")).unwrap();
+    let inp = fs::File::open(&src).unwrap();
+    let mut left = 64u64 << 20;
+    while left > 0 {
+        let n = rustix::fs::copy_file_range(&inp, None, &out, None, left as usize).unwrap();
+        assert!(n > 0);
+        left -= n as u64;
+    }
+    drop((inp, out));
+    for t in threads {
+        t.join().expect("a caller failed");
+    }
+    assert!(fs::read(&src).unwrap() == fs::read(m.path("dst")).unwrap());
+    m.umount();
+    assert!(m.served("uring") > 6 * 3 * 100, "{}", m.log_text());
+    let (_, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "{:?}", fsck.errors);
+}

@@ -1,0 +1,318 @@
+//! FUSE over io_uring (Linux 6.14+, protocol 7.42): FerriteFS's addition to fuser 0.18.0.
+//!
+//! After the classic `FUSE_INIT` handshake has negotiated `FUSE_OVER_IO_URING`,
+//! `THREADS_PER_QUEUE` threads per possible CPU each register one ring entry with the
+//! kernel's queue of that CPU (`FUSE_IO_URING_CMD_REGISTER`, 128-byte SQEs on the
+//! `/dev/fuse` fd) and pin themselves to that CPU. Once every queue holds an entry, the
+//! kernel sends each request to the queue of the CPU its caller runs on: the request
+//! arrives as a completion, a thread serves it on the same CPU, and one submission
+//! (`FUSE_IO_URING_CMD_COMMIT_AND_FETCH`) both returns the reply and waits for the next
+//! request. The classic path costs a `read` and a `writev` per request, and usually a
+//! wake-up on the other CPU. Two threads per queue, so that one slow request (a large
+//! copy_file_range) does not hold up every other request made on its CPU.
+//!
+//! Invariants:
+//! - An entry's buffers belong to the kernel from its submission until its completion;
+//!   this module reads or writes them only in between, on the queue's own thread.
+//! - Buffers are never freed: the kernel may write into a registered entry until the
+//!   ring's teardown, which finishes asynchronously after the ring's fd is closed.
+//!   A mount owns `CPUs x THREADS_PER_QUEUE` entries for the life of the process
+//!   (each a 288-byte header and a payload of the largest request, 1 MiB for
+//!   FerriteFS; memory is touched only as requests fill it).
+//! - A request is rebuilt in the classic layout (in header, op header, payload) and
+//!   dispatched exactly as a request read from `/dev/fuse`; the reply is captured
+//!   (`ChannelSender::capturing`) and committed before the entry is used again. A
+//!   request whose handler sent no reply is answered EIO, so no entry is ever lost.
+//! - FORGET, INTERRUPT and notifications still travel through `/dev/fuse`: the classic
+//!   threads keep running beside the queues.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+
+use io_uring::{IoUring, cqueue, opcode, squeue, types};
+use log::{error, warn};
+use zerocopy::IntoBytes;
+
+use crate::Filesystem;
+use crate::channel::Channel;
+use crate::ll::Operation;
+use crate::reply::ReplyEmpty;
+use crate::request::RequestWithSender;
+use crate::session::SessionEventLoop;
+
+/// Requests served over io_uring in this process (all sessions).
+static SERVED: AtomicU64 = AtomicU64::new(0);
+
+/// Requests served over io_uring in this process so far, over all sessions.
+pub fn requests_served() -> u64 {
+    SERVED.load(Ordering::Relaxed)
+}
+
+/// Threads, each with one ring entry, per queue (per CPU). A request finding every
+/// entry of its CPU's queue busy waits in the kernel for one.
+const THREADS_PER_QUEUE: usize = 2;
+const ENTRIES_PER_THREAD: usize = 1;
+const CMD_REGISTER: u32 = 1;
+const CMD_COMMIT_AND_FETCH: u32 = 2;
+/// `struct fuse_in_header` and `struct fuse_out_header`.
+const IN_HDR: usize = 40;
+const OUT_HDR: usize = 16;
+/// `struct fuse_uring_req_header`: in/out header (128), op header (128),
+/// `struct fuse_uring_ent_in_out` (32).
+const OP_IN: usize = 128;
+const ENT_IN_OUT: usize = 256;
+const REQ_HEADER: usize = 288;
+
+/// One ring entry's buffers, shared with the kernel (see the module invariants).
+struct Ent {
+    hdr: *mut u8,
+    payload: *mut u8,
+    payload_len: usize,
+    iov: Box<[libc::iovec; 2]>,
+    registered: bool,
+}
+
+fn leak(len: usize) -> *mut u8 {
+    Box::leak(vec![0u8; len].into_boxed_slice()).as_mut_ptr()
+}
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// The SQE of `cmd` for entry `idx` of queue `qid`.
+fn sqe(fd: i32, cmd: u32, qid: u16, commit_id: u64, idx: usize, ent: &Ent) -> squeue::Entry128 {
+    // struct fuse_uring_cmd_req: flags u64, commit_id u64, qid u16, padding.
+    let mut req = [0u8; 80];
+    req[8..16].copy_from_slice(&commit_id.to_le_bytes());
+    req[16..18].copy_from_slice(&qid.to_le_bytes());
+    let mut op = opcode::UringCmd80::new(types::Fd(fd), cmd).cmd(req);
+    if cmd == CMD_REGISTER {
+        op = op.addr(Some(ent.iov.as_ptr() as u64));
+    }
+    let e = op.build().user_data(idx as u64);
+    if cmd != CMD_REGISTER {
+        return e;
+    }
+    // The register command names two iovecs in the SQE's `len`, which io-uring's
+    // builder does not set: patch the 32-bit field at byte 24 of the SQE.
+    // SAFETY: `Entry128` is `#[repr(C)]` over the kernel's 128-byte SQE layout
+    // (`io_uring_sqe` + 64 command bytes); both types are plain old data.
+    let mut raw: [u8; 128] = unsafe { std::mem::transmute(e) };
+    raw[24..28].copy_from_slice(&2u32.to_le_bytes());
+    // SAFETY: as above; every bit pattern of the SQE bytes is a valid `Entry128`.
+    unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
+}
+
+/// Number of queues the kernel keeps: one per possible CPU.
+fn possible_cpus() -> usize {
+    // SAFETY: sysconf has no memory effects.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    if n > 0 { n as usize } else { 1 }
+}
+
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET bounds-checks `cpu`.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            // Still correct, only slower: requests of this CPU are served elsewhere.
+            warn!(
+                "fuse-uring: cannot pin queue {cpu}: {}",
+                io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+/// Start one queue thread per possible CPU; each returns when the connection ends or
+/// `stop` is set. `max_payload` is the kernel's largest request or reply body.
+pub(crate) fn start<FS: Filesystem + Send + Sync + 'static>(
+    ch: &Channel,
+    event_loop: impl Fn(usize) -> SessionEventLoop<FS>,
+    max_payload: usize,
+    stop: Arc<AtomicBool>,
+) -> io::Result<Vec<JoinHandle<io::Result<()>>>> {
+    let mut threads = Vec::new();
+    for qid in 0..possible_cpus() {
+        for _ in 0..THREADS_PER_QUEUE {
+            let se = event_loop(qid);
+            let fd = ch.as_fd().as_raw_fd();
+            let stop = stop.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("fuse-ring-{qid}"))
+                    .spawn(move || serve_queue(fd, qid, se, max_payload, &stop))?,
+            );
+        }
+    }
+    Ok(threads)
+}
+
+fn serve_queue<FS: Filesystem>(
+    fd: i32,
+    qid: usize,
+    se: SessionEventLoop<FS>,
+    max_payload: usize,
+    stop: &AtomicBool,
+) -> io::Result<()> {
+    pin_to(qid);
+    let q = u16::try_from(qid).map_err(|_| io::Error::other("too many CPUs"))?;
+    let mut ring: IoUring<squeue::Entry128, cqueue::Entry> =
+        IoUring::builder().build((ENTRIES_PER_THREAD * 2) as u32)?;
+    let mut ents: Vec<Ent> = (0..ENTRIES_PER_THREAD)
+        .map(|_| {
+            let hdr = leak(REQ_HEADER);
+            let payload = leak(max_payload);
+            let iov = Box::new([
+                libc::iovec {
+                    iov_base: hdr.cast(),
+                    iov_len: REQ_HEADER,
+                },
+                libc::iovec {
+                    iov_base: payload.cast(),
+                    iov_len: max_payload,
+                },
+            ]);
+            Ent {
+                hdr,
+                payload,
+                payload_len: max_payload,
+                iov,
+                registered: false,
+            }
+        })
+        .collect();
+    for (i, e) in ents.iter().enumerate() {
+        let s = sqe(fd, CMD_REGISTER, q, 0, i, e);
+        // SAFETY: the SQE points at `e.iov`, which is never freed.
+        unsafe { ring.submission().push(&s) }.map_err(|_| io::Error::other("ring full"))?;
+    }
+    let slot = Arc::new(parking_lot::Mutex::new(Vec::with_capacity(
+        max_payload + OUT_HDR,
+    )));
+    let sender = se.ch.sender().capturing(slot.clone());
+    // Requests are parsed in place: 8-byte aligned, as `fuse_in_header` needs.
+    let mut req = vec![0u64; (IN_HDR + OP_IN + max_payload).div_ceil(8)];
+    let wait = types::Timespec::new().nsec(100_000_000);
+    while !stop.load(Ordering::Relaxed) {
+        let args = types::SubmitArgs::new().timespec(&wait);
+        match ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME | libc::EINTR | libc::EBUSY)
+                ) => {}
+            Err(e) => return Err(e),
+        }
+        let done: Vec<(u64, i32)> = ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        for (idx, res) in done {
+            let i = idx as usize;
+            let Some(e) = ents.get_mut(i) else { continue };
+            if res == -libc::EAGAIN || res == -libc::EINTR {
+                // Not taken: submit the same command again.
+                let cmd = if e.registered {
+                    CMD_COMMIT_AND_FETCH
+                } else {
+                    CMD_REGISTER
+                };
+                let commit = if e.registered { last_commit_id(e) } else { 0 };
+                let s = sqe(fd, cmd, q, commit, i, e);
+                // SAFETY: as at registration.
+                unsafe { ring.submission().push(&s) }.map_err(|_| io::Error::other("ring full"))?;
+                continue;
+            }
+            if res < 0 {
+                let err = io::Error::from_raw_os_error(-res);
+                if matches!(-res, libc::ENOTCONN | libc::ECONNABORTED | libc::ENODEV) {
+                    return Ok(()); // the connection ended
+                }
+                error!("fuse-uring queue {qid}: entry {i}: {err}");
+                return Err(err);
+            }
+            e.registered = true;
+            SERVED.fetch_add(1, Ordering::Relaxed);
+            let commit_id = serve_one(e, &se, &sender, &slot, &mut req);
+            let s = sqe(fd, CMD_COMMIT_AND_FETCH, q, commit_id, i, e);
+            // SAFETY: commit-and-fetch names the entry registered before.
+            unsafe { ring.submission().push(&s) }.map_err(|_| io::Error::other("ring full"))?;
+        }
+    }
+    // Leave the entries registered: the ring's teardown cancels them.
+    std::mem::forget(ents);
+    Ok(())
+}
+
+fn last_commit_id(e: &Ent) -> u64 {
+    // SAFETY: called between the entry's completion and its next submission.
+    let hdr = unsafe { std::slice::from_raw_parts(e.hdr, REQ_HEADER) };
+    le64(hdr, ENT_IN_OUT + 8)
+}
+
+/// Serve the request in entry `e` and write its reply there; returns its commit id.
+fn serve_one<FS: Filesystem>(
+    e: &mut Ent,
+    se: &SessionEventLoop<FS>,
+    sender: &crate::channel::ChannelSender,
+    slot: &parking_lot::Mutex<Vec<u8>>,
+    req: &mut [u64],
+) -> u64 {
+    // SAFETY: the kernel completed this entry: its buffers are ours until the next
+    // submission (module invariants); the two regions do not overlap.
+    let hdr = unsafe { std::slice::from_raw_parts_mut(e.hdr, REQ_HEADER) };
+    let payload = unsafe { std::slice::from_raw_parts_mut(e.payload, e.payload_len) };
+    let commit_id = le64(hdr, ENT_IN_OUT + 8);
+    let unique = le64(hdr, 8);
+    let len = le32(hdr, 0) as usize;
+    let payload_sz = le32(hdr, ENT_IN_OUT + 16) as usize;
+    // The in header's length counts the op header, which sits in its own area.
+    let op_sz = len.checked_sub(IN_HDR + payload_sz).filter(|&n| n <= OP_IN);
+    slot.lock().clear();
+    match op_sz {
+        Some(op_sz) if payload_sz <= payload.len() => {
+            let req = &mut req.as_mut_bytes()[..len];
+            req[..IN_HDR].copy_from_slice(&hdr[..IN_HDR]);
+            req[IN_HDR..IN_HDR + op_sz].copy_from_slice(&hdr[OP_IN..OP_IN + op_sz]);
+            req[IN_HDR + op_sz..].copy_from_slice(&payload[..payload_sz]);
+            match RequestWithSender::new(sender.clone(), req) {
+                Some(r) => {
+                    if let Ok(Operation::Destroy(_)) = r.request.operation() {
+                        r.reply::<ReplyEmpty>().ok();
+                    } else {
+                        r.dispatch(se);
+                    }
+                }
+                None => error!("fuse-uring: request {unique} does not parse"),
+            }
+        }
+        _ => error!("fuse-uring: request {unique}: bad lengths {len} / {payload_sz}"),
+    }
+    let out = slot.lock();
+    let body = out.get(OUT_HDR..).unwrap_or(&[]);
+    let (error, body) = if out.len() >= OUT_HDR && body.len() <= payload.len() {
+        (i32::from_le_bytes([out[4], out[5], out[6], out[7]]), body)
+    } else {
+        (-libc::EIO, &[][..])
+    };
+    payload[..body.len()].copy_from_slice(body);
+    hdr[..OUT_HDR].fill(0);
+    hdr[0..4].copy_from_slice(&((OUT_HDR + body.len()) as u32).to_le_bytes());
+    hdr[4..8].copy_from_slice(&error.to_le_bytes());
+    hdr[8..16].copy_from_slice(&unique.to_le_bytes());
+    hdr[ENT_IN_OUT + 16..ENT_IN_OUT + 20].copy_from_slice(&(body.len() as u32).to_le_bytes());
+    commit_id
+}
