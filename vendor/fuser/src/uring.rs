@@ -1,8 +1,8 @@
 //! FUSE over io_uring (Linux 6.14+, protocol 7.42): FerriteFS's addition to fuser 0.18.0.
 //!
 //! After the classic `FUSE_INIT` handshake has negotiated `FUSE_OVER_IO_URING`,
-//! `THREADS_PER_QUEUE` threads per possible CPU each register one ring entry with the
-//! kernel's queue of that CPU (`FUSE_IO_URING_CMD_REGISTER`, 128-byte SQEs on the
+//! two threads per possible CPU (one above `MANY_CPUS`) each register one ring entry
+//! with the kernel's queue of that CPU (`FUSE_IO_URING_CMD_REGISTER`, 128-byte SQEs on the
 //! `/dev/fuse` fd) and pin themselves to that CPU. Once every queue holds an entry, the
 //! kernel sends each request to the queue of the CPU its caller runs on: the request
 //! arrives as a completion, a thread serves it on the same CPU, and one submission
@@ -16,7 +16,7 @@
 //!   this module reads or writes them only in between, on the queue's own thread.
 //! - Buffers are never freed: the kernel may write into a registered entry until the
 //!   ring's teardown, which finishes asynchronously after the ring's fd is closed.
-//!   A mount owns `CPUs x THREADS_PER_QUEUE` entries for the life of the process
+//!   A mount owns one or two entries per CPU for the life of the process
 //!   (each a 288-byte header and a payload of the largest request, 1 MiB for
 //!   FerriteFS; memory is touched only as requests fill it).
 //! - A request is rebuilt in the classic layout (in header, op header, payload) and
@@ -54,6 +54,9 @@ pub fn requests_served() -> u64 {
 /// Threads, each with one ring entry, per queue (per CPU). A request finding every
 /// entry of its CPU's queue busy waits in the kernel for one.
 const THREADS_PER_QUEUE: usize = 2;
+/// Above this many CPUs, one thread per queue: there are threads enough, and each
+/// holds a payload buffer.
+const MANY_CPUS: usize = 16;
 const ENTRIES_PER_THREAD: usize = 1;
 const CMD_REGISTER: u32 = 1;
 const CMD_COMMIT_AND_FETCH: u32 = 2;
@@ -144,8 +147,14 @@ pub(crate) fn start<FS: Filesystem + Send + Sync + 'static>(
     stop: Arc<AtomicBool>,
 ) -> io::Result<Vec<JoinHandle<io::Result<()>>>> {
     let mut threads = Vec::new();
-    for qid in 0..possible_cpus() {
-        for _ in 0..THREADS_PER_QUEUE {
+    let cpus = possible_cpus();
+    let per_queue = if cpus > MANY_CPUS {
+        1
+    } else {
+        THREADS_PER_QUEUE
+    };
+    for qid in 0..cpus {
+        for _ in 0..per_queue {
             let se = event_loop(qid);
             let fd = ch.as_fd().as_raw_fd();
             let stop = stop.clone();
