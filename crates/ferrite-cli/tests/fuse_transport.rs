@@ -14,6 +14,15 @@ use std::path::Path;
 use std::process::Command;
 
 const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+const URING_DISABLED: &str = "/proc/sys/kernel/io_uring_disabled";
+
+/// The tests of this file run one at a time: one of them turns io_uring off for the
+/// whole machine for a moment.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -81,6 +90,7 @@ fn uring_available() -> bool {
 
 #[test]
 fn uring_carries_the_requests_and_gives_the_same_files() {
+    let _one = one_at_a_time();
     if !uring_available() {
         // A kernel without FUSE over io_uring: `-o uring` must fail with the reason,
         // and mounting without it must still work.
@@ -113,6 +123,7 @@ fn uring_carries_the_requests_and_gives_the_same_files() {
 
 #[test]
 fn nouring_keeps_dev_fuse() {
+    let _one = one_at_a_time();
     let mut m = Mount::new("nouring", "256M", "nouring");
     workload(&m.mnt, "one");
     m.umount();
@@ -126,6 +137,7 @@ fn nouring_keeps_dev_fuse() {
 /// request: all served, nothing lost or mixed up.
 #[test]
 fn uring_serves_every_cpu_and_more_callers_than_entries() {
+    let _one = one_at_a_time();
     if !uring_available() {
         eprintln!("this kernel has no FUSE over io_uring");
         return;
@@ -168,4 +180,49 @@ fn uring_serves_every_cpu_and_more_callers_than_entries() {
     assert!(m.served("uring") > 6 * 3 * 100, "{}", m.log_text());
     let (_, fsck) = m.check_pool();
     assert!(fsck.is_clean(), "{:?}", fsck.errors);
+}
+
+/// Regression: with io_uring turned off for processes (`kernel.io_uring_disabled=2`),
+/// the daemon accepted FUSE_OVER_IO_URING at INIT, could not make its rings, and the
+/// kernel then held every request for them: the first write on the mount hung. Now
+/// the daemon asks only when it can make rings: `-o uring` fails with the reason, and
+/// the default mount serves over /dev/fuse.
+#[test]
+fn an_unusable_io_uring_is_never_asked_for() {
+    let _one = one_at_a_time();
+    let Ok(was) = fs::read_to_string(URING_DISABLED) else {
+        eprintln!("no {URING_DISABLED} on this kernel");
+        return;
+    };
+    struct Restore(String);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = fs::write(URING_DISABLED, self.0.trim());
+        }
+    }
+    let _restore = Restore(was);
+    fs::write(URING_DISABLED, "2").expect("turn io_uring off (needs root)");
+    let mut m = Mount::unmounted("uring-off", "64M");
+    let out = Command::new(fuse_util::ferrite())
+        .arg("mount")
+        .arg(&m.pool)
+        .arg(&m.mnt)
+        .args(["--create", "64M", "-o", "uring"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("io_uring is not usable"), "{err}");
+    m.mount("");
+    // In a thread: the bug made this write hang.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let f = m.path("f");
+    std::thread::spawn(move || {
+        fs::write(&f, b"served").unwrap();
+        let _ = tx.send(fs::read(&f).unwrap());
+    });
+    let back = rx.recv_timeout(std::time::Duration::from_secs(30)).expect("the mount hangs");
+    assert_eq!(back, b"served");
+    m.umount();
+    assert!(m.log_text().contains("requests over /dev/fuse"), "{}", m.log_text());
+    assert_eq!(m.served("uring"), 0);
 }

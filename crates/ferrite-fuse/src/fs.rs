@@ -746,13 +746,19 @@ impl Filesystem for FerriteFuse {
         // FUSE over io_uring (fuser patched in vendor/fuser): the kernel offers it
         // only with the fuse module's enable_uring on.
         if self.cfg.transport != crate::options::Transport::Classic {
-            let offered = config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok();
+            // An io_uring that this process may not use (kernel.io_uring_disabled,
+            // seccomp) must not be asked for: the kernel would wait for its rings.
+            let usable = fuser::uring_usable();
+            let offered = usable && config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok();
             if !offered && self.cfg.transport == crate::options::Transport::Uring {
-                return Err(std::io::Error::other(
+                return Err(std::io::Error::other(if usable {
                     "the kernel does not offer FUSE over io_uring (needs Linux 6.14+ \
                      built with CONFIG_FUSE_IO_URING and the fuse module's enable_uring \
-                     on; mount without -o uring to use /dev/fuse)",
-                ));
+                     on; mount without -o uring to use /dev/fuse)"
+                } else {
+                    "io_uring is not usable by this process (kernel.io_uring_disabled or \
+                     a seccomp filter); mount without -o uring to use /dev/fuse"
+                }));
             }
             self.uring.store(offered, Ordering::Relaxed);
         }

@@ -108,6 +108,10 @@ mod uring;
 /// FerriteFS addition: requests served over FUSE-over-io_uring in this process.
 #[cfg(target_os = "linux")]
 pub use crate::uring::requests_served as uring_requests_served;
+/// FerriteFS addition: whether this process can use FUSE over io_uring (see
+/// `uring::usable`); ask before requesting `FUSE_OVER_IO_URING`.
+#[cfg(target_os = "linux")]
+pub use crate::uring::usable as uring_usable;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]

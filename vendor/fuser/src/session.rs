@@ -510,6 +510,13 @@ impl<FS: Filesystem> Session<FS> {
                 config.max_write
             );
 
+            #[cfg(target_os = "linux")]
+            if config.requested.contains(InitFlags::FUSE_OVER_IO_URING) && !crate::uring::usable() {
+                // Accepted, the kernel would hold every request for rings that
+                // cannot be made.
+                warn!("FUSE over io_uring requested but io_uring is unusable here");
+                config.requested.remove(InitFlags::FUSE_OVER_IO_URING);
+            }
             let negotiated = config.requested & init.capabilities();
             if negotiated.contains(InitFlags::FUSE_OVER_IO_URING) {
                 // As the kernel sizes ring payloads (fuse_uring_create_ring_ent).

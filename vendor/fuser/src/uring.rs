@@ -138,8 +138,20 @@ fn pin_to(cpu: usize) {
     }
 }
 
-/// Start one queue thread per possible CPU; each returns when the connection ends or
-/// `stop` is set. `max_payload` is the kernel's largest request or reply body.
+type Ring = IoUring<squeue::Entry128, cqueue::Entry>;
+
+/// Whether this process can make the rings the transport needs (io_uring may be off:
+/// `kernel.io_uring_disabled`, a seccomp filter). Asked before `FUSE_OVER_IO_URING` is
+/// accepted at INIT: once it is, the kernel holds every request until each CPU's queue
+/// has an entry, so a transport that cannot start would hang the mount.
+pub fn usable() -> bool {
+    Ring::builder().build(2).is_ok()
+}
+
+/// Start the queue threads; each returns when the connection ends or `stop` is set.
+/// `max_payload` is the kernel's largest request or reply body. If the rings cannot be
+/// made (io_uring turned off by `kernel.io_uring_disabled`, a seccomp filter), no entry
+/// is registered, and the kernel keeps sending every request through `/dev/fuse`.
 pub(crate) fn start<FS: Filesystem + Send + Sync + 'static>(
     ch: &Channel,
     event_loop: impl Fn(usize) -> SessionEventLoop<FS>,
@@ -153,16 +165,48 @@ pub(crate) fn start<FS: Filesystem + Send + Sync + 'static>(
     } else {
         THREADS_PER_QUEUE
     };
+    let mut rings = Vec::new();
     for qid in 0..cpus {
         for _ in 0..per_queue {
-            let se = event_loop(qid);
-            let fd = ch.as_fd().as_raw_fd();
-            let stop = stop.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("fuse-ring-{qid}"))
-                    .spawn(move || serve_queue(fd, qid, se, max_payload, &stop))?,
-            );
+            match Ring::builder().build((ENTRIES_PER_THREAD * 2) as u32) {
+                Ok(ring) => rings.push((qid, ring)),
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("FUSE over io_uring: making a ring: {e}"),
+                    ));
+                }
+            }
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let n = rings.len();
+    for (qid, ring) in rings {
+        let se = event_loop(qid);
+        let fd = ch.as_fd().as_raw_fd();
+        let stop = stop.clone();
+        let tx = tx.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("fuse-ring-{qid}"))
+                .spawn(move || serve_queue(fd, qid, ring, se, max_payload, &stop, tx))?,
+        );
+    }
+    // Every queue must hold an entry, or the kernel holds every request: a failure
+    // here ends the session (the daemon exits and the kernel fails the requests).
+    for _ in 0..n {
+        match rx.recv_timeout(std::time::Duration::from_secs(10)) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                stop.store(true, Ordering::Relaxed);
+                return Err(io::Error::new(e.kind(), format!("FUSE over io_uring: {e}")));
+            }
+            Err(_) => {
+                stop.store(true, Ordering::Relaxed);
+                return Err(io::Error::other(
+                    "FUSE over io_uring: a queue did not register within 10 s",
+                ));
+            }
         }
     }
     Ok(threads)
@@ -171,14 +215,14 @@ pub(crate) fn start<FS: Filesystem + Send + Sync + 'static>(
 fn serve_queue<FS: Filesystem>(
     fd: i32,
     qid: usize,
+    mut ring: Ring,
     se: SessionEventLoop<FS>,
     max_payload: usize,
     stop: &AtomicBool,
+    registered: std::sync::mpsc::Sender<io::Result<()>>,
 ) -> io::Result<()> {
     pin_to(qid);
     let q = u16::try_from(qid).map_err(|_| io::Error::other("too many CPUs"))?;
-    let mut ring: IoUring<squeue::Entry128, cqueue::Entry> =
-        IoUring::builder().build((ENTRIES_PER_THREAD * 2) as u32)?;
     let mut ents: Vec<Ent> = (0..ENTRIES_PER_THREAD)
         .map(|_| {
             let hdr = leak(REQ_HEADER);
@@ -202,11 +246,17 @@ fn serve_queue<FS: Filesystem>(
             }
         })
         .collect();
-    for (i, e) in ents.iter().enumerate() {
-        let s = sqe(fd, CMD_REGISTER, q, 0, i, e);
-        // SAFETY: the SQE points at `e.iov`, which is never freed.
-        unsafe { ring.submission().push(&s) }.map_err(|_| io::Error::other("ring full"))?;
-    }
+    let mut pending = match register(&mut ring, fd, q, &ents) {
+        Ok(p) => {
+            let _ = registered.send(Ok(()));
+            p
+        }
+        Err(e) => {
+            let err = io::Error::new(e.kind(), format!("registering queue {qid}: {e}"));
+            let _ = registered.send(Err(io::Error::new(e.kind(), err.to_string())));
+            return Err(err);
+        }
+    };
     let slot = Arc::new(parking_lot::Mutex::new(Vec::with_capacity(
         max_payload + OUT_HDR,
     )));
@@ -216,20 +266,23 @@ fn serve_queue<FS: Filesystem>(
     let wait = types::Timespec::new().nsec(100_000_000);
     while !stop.load(Ordering::Relaxed) {
         let args = types::SubmitArgs::new().timespec(&wait);
-        match ring.submitter().submit_with_args(1, &args) {
+        // Wait for a request unless some are already at hand (from registration).
+        let want = usize::from(pending.is_empty());
+        match ring.submitter().submit_with_args(want, &args) {
             Ok(_) => {}
             Err(e)
                 if matches!(
                     e.raw_os_error(),
                     Some(libc::ETIME | libc::EINTR | libc::EBUSY)
                 ) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM)) => {
+                // The kernel is short of memory for the submission: try again soon.
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
             Err(e) => return Err(e),
         }
-        let done: Vec<(u64, i32)> = ring
-            .completion()
-            .map(|c| (c.user_data(), c.result()))
-            .collect();
-        for (idx, res) in done {
+        pending.extend(ring.completion().map(|c| (c.user_data(), c.result())));
+        for (idx, res) in pending.drain(..).collect::<Vec<_>>() {
             let i = idx as usize;
             let Some(e) = ents.get_mut(i) else { continue };
             if res == -libc::EAGAIN || res == -libc::EINTR {
@@ -247,8 +300,11 @@ fn serve_queue<FS: Filesystem>(
             }
             if res < 0 {
                 let err = io::Error::from_raw_os_error(-res);
-                if matches!(-res, libc::ENOTCONN | libc::ECONNABORTED | libc::ENODEV) {
-                    return Ok(()); // the connection ended
+                if matches!(
+                    -res,
+                    libc::ENOTCONN | libc::ECONNABORTED | libc::ENODEV | libc::ECANCELED
+                ) {
+                    return Ok(()); // the connection or the ring ended
                 }
                 error!("fuse-uring queue {qid}: entry {i}: {err}");
                 return Err(err);
@@ -264,6 +320,39 @@ fn serve_queue<FS: Filesystem>(
     // Leave the entries registered: the ring's teardown cancels them.
     std::mem::forget(ents);
     Ok(())
+}
+
+/// Register `ents` with queue `q`; returns completions that already came (requests:
+/// the queue may be in use as soon as every queue has an entry). A register that the
+/// kernel answers EAGAIN (INIT not processed yet) is sent again.
+fn register(ring: &mut Ring, fd: i32, q: u16, ents: &[Ent]) -> io::Result<Vec<(u64, i32)>> {
+    let mut todo: Vec<usize> = (0..ents.len()).collect();
+    let mut came = Vec::new();
+    for _attempt in 0..1000 {
+        for &i in &todo {
+            let s = sqe(fd, CMD_REGISTER, q, 0, i, &ents[i]);
+            // SAFETY: the SQE points at `ents[i].iov`, which is never freed.
+            unsafe { ring.submission().push(&s) }.map_err(|_| io::Error::other("ring full"))?;
+        }
+        todo.clear();
+        ring.submit()?;
+        // A refused register completes at once; an accepted one completes only when a
+        // request arrives.
+        for (ud, res) in ring.completion().map(|c| (c.user_data(), c.result())) {
+            match res {
+                r if r == -libc::EAGAIN || r == -libc::EINTR => todo.push(ud as usize),
+                r if r < 0 => return Err(io::Error::from_raw_os_error(-r)),
+                _ => came.push((ud, res)),
+            }
+        }
+        if todo.is_empty() {
+            return Ok(came);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    Err(io::Error::other(
+        "the kernel kept refusing the registration (EAGAIN)",
+    ))
 }
 
 fn last_commit_id(e: &Ent) -> u64 {
