@@ -9,3 +9,7 @@ cargo clippy --workspace --all-targets -q -- -D warnings
 # `ferrite` binary: build every crate (cdylibs included) first.
 cargo build --workspace -q
 cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/ferrite-test.log
+# fuser, vendored with the io_uring transport (vendor/fuser/FERRITE.md): its own unit
+# tests, on its own lock file (it is not a workspace member).
+cargo test -q --locked --manifest-path vendor/fuser/Cargo.toml --lib \
+  --target-dir "${CARGO_TARGET_DIR:-target}/vendor-fuser"

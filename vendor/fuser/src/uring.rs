@@ -117,10 +117,46 @@ fn sqe(fd: i32, cmd: u32, qid: u16, commit_id: u64, idx: usize, ent: &Ent) -> sq
 }
 
 /// Number of queues the kernel keeps: one per possible CPU.
+/// Number of queues the kernel keeps: one per possible CPU (`num_possible_cpus()`).
+/// Every one needs an entry before the kernel uses the ring, so this must not count
+/// only present or online CPUs (hot-pluggable machines have more possible ones).
 fn possible_cpus() -> usize {
+    if let Ok(list) = std::fs::read_to_string("/sys/devices/system/cpu/possible") {
+        if let Some(n) = count_cpu_list(list.trim()) {
+            return n;
+        }
+    }
     // SAFETY: sysconf has no memory effects.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
     if n > 0 { n as usize } else { 1 }
+}
+
+/// CPUs in a kernel CPU list such as `0-3,5,8-9`.
+fn count_cpu_list(list: &str) -> Option<usize> {
+    let mut n = 0;
+    for part in list.split(',') {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.parse::<usize>().ok()?, b.parse::<usize>().ok()?),
+            None => {
+                let a = part.parse::<usize>().ok()?;
+                (a, a)
+            }
+        };
+        n += b.checked_sub(a)? + 1;
+    }
+    (n > 0).then_some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cpu_lists_count() {
+        assert_eq!(super::count_cpu_list("0-1"), Some(2));
+        assert_eq!(super::count_cpu_list("0"), Some(1));
+        assert_eq!(super::count_cpu_list("0-3,5,8-9"), Some(7));
+        assert_eq!(super::count_cpu_list(""), None);
+        assert_eq!(super::count_cpu_list("3-1"), None);
+    }
 }
 
 fn pin_to(cpu: usize) {
