@@ -131,6 +131,21 @@ fn nouring_keeps_dev_fuse() {
     assert!(log.contains("requests over /dev/fuse"), "{log}");
     assert_eq!(m.served("uring"), 0, "{log}");
     assert!(m.served("create") >= 40, "{log}");
+    // `-s` (one thread) means one thread: /dev/fuse unless -o uring.
+    let mut m = Mount::unmounted("single", "64M");
+    fuse_util::run(
+        Command::new(fuse_util::ferrite())
+            .arg("mount")
+            .arg(&m.pool)
+            .arg(&m.mnt)
+            .args(["--create", "64M", "-s", "--log"])
+            .arg(&m.log),
+    );
+    fs::write(m.path("f"), b"one").unwrap();
+    m.umount();
+    let log = m.log_text();
+    assert!(log.contains("1 threads, requests over /dev/fuse"), "{log}");
+    assert_eq!(m.served("uring"), 0, "{log}");
 }
 
 /// Every CPU's queue, more callers than ring entries (two per queue), and one slow

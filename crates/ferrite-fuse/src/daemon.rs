@@ -65,6 +65,10 @@ fn plan(a: &MountArgs) -> Result<Plan, String> {
         None => opts.create,
     };
     let threads = if a.single_threaded {
+        // One thread means one: the io_uring transport runs threads per CPU.
+        if opts.transport == options::Transport::Auto {
+            opts.transport = options::Transport::Classic;
+        }
         1
     } else {
         a.threads.or(opts.threads).unwrap_or_else(|| {

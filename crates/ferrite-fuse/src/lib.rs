@@ -71,7 +71,7 @@ pub struct MountArgs {
     /// Stay in the foreground (do not detach).
     #[arg(short = 'f', long)]
     pub foreground: bool,
-    /// Serve requests on one thread.
+    /// Serve requests on one thread (over /dev/fuse, unless -o uring).
     #[arg(short = 's')]
     pub single_threaded: bool,
     /// Create (format) the pool with this size if it does not exist (K/M/G/T).
