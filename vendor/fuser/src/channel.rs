@@ -79,26 +79,69 @@ impl Channel {
     }
 }
 
+/// Where a reply to a request that came over io_uring goes (FerriteFS addition): the
+/// out header into `hdr`, the body straight into the ring entry's payload buffer.
+#[derive(Debug)]
+pub(crate) struct ReplySlot {
+    /// The entry's payload buffer, or null while no request is being served: a reply
+    /// sent late (after its request was committed) is dropped, never written.
+    pub(crate) body: *mut u8,
+    pub(crate) cap: usize,
+    /// Body bytes written; `None` when a reply did not fit.
+    pub(crate) len: Option<usize>,
+    pub(crate) hdr: [u8; 16],
+    pub(crate) replied: bool,
+}
+
+// SAFETY: `body` is only written under the slot's mutex, and only while armed by the
+// ring thread that owns the entry (see `uring`).
+unsafe impl Send for ReplySlot {}
+
 /// Sends replies and notifications to the kernel through `/dev/fuse`, or (FerriteFS
-/// addition) captures a reply to a request that came over io_uring: the ring thread
-/// that dispatched the request commits the captured bytes to its ring entry.
+/// addition) puts a reply to a request that came over io_uring into its ring entry,
+/// which the ring thread that dispatched the request then commits.
 #[derive(Clone, Debug)]
-pub(crate) struct ChannelSender(Arc<DevFuse>, Option<Arc<parking_lot::Mutex<Vec<u8>>>>);
+pub(crate) struct ChannelSender(Arc<DevFuse>, Option<Arc<parking_lot::Mutex<ReplySlot>>>);
 
 impl ChannelSender {
-    /// A sender whose replies are captured into `slot` instead of written.
+    /// A sender whose replies go into `slot` instead of `/dev/fuse`.
     #[cfg(target_os = "linux")]
-    pub(crate) fn capturing(&self, slot: Arc<parking_lot::Mutex<Vec<u8>>>) -> ChannelSender {
+    pub(crate) fn capturing(&self, slot: Arc<parking_lot::Mutex<ReplySlot>>) -> ChannelSender {
         ChannelSender(self.0.clone(), Some(slot))
     }
 
     pub(crate) fn send(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<()> {
         if let Some(slot) = &self.1 {
-            let mut out = slot.lock();
-            out.clear();
-            for b in bufs {
-                out.extend_from_slice(b);
+            let mut s = slot.lock();
+            if s.body.is_null() {
+                log::warn!("fuse-uring: a reply came after its request was answered");
+                return Ok(());
             }
+            s.replied = true;
+            let mut at = 0usize; // offset in the concatenated reply
+            let mut len = 0usize;
+            for b in bufs {
+                let mut b: &[u8] = b;
+                if at < 16 {
+                    let n = b.len().min(16 - at);
+                    s.hdr[at..at + n].copy_from_slice(&b[..n]);
+                    at += n;
+                    b = &b[n..];
+                }
+                if b.is_empty() {
+                    continue;
+                }
+                if len + b.len() > s.cap {
+                    s.len = None;
+                    return Ok(());
+                }
+                // SAFETY: armed, `body` is the entry's payload buffer of `cap` bytes,
+                // which only this ring thread touches until it commits the entry.
+                unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), s.body.add(len), b.len()) };
+                len += b.len();
+                at += b.len();
+            }
+            s.len = Some(len);
             return Ok(());
         }
         let rc = nix::sys::uio::writev(&self.0, bufs)?;

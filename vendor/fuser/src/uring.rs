@@ -20,9 +20,11 @@
 //!   (each a 288-byte header and a payload of the largest request, 1 MiB for
 //!   FerriteFS; memory is touched only as requests fill it).
 //! - A request is rebuilt in the classic layout (in header, op header, payload) and
-//!   dispatched exactly as a request read from `/dev/fuse`; the reply is captured
-//!   (`ChannelSender::capturing`) and committed before the entry is used again. A
-//!   request whose handler sent no reply is answered EIO, so no entry is ever lost.
+//!   dispatched exactly as a request read from `/dev/fuse`; the reply's body is written
+//!   straight into the entry's payload buffer (`ChannelSender::capturing`), only while
+//!   the slot is armed for that request, and committed before the entry is used again.
+//!   A request whose handler sent no reply (or one too large) is answered EIO, so no
+//!   entry is ever lost.
 //! - FORGET, INTERRUPT and notifications still travel through `/dev/fuse`: the classic
 //!   threads keep running beside the queues.
 
@@ -37,7 +39,7 @@ use log::{error, warn};
 use zerocopy::IntoBytes;
 
 use crate::Filesystem;
-use crate::channel::Channel;
+use crate::channel::{Channel, ReplySlot};
 use crate::ll::Operation;
 use crate::reply::ReplyEmpty;
 use crate::request::RequestWithSender;
@@ -293,9 +295,13 @@ fn serve_queue<FS: Filesystem>(
             return Err(err);
         }
     };
-    let slot = Arc::new(parking_lot::Mutex::new(Vec::with_capacity(
-        max_payload + OUT_HDR,
-    )));
+    let slot = Arc::new(parking_lot::Mutex::new(ReplySlot {
+        body: std::ptr::null_mut(),
+        cap: 0,
+        len: None,
+        hdr: [0; 16],
+        replied: false,
+    }));
     let sender = se.ch.sender().capturing(slot.clone());
     // Requests are parsed in place: 8-byte aligned, as `fuse_in_header` needs.
     let mut req = vec![0u64; (IN_HDR + OP_IN + max_payload).div_ceil(8)];
@@ -402,51 +408,71 @@ fn serve_one<FS: Filesystem>(
     e: &mut Ent,
     se: &SessionEventLoop<FS>,
     sender: &crate::channel::ChannelSender,
-    slot: &parking_lot::Mutex<Vec<u8>>,
+    slot: &parking_lot::Mutex<ReplySlot>,
     req: &mut [u64],
 ) -> u64 {
     // SAFETY: the kernel completed this entry: its buffers are ours until the next
-    // submission (module invariants); the two regions do not overlap.
+    // submission (module invariants). The header is only touched through `hdr`; the
+    // payload is read through a slice that ends before the reply is written into it
+    // through the slot's pointer.
     let hdr = unsafe { std::slice::from_raw_parts_mut(e.hdr, REQ_HEADER) };
-    let payload = unsafe { std::slice::from_raw_parts_mut(e.payload, e.payload_len) };
     let commit_id = le64(hdr, ENT_IN_OUT + 8);
     let unique = le64(hdr, 8);
     let len = le32(hdr, 0) as usize;
     let payload_sz = le32(hdr, ENT_IN_OUT + 16) as usize;
     // The in header's length counts the op header, which sits in its own area.
     let op_sz = len.checked_sub(IN_HDR + payload_sz).filter(|&n| n <= OP_IN);
-    slot.lock().clear();
-    match op_sz {
-        Some(op_sz) if payload_sz <= payload.len() => {
+    let req = match op_sz {
+        Some(op_sz) if payload_sz <= e.payload_len => {
+            // SAFETY: as above; `payload` is dropped at the end of this block.
+            let payload = unsafe { std::slice::from_raw_parts(e.payload, payload_sz) };
             let req = &mut req.as_mut_bytes()[..len];
             req[..IN_HDR].copy_from_slice(&hdr[..IN_HDR]);
             req[IN_HDR..IN_HDR + op_sz].copy_from_slice(&hdr[OP_IN..OP_IN + op_sz]);
-            req[IN_HDR + op_sz..].copy_from_slice(&payload[..payload_sz]);
-            match RequestWithSender::new(sender.clone(), req) {
-                Some(r) => {
-                    if let Ok(Operation::Destroy(_)) = r.request.operation() {
-                        r.reply::<ReplyEmpty>().ok();
-                    } else {
-                        r.dispatch(se);
-                    }
-                }
-                None => error!("fuse-uring: request {unique} does not parse"),
-            }
+            req[IN_HDR + op_sz..].copy_from_slice(payload);
+            Some(&*req)
         }
-        _ => error!("fuse-uring: request {unique}: bad lengths {len} / {payload_sz}"),
-    }
-    let out = slot.lock();
-    let body = out.get(OUT_HDR..).unwrap_or(&[]);
-    let (error, body) = if out.len() >= OUT_HDR && body.len() <= payload.len() {
-        (i32::from_le_bytes([out[4], out[5], out[6], out[7]]), body)
-    } else {
-        (-libc::EIO, &[][..])
+        _ => {
+            error!("fuse-uring: request {unique}: bad lengths {len} / {payload_sz}");
+            None
+        }
     };
-    payload[..body.len()].copy_from_slice(body);
+    {
+        // Arm the slot: the reply's body goes straight into the payload buffer.
+        let mut s = slot.lock();
+        s.body = e.payload;
+        s.cap = e.payload_len;
+        s.len = None;
+        s.replied = false;
+    }
+    if let Some(req) = req {
+        match RequestWithSender::new(sender.clone(), req) {
+            Some(r) => {
+                if let Ok(Operation::Destroy(_)) = r.request.operation() {
+                    r.reply::<ReplyEmpty>().ok();
+                } else {
+                    r.dispatch(se);
+                }
+            }
+            None => error!("fuse-uring: request {unique} does not parse"),
+        }
+    }
+    let (error, body_len) = {
+        // Disarm: a reply sent from now on is dropped (see `ReplySlot`).
+        let mut s = slot.lock();
+        s.body = std::ptr::null_mut();
+        match (s.replied, s.len) {
+            (true, Some(n)) => (
+                i32::from_le_bytes([s.hdr[4], s.hdr[5], s.hdr[6], s.hdr[7]]),
+                n,
+            ),
+            _ => (-libc::EIO, 0),
+        }
+    };
     hdr[..OUT_HDR].fill(0);
-    hdr[0..4].copy_from_slice(&((OUT_HDR + body.len()) as u32).to_le_bytes());
+    hdr[0..4].copy_from_slice(&((OUT_HDR + body_len) as u32).to_le_bytes());
     hdr[4..8].copy_from_slice(&error.to_le_bytes());
     hdr[8..16].copy_from_slice(&unique.to_le_bytes());
-    hdr[ENT_IN_OUT + 16..ENT_IN_OUT + 20].copy_from_slice(&(body.len() as u32).to_le_bytes());
+    hdr[ENT_IN_OUT + 16..ENT_IN_OUT + 20].copy_from_slice(&(body_len as u32).to_le_bytes());
     commit_id
 }
