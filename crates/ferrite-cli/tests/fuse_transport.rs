@@ -88,6 +88,19 @@ fn uring_available() -> bool {
     Path::new(ENABLE_URING).exists()
 }
 
+/// `ferrite mount -o uring` on `m` must fail, saying `why`.
+fn refuses_uring(m: &Mount, why: &str) {
+    let out = Command::new(fuse_util::ferrite())
+        .arg("mount")
+        .arg(&m.pool)
+        .arg(&m.mnt)
+        .args(["--create", "64M", "-o", "uring"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains(why), "{err}");
+}
+
 #[test]
 fn uring_carries_the_requests_and_gives_the_same_files() {
     let _one = one_at_a_time();
@@ -95,15 +108,7 @@ fn uring_carries_the_requests_and_gives_the_same_files() {
         // A kernel without FUSE over io_uring: `-o uring` must fail with the reason,
         // and mounting without it must still work.
         let mut m = Mount::unmounted("uring-absent", "64M");
-        let out = Command::new(fuse_util::ferrite())
-            .arg("mount")
-            .arg(&m.pool)
-            .arg(&m.mnt)
-            .args(["--create", "64M", "-o", "uring"])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && err.contains("io_uring"), "{err}");
+        refuses_uring(&m, "io_uring");
         m.mount("");
         workload(&m.mnt, "classic");
         m.umount();
@@ -218,15 +223,7 @@ fn an_unusable_io_uring_is_never_asked_for() {
     let _restore = Restore(was);
     fs::write(URING_DISABLED, "2").expect("turn io_uring off (needs root)");
     let mut m = Mount::unmounted("uring-off", "64M");
-    let out = Command::new(fuse_util::ferrite())
-        .arg("mount")
-        .arg(&m.pool)
-        .arg(&m.mnt)
-        .args(["--create", "64M", "-o", "uring"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("io_uring is not usable"), "{err}");
+    refuses_uring(&m, "io_uring is not usable");
     m.mount("");
     // In a thread: the bug made this write hang.
     let (tx, rx) = std::sync::mpsc::channel();
