@@ -569,8 +569,14 @@ fn write_page_crcs_in<M: Medium + ?Sized>(
     {
         return Err(bad());
     }
-    let mut raw = [0u8; 4 * PCRC_MAX_PAGES as usize];
-    let raw = &mut raw[..4 * n as usize];
+    // A page's checksum (reads verify page by page) fills no more than it needs.
+    let (mut small, mut big) = ([0u8; 32], Vec::new());
+    let raw: &mut [u8] = if n <= 8 {
+        &mut small[..4 * n as usize]
+    } else {
+        big.resize(4 * n as usize, 0);
+        &mut big
+    };
     m.read(loc + WRITE_LEN as u64 + 4 * k, raw);
     let crcs = raw.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))).collect();
     Ok(Some(crcs))

@@ -87,10 +87,9 @@ pub(crate) struct ReplySlot {
     /// sent late (after its request was committed) is dropped, never written.
     pub(crate) body: *mut u8,
     pub(crate) cap: usize,
-    /// Body bytes written; `None` when a reply did not fit.
+    /// Body bytes of the reply; `None` until one came, or when it did not fit.
     pub(crate) len: Option<usize>,
     pub(crate) hdr: [u8; 16],
-    pub(crate) replied: bool,
 }
 
 // SAFETY: `body` is only written under the slot's mutex, and only while armed by the
@@ -117,7 +116,6 @@ impl ChannelSender {
                 log::warn!("fuse-uring: a reply came after its request was answered");
                 return Ok(());
             }
-            s.replied = true;
             let mut at = 0usize; // offset in the concatenated reply
             let mut len = 0usize;
             for b in bufs {

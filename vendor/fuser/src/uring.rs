@@ -7,9 +7,9 @@
 //! kernel sends each request to the queue of the CPU its caller runs on: the request
 //! arrives as a completion, a thread serves it on the same CPU, and one submission
 //! (`FUSE_IO_URING_CMD_COMMIT_AND_FETCH`) both returns the reply and waits for the next
-//! request. The classic path costs a `read` and a `writev` per request, and usually a
-//! wake-up on the other CPU. Two threads per queue, so that one slow request (a large
-//! copy_file_range) does not hold up every other request made on its CPU.
+//! request. The classic path costs a `read` and a `writev` per request. Two threads
+//! per queue, so that one slow request (a large copy_file_range) does not hold up
+//! every other request made on its CPU.
 //!
 //! Invariants:
 //! - An entry's buffers belong to the kernel from its submission until its completion;
@@ -300,7 +300,6 @@ fn serve_queue<FS: Filesystem>(
         cap: 0,
         len: None,
         hdr: [0; 16],
-        replied: false,
     }));
     let sender = se.ch.sender().capturing(slot.clone());
     // Requests are parsed in place: 8-byte aligned, as `fuse_in_header` needs.
@@ -324,7 +323,7 @@ fn serve_queue<FS: Filesystem>(
             Err(e) => return Err(e),
         }
         pending.extend(ring.completion().map(|c| (c.user_data(), c.result())));
-        for (idx, res) in pending.drain(..).collect::<Vec<_>>() {
+        for (idx, res) in std::mem::take(&mut pending) {
             let i = idx as usize;
             let Some(e) = ents.get_mut(i) else { continue };
             if res == -libc::EAGAIN || res == -libc::EINTR {
@@ -443,7 +442,6 @@ fn serve_one<FS: Filesystem>(
         s.body = e.payload;
         s.cap = e.payload_len;
         s.len = None;
-        s.replied = false;
     }
     if let Some(req) = req {
         match RequestWithSender::new(sender.clone(), req) {
@@ -461,8 +459,8 @@ fn serve_one<FS: Filesystem>(
         // Disarm: a reply sent from now on is dropped (see `ReplySlot`).
         let mut s = slot.lock();
         s.body = std::ptr::null_mut();
-        match (s.replied, s.len) {
-            (true, Some(n)) => (
+        match s.len {
+            Some(n) => (
                 i32::from_le_bytes([s.hdr[4], s.hdr[5], s.hdr[6], s.hdr[7]]),
                 n,
             ),
