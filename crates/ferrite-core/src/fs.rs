@@ -55,6 +55,10 @@ pub enum CoreFault {
     /// Fast GC also unlinks and frees a log page that still holds live entries, which
     /// the file's index (and later appends) still reference (`gc-referenced-page`).
     GcReferenced,
+    /// A commit stores its tail without waiting for the inode's previous commit,
+    /// which let the write lock go before its fence, to fence: a crash can then keep
+    /// the later operation and tear the earlier one (`tail-before-prev-fence`).
+    NoFenceWait,
 }
 
 /// Attributes of an inode, as `stat` reports them.
@@ -409,10 +413,18 @@ pub struct Inode {
     pub(crate) atime_lazy: AtomicU64,
     /// This process's live DAX mappings of the inode (see `mapping`).
     pub(crate) dax: AtomicU32,
+    /// Its type (an inode number keeps its type for as long as the `Inode` lives).
+    pub(crate) ftype: FileType,
+    /// A commit of this inode stored its tail and let the write lock go before its
+    /// fence ([`Fs::commit_release`]), and has not fenced yet. At most one commit is
+    /// in that state: anything that makes a later log state durable waits for it
+    /// first ([`Inode::await_fenced`]).
+    pub(crate) unfenced: AtomicBool,
 }
 
 impl Inode {
     pub(crate) fn new(ino: u64, state_word: u64, seed: u32, st: InodeState, shared: bool) -> Inode {
+        let st_ftype = st.ftype;
         Inode {
             ino,
             state_word,
@@ -426,6 +438,28 @@ impl Inode {
             times_seen: AtomicBool::new(true),
             atime_lazy: AtomicU64::new(0),
             dax: AtomicU32::new(0),
+            ftype: st_ftype,
+            unfenced: AtomicBool::new(false),
+        }
+    }
+
+    /// Wait until no commit of this inode is between its tail store and its fence
+    /// (use [`Fs::await_fenced`], which knows the test-only faults).
+    /// Called under the write lock before every store that could make a later state
+    /// of the log durable (a tail store, a journal commit, GC's unlinks, freeing the
+    /// inode), so that a crash finds at most the log's last operation unfenced:
+    /// recovery checks that one's data. The commit waited for holds no lock and
+    /// only has its fence left, so the wait is short.
+    pub(crate) fn await_fenced(&self, m: &impl Medium) {
+        let mut spins = 0u32;
+        while self.unfenced.load(Ordering::Acquire) {
+            m.wait_point();
+            if spins < 256 {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now(); // its thread lost the CPU
+            }
         }
     }
 }
@@ -1118,6 +1152,55 @@ impl<M: Medium> Fs<M> {
         data_written: bool,
         reserve: bool,
     ) -> Result<()> {
+        let (freed, grew) = self.commit_stage(inode, st, entries, data_written, reserve)?;
+        self.m.fence();
+        self.release_freed(inode.ino, &freed);
+        self.after_commit(inode, st, grew);
+        Ok(())
+    }
+
+    /// A one-fence commit of `entries` (every byte they cover is checksummed, see
+    /// [`Fs::commit_single`]) that lets the write lock go before its fence, so the
+    /// next writer of the inode appends and applies while this one's fence drains:
+    /// the tail is stored under the lock, `inode.unfenced` set, the guard dropped,
+    /// then the fence; the blocks the commit replaced are freed after it, as always.
+    /// `on_commit` runs under the lock once the tail is stored. A file other
+    /// processes may write, or a commit that GC must follow, fences under the lock.
+    pub(crate) fn commit_release(
+        &self,
+        inode: &Inode,
+        mut st: RwLockWriteGuard<'_, InodeState>,
+        entries: &mut [EntryBuf],
+        on_commit: impl FnOnce(),
+    ) -> Result<()> {
+        let (freed, grew) = self.commit_stage(inode, &mut st, entries, false, false)?;
+        on_commit();
+        if inode.shared || self.gc_due(&st, grew) {
+            self.m.fence();
+            self.release_freed(inode.ino, &freed);
+            self.after_commit(inode, &mut st, grew);
+            return Ok(());
+        }
+        inode.unfenced.store(true, Ordering::Relaxed);
+        drop(st);
+        self.m.fence();
+        inode.unfenced.store(false, Ordering::Release);
+        self.release_freed(inode.ino, &freed);
+        Ok(())
+    }
+
+    /// A commit up to its tail store, without the final fence: append the entries,
+    /// apply them to the DRAM state, wait for the inode's previous commit to fence,
+    /// store the tail. Returns the blocks the commit released (free them only after
+    /// the fence) and whether the log grew a page.
+    fn commit_stage(
+        &self,
+        inode: &Inode,
+        st: &mut InodeState,
+        entries: &mut [EntryBuf],
+        data_written: bool,
+        reserve: bool,
+    ) -> Result<(Freed, bool)> {
         if st.log.pages.is_empty() {
             return Err(Error::NotFound); // freed by a concurrent unlink/release
         }
@@ -1132,6 +1215,7 @@ impl<M: Medium> Fs<M> {
                 self.own_unshared(p, b, n);
             }
         }
+        self.await_fenced(inode);
         if data_written {
             if self.fault == Some(CoreFault::TailBeforeData) {
                 persist_u64(&self.m, tail_off, a.new_tail);
@@ -1141,13 +1225,22 @@ impl<M: Medium> Fs<M> {
         // The replica's tail is not kept in step here (a second written and
         // flushed line per commit): `replica` says when it is.
         persist_u64(&self.m, tail_off, a.new_tail);
-        self.m.fence();
-        if !freed.is_empty() {
-            self.note_free(inode.ino);
-            self.free_runs(&freed);
+        Ok((freed, !a.new_pages.is_empty()))
+    }
+
+    /// [`Inode::await_fenced`], unless a test skips it (`CoreFault::NoFenceWait`).
+    pub(crate) fn await_fenced(&self, inode: &Inode) {
+        if self.fault != Some(CoreFault::NoFenceWait) {
+            inode.await_fenced(&self.m);
         }
-        self.after_commit(inode, st, !a.new_pages.is_empty());
-        Ok(())
+    }
+
+    /// Free the blocks a commit of `ino` released, once it fenced.
+    fn release_freed(&self, ino: u64, freed: &Freed) {
+        if !freed.is_empty() {
+            self.note_free(ino);
+            self.free_runs(freed);
+        }
     }
 
     /// Commit entries of several inodes (and create / free inodes) atomically
@@ -1232,6 +1325,9 @@ impl<M: Medium> Fs<M> {
         for &ino in free {
             let w = locked.inode(ino).state_word;
             recs.push(Record { addr: self.geo.slot_off(ino) + SLOT_STATE, old: w, new: w + 1 });
+        }
+        for &ino in parts.iter().map(|p| &p.ino).chain(free) {
+            self.await_fenced(locked.inode(ino));
         }
         if let Err(e) = self.journal_commit(&recs) {
             // Nothing was applied: the new entries and pages are unreachable.
@@ -1343,6 +1439,7 @@ impl<M: Medium> Fs<M> {
     /// Free an inode whose last link is gone and that is no longer open: one
     /// 8-byte state store, one fence.
     pub(crate) fn free_inode_now(&self, inode: &Inode, st: &mut InodeState) {
+        self.await_fenced(inode);
         let off = self.geo.slot_off(inode.ino) + SLOT_STATE;
         persist_u64(&self.m, off, inode.state_word + 1);
         crate::replica::sync_slot(&self.m, &self.geo, inode.ino);

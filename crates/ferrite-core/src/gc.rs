@@ -34,6 +34,9 @@ pub const GC_SLACK: usize = 4;
 impl<M: Medium> Fs<M> {
     /// GC work after a committed operation on `inode`.
     pub(crate) fn after_commit(&self, inode: &Inode, st: &mut InodeState, grew: bool) {
+        if !self.gc_due(st, grew) {
+            return;
+        }
         if !st.dead.is_empty() {
             self.fast_gc(inode, st);
         }
@@ -53,6 +56,12 @@ impl<M: Medium> Fs<M> {
         }
     }
 
+    /// Has `after_commit` work to do after a commit of `st` (`grew`: its log took a
+    /// new page)?
+    pub(crate) fn gc_due(&self, st: &InodeState, grew: bool) -> bool {
+        !st.dead.is_empty() || (grew && (st.log.pages.len() >= st.gc_check_at || self.low_space()))
+    }
+
     /// Is the pool short of free blocks (under 1/16 of its data blocks, or four
     /// times the reserve)? Writes and GC then favour space over speed.
     pub(crate) fn low_space(&self) -> bool {
@@ -69,6 +78,7 @@ impl<M: Medium> Fs<M> {
 
     /// Unlink and free the dead pages of `st`'s log.
     pub(crate) fn fast_gc(&self, inode: &Inode, st: &mut InodeState) {
+        self.await_fenced(inode); // an unlink is durable only after what killed the page
         let mut dead = st.dead_pages();
         let tail_page = logptr::addr(st.log.tail) & !(BLOCK - 1);
         // Test-only fault: a page with live entries goes too.
@@ -127,6 +137,7 @@ impl<M: Medium> Fs<M> {
 
     /// Rewrite `st`'s log as a compact snapshot (see the module comment).
     pub(crate) fn thorough_gc(&self, inode: &Inode, st: &mut InodeState) -> Result<()> {
+        self.await_fenced(inode);
         let mut entries = snapshot_entries(&self.m, st);
         let shard = self.shard();
         let first = self.alloc_log_page(shard, true)?;

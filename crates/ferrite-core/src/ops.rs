@@ -468,7 +468,11 @@ impl<M: Medium> Fs<M> {
     }
 
     pub(crate) fn check_regular(&self, i: &Inode) -> Result<()> {
-        match i.st.read().ftype {
+        // A file only this process writes keeps its type for the `Inode`'s life: no
+        // lock (a write takes the inode's lock once, to commit). Another process's
+        // reload of a shared one is read under the lock.
+        let ftype = if i.shared { i.st.read().ftype } else { i.ftype };
+        match ftype {
             FileType::Regular => Ok(()),
             FileType::Directory => Err(Error::IsDir),
             FileType::Symlink => Err(Error::invalid("write to a symlink")),
@@ -505,8 +509,13 @@ impl<M: Medium> Fs<M> {
         // overlays die), so log overhead cannot eat the last free blocks.
         let low_space = self.low_space();
         let (shard, pieces) = {
-            let st = i.st.read();
-            let shard = self.data_shard(i, &st);
+            // Whole pages need nothing of the file's state to plan (on one memory
+            // node): the read lock is taken only for a partial page.
+            let mut st = (self.topo.nodes() > 1).then(|| i.st.read());
+            let shard = match &st {
+                Some(st) => self.data_shard(i, st),
+                None => self.shard(),
+            };
             let mut pieces: SmallVec<[Piece; 2]> = SmallVec::new();
             let mut pos = off;
             while pos < end {
@@ -518,6 +527,7 @@ impl<M: Medium> Fs<M> {
                 if len == BLOCK as usize {
                     pieces.push(Piece::Full { pg, src });
                 } else {
+                    let st = st.get_or_insert_with(|| i.st.read());
                     let (nops, bytes) = st.page_ops(pg);
                     let has_content = nops > 0 || st.file().is_some_and(|f| f.lookup(pg).is_some());
                     // A write that completes the file's last page (an append reaching
@@ -542,7 +552,7 @@ impl<M: Medium> Fs<M> {
                         pieces.push(Piece::Inline { off: pos, src, len });
                     } else {
                         let mut page = Box::new([0u8; BLOCK as usize]);
-                        self.read_page_verified(i, &st, pg, &mut page[..], BLOCK as usize)?;
+                        self.read_page_verified(i, st, pg, &mut page[..], BLOCK as usize)?;
                         page[a as usize..b as usize].copy_from_slice(&data[src..src + len]);
                         pieces.push(Piece::Merged { pg, page });
                     }
@@ -573,7 +583,7 @@ impl<M: Medium> Fs<M> {
             cow.push((pg, b, crc));
         }
         let checked = self.fault != Some(crate::fs::CoreFault::UncheckedData);
-        let mut st = i.st.write();
+        let st = i.st.write();
         let (now, fine) = self.stamp(i);
         let size = st.attr.size.max(end);
         let mut entries: SmallVec<[EntryBuf; 2]> = SmallVec::new();
@@ -587,20 +597,14 @@ impl<M: Medium> Fs<M> {
         }
         // Data pages covered by checksums need no fence between data and tail.
         // (The UncheckedData fault drops the checksums and keeps one fence: the crash
-        // simulator must catch the torn data it lets through.)
-        match self.commit_single(i, &mut st, &mut entries, false, false) {
-            Ok(()) => {
-                if fine && !i.shared {
-                    i.times_seen.store(false, Ordering::Relaxed);
-                }
-                Ok(())
+        // simulator must catch the torn data it lets through.) The lock goes before
+        // the fence: another writer of the file commits meanwhile.
+        let seen = || {
+            if fine && !i.shared {
+                i.times_seen.store(false, Ordering::Relaxed);
             }
-            Err(e) => {
-                drop(st);
-                self.free_runs(&runs);
-                Err(e)
-            }
-        }
+        };
+        self.commit_release(i, st, &mut entries, seen).inspect_err(|_| self.free_runs(&runs))
     }
 
     /// Everything is durable when an operation returns (its commit fenced), so

@@ -102,6 +102,10 @@ pub trait Medium: Send + Sync + 'static {
     fn now_coarse(&self) -> crate::log::Ts {
         coarse_now()
     }
+    /// One turn of a wait for another thread's fence (`Fs::await_fenced`): nothing
+    /// on real memory; a simulated medium makes it a scheduling point, so a
+    /// deterministic scheduler can run the thread waited for.
+    fn wait_point(&self) {}
 }
 
 /// CLOCK_REALTIME_COARSE: the time of the last clock tick (a few milliseconds'
@@ -125,6 +129,9 @@ impl<T: Medium> Medium for std::sync::Arc<T> {
     }
     fn now_coarse(&self) -> crate::log::Ts {
         (**self).now_coarse()
+    }
+    fn wait_point(&self) {
+        (**self).wait_point()
     }
     fn read(&self, off: u64, dst: &mut [u8]) {
         (**self).read(off, dst)

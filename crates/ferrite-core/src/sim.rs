@@ -41,6 +41,25 @@ use std::sync::Arc;
 
 thread_local! {
     static SIM_THREAD: Cell<u32> = const { Cell::new(0) };
+    static STEP: Cell<Step> = const { Cell::new(Step::Store) };
+}
+
+/// What a simulated thread is doing at a step (see [`StepHook`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A cached or non-temporal store.
+    Store,
+    /// A cache-line flush.
+    Flush,
+    /// A fence.
+    Fence,
+    /// A turn of a wait for another thread's fence ([`Medium::wait_point`]).
+    Wait,
+}
+
+/// The kind of step the calling thread is at; meaningful inside a [`StepHook`].
+pub fn step_kind() -> Step {
+    STEP.with(|c| c.get())
 }
 
 /// Make the calling OS thread simulated thread `t` for every [`SimMedium`] (its
@@ -79,9 +98,10 @@ pub struct FencePoint<'a> {
 /// Hook called at every fence, before it takes effect.
 pub type FenceHook = Box<dyn FnMut(&FencePoint<'_>) + Send>;
 
-/// Hook called at the start of every store, flush and fence (a *step*), by the
-/// calling thread, before the medium's state is locked: a scheduler may block the
-/// caller there to interleave simulated threads deterministically.
+/// Hook called at the start of every store, flush and fence, and at every turn of a
+/// wait for another thread's fence (a *step*, of the kind [`step_kind`] tells), by
+/// the calling thread, before the medium's state is locked: a scheduler may block
+/// the caller there to interleave simulated threads deterministically.
 pub type StepHook = Arc<dyn Fn() + Send + Sync>;
 
 /// Test-only faults of the persistence path itself.
@@ -198,7 +218,8 @@ impl SimMedium {
         *self.step.write() = hook;
     }
 
-    fn step(&self) {
+    fn step(&self, kind: Step) {
+        STEP.with(|c| c.set(kind));
         let h = self.step.read().clone();
         if let Some(h) = h {
             h();
@@ -371,6 +392,10 @@ impl Medium for SimMedium {
         self.now()
     }
 
+    fn wait_point(&self) {
+        self.step(Step::Wait);
+    }
+
     fn read(&self, off: u64, dst: &mut [u8]) {
         let st = self.st.lock();
         let o = off as usize;
@@ -383,7 +408,7 @@ impl Medium for SimMedium {
     }
 
     fn write(&self, off: u64, src: &[u8]) {
-        self.step();
+        self.step(Step::Store);
         let mut st = self.st.lock();
         let o = off as usize;
         st.cur[o..o + src.len()].copy_from_slice(src);
@@ -391,7 +416,7 @@ impl Medium for SimMedium {
     }
 
     fn write_nt(&self, off: u64, src: &[u8]) {
-        self.step();
+        self.step(Step::Store);
         let mut st = self.st.lock();
         let o = off as usize;
         st.cur[o..o + src.len()].copy_from_slice(src);
@@ -417,7 +442,7 @@ impl Medium for SimMedium {
     }
 
     fn flush(&self, off: u64, len: u64) {
-        self.step();
+        self.step(Step::Flush);
         let mut st = self.st.lock();
         let n = st.flushes;
         st.flushes += 1;
@@ -454,7 +479,7 @@ impl Medium for SimMedium {
     }
 
     fn fence(&self) {
-        self.step();
+        self.step(Step::Fence);
         let mut st = self.st.lock();
         let n = st.fences;
         st.fences += 1;

@@ -64,6 +64,7 @@ impl Fault {
             Fault::Core(CoreFault::StaleLease) => "client-stale-lease".into(),
             Fault::Core(CoreFault::AdoptUnflushed) => "tail-before-other-data".into(),
             Fault::Core(CoreFault::GcReferenced) => "gc-referenced-page".into(),
+            Fault::Core(CoreFault::NoFenceWait) => "tail-before-prev-fence".into(),
         }
     }
 
@@ -84,6 +85,7 @@ impl Fault {
             None if s == "client-stale-lease" => Fault::Core(CoreFault::StaleLease),
             None if s == "tail-before-other-data" => Fault::Core(CoreFault::AdoptUnflushed),
             None if s == "gc-referenced-page" => Fault::Core(CoreFault::GcReferenced),
+            None if s == "tail-before-prev-fence" => Fault::Core(CoreFault::NoFenceWait),
             _ => return Err(format!("unknown fault '{s}'")),
         })
     }
