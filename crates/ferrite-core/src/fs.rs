@@ -10,6 +10,11 @@
 //!   a log's last operation): every copy-on-write write, whatever its size. Data
 //!   blocks without one (fallocate's zeroed blocks) take two fences (data and
 //!   entries, fence, tail, fence).
+//! - A one-fence write may let the inode's write lock go before its fence
+//!   ([`Fs::commit_release`]); then at most that one commit is unfenced, and every
+//!   later tail store, journal commit, GC or free of the inode first waits for it
+//!   ([`Inode::await_fenced`]): a crash finds at most a log's last operation
+//!   unfenced, the one recovery checks.
 //! - A multi-inode operation commits through the shard journal (see `journal`).
 //! - After a commit, the same entries are applied to the DRAM state with
 //!   [`InodeState::apply`]; blocks they release are freed only then.
@@ -1160,12 +1165,15 @@ impl<M: Medium> Fs<M> {
     }
 
     /// A one-fence commit of `entries` (every byte they cover is checksummed, see
-    /// [`Fs::commit_single`]) that lets the write lock go before its fence, so the
-    /// next writer of the inode appends and applies while this one's fence drains:
-    /// the tail is stored under the lock, `inode.unfenced` set, the guard dropped,
-    /// then the fence; the blocks the commit replaced are freed after it, as always.
-    /// `on_commit` runs under the lock once the tail is stored. A file other
-    /// processes may write, or a commit that GC must follow, fences under the lock.
+    /// [`Fs::commit_single`]) that lets the write lock go before its flushes and its
+    /// fence, so the next writer of the inode appends and applies while this one's
+    /// lines drain: under the lock the entries and the tail are stored (cached, not
+    /// flushed: the unlock's locked instruction would wait for flushes) and
+    /// `inode.unfenced` is set; then the guard is dropped, the entries' lines and the
+    /// tail's are flushed, and the fence issued; the blocks the commit replaced are
+    /// freed after it, as always. `on_commit` runs under the lock once the tail is
+    /// stored. A file other processes may write, entries that need a new log page,
+    /// or a commit that GC must follow, commit as [`Fs::commit_single`] does.
     pub(crate) fn commit_release(
         &self,
         inode: &Inode,
@@ -1173,20 +1181,50 @@ impl<M: Medium> Fs<M> {
         entries: &mut [EntryBuf],
         on_commit: impl FnOnce(),
     ) -> Result<()> {
-        let (freed, grew) = self.commit_stage(inode, &mut st, entries, false, false)?;
+        if inode.shared || !log::fits_in_page(&st.log, entries) {
+            self.commit_single(inode, &mut st, entries, false, false)?;
+            on_commit();
+            return Ok(());
+        }
+        if st.log.pages.is_empty() {
+            return Err(Error::NotFound); // freed by a concurrent unlink/release
+        }
+        let from = logptr::addr(st.log.tail);
+        let a = log::append_in_page(&self.m, &st.log, inode.seed, entries);
+        let freed = self.apply_owned(&mut st, &a, entries);
+        let tail_off = self.geo.slot_off(inode.ino) + SLOT_TAIL;
+        self.await_fenced(inode);
+        self.m.store_u64(tail_off, a.new_tail);
         on_commit();
-        if inode.shared || self.gc_due(&st, grew) {
+        let persist = || {
+            self.m.flush(from, logptr::addr(a.new_tail) - from);
+            self.m.flush(tail_off, 8);
             self.m.fence();
+        };
+        if self.gc_due(&st, false) {
+            persist();
             self.release_freed(inode.ino, &freed);
-            self.after_commit(inode, &mut st, grew);
+            self.after_commit(inode, &mut st, false);
             return Ok(());
         }
         inode.unfenced.store(true, Ordering::Relaxed);
         drop(st);
-        self.m.fence();
+        persist();
         inode.unfenced.store(false, Ordering::Release);
         self.release_freed(inode.ino, &freed);
         Ok(())
+    }
+
+    /// Apply committed entries to the DRAM state; the blocks they released are
+    /// marked ours (see `commit_stage`) and returned, to free after the fence.
+    fn apply_owned(&self, st: &mut InodeState, a: &log::Appended, entries: &[EntryBuf]) -> Freed {
+        let freed = Self::apply_committed(st, a, entries);
+        if let Some(p) = &self.share {
+            for &(b, n) in &freed {
+                self.own_unshared(p, b, n);
+            }
+        }
+        freed
     }
 
     /// A commit up to its tail store, without the final fence: append the entries,
@@ -1209,12 +1247,7 @@ impl<M: Medium> Fs<M> {
         // The DRAM state moves first (nobody sees it: the write lock is held), so the
         // blocks the commit frees are known, and marked ours, before it is durable: a
         // client that dies after the tail store leaves them to the daemon, not leaked.
-        let freed = Self::apply_committed(st, &a, entries);
-        if let Some(p) = &self.share {
-            for &(b, n) in &freed {
-                self.own_unshared(p, b, n);
-            }
-        }
+        let freed = self.apply_owned(st, &a, entries);
         self.await_fenced(inode);
         if data_written {
             if self.fault == Some(CoreFault::TailBeforeData) {

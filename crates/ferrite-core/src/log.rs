@@ -13,7 +13,7 @@
 //!   to the last `TXEND` boundary.
 //! - A WRITE with [`FLAG_DCRC`] was committed with one fence for its data, entries
 //!   and tail: its data may be torn even when the tail and entries are not. Only a
-//!   log's last operation can be in that state (the next commit waits for its
+//!   log's last operation can be in that state (the next tail store waits for its
 //!   fence), so recovery checks that one's data ([`walk_apply_checking`]).
 //! - A WRITE with [`FLAG_PCRC`] carries each page's [`page_crc`] after its body, so
 //!   a page stays checkable when later writes replace others of its extent.
@@ -1148,6 +1148,45 @@ pub fn append<M: Medium + ?Sized>(
         new_pages: taken.clone(),
         locs,
     })
+}
+
+/// Do `entries` fit after the tail of `st` in its current page (no new page, so
+/// [`append_in_page`] can take them)?
+pub fn fits_in_page(st: &LogState, entries: &[EntryBuf]) -> bool {
+    let pos = crate::layout::logptr::addr(st.tail);
+    let len: u64 = entries.iter().map(|e| e.len() as u64).sum();
+    pos % BLOCK + len <= LOG_DATA_END - END_RESERVE
+}
+
+/// [`append`] of entries that [`fits_in_page`], with cached stores and no flush:
+/// the caller flushes `[tail, new tail)` (one range) before its fence. So a commit
+/// can issue the flushes after it lets the inode's lock go, which a locked
+/// instruction (the unlock) would otherwise wait for.
+pub fn append_in_page<M: Medium + ?Sized>(
+    m: &M,
+    st: &LogState,
+    seed: u32,
+    entries: &mut [EntryBuf],
+) -> Appended {
+    use crate::layout::logptr;
+    debug_assert!(fits_in_page(st, entries), "append_in_page needs room in the page");
+    let mut pos = logptr::addr(st.tail);
+    let mut seq = st.next_seq;
+    let mut locs = smallvec::SmallVec::with_capacity(entries.len());
+    let n = entries.len();
+    for (i, e) in entries.iter_mut().enumerate() {
+        e.seal(seq, i + 1 == n, seed);
+        seq += 1;
+        m.write(pos, &e.bytes);
+        locs.push(pos);
+        pos += e.len() as u64;
+    }
+    Appended {
+        new_tail: logptr::make(logptr::epoch(st.tail), pos),
+        next_seq: seq,
+        new_pages: Vec::new(),
+        locs,
+    }
 }
 
 /// Start a fresh log in `page` holding `entries` (for a new inode or thorough GC).

@@ -1,16 +1,17 @@
-//! Two writers of one file overlap: a copy-on-write commit stores its tail, lets the
-//! inode's write lock go, then fences (`Fs::commit_release`), so the next writer
-//! appends and applies its entries meanwhile; it stores its own tail only once that
-//! fence is done (`Inode::await_fenced`). So a crash still finds at most a log's last
-//! operation unfenced, the one recovery checks.
+//! Two writers of one file overlap: a copy-on-write commit stores its entries and its
+//! tail under the inode's write lock (cached stores), lets the lock go, then flushes
+//! and fences (`Fs::commit_release`), so the next writer appends and applies its
+//! entries meanwhile; it stores its own tail only once that fence is done
+//! (`Inode::await_fenced`). So a crash still finds at most a log's last operation
+//! unfenced, the one recovery checks.
 //!
 //! Checked on the simulated medium, whose fences are per thread (a thread's fence
 //! persists its own flushes only): writer A (simulated thread 1) is held at its
-//! commit fence, after it let the lock go, while writer B (thread 2) overwrites
-//! another page of the same file. Every fence point of both is crashed with many
-//! subsets of the words in flight; each image must recover to A-then-B order (B's
-//! page never without A's), keep what had returned, and pass fsck. The test-only
-//! fault that skips the wait (`tail-before-prev-fence`) must be caught.
+//! commit's first flush, after it let the lock go, while writer B (thread 2)
+//! overwrites another page of the same file. Every fence point of both is crashed
+//! with many subsets of the words in flight; each image must recover to A-then-B
+//! order (B's page never without A's), keep what had returned, and pass fsck. The
+//! test-only fault that skips the wait (`tail-before-prev-fence`) must be caught.
 
 mod common;
 
@@ -35,7 +36,8 @@ struct Point {
 
 #[derive(Default)]
 struct Flags {
-    /// A reached its commit fence (its write lock is free unless the commit held it).
+    /// A reached its commit's flushes (its write lock is free unless the commit held
+    /// it through them).
     a_at_fence: bool,
     /// A was let go from its fence.
     a_released: bool,
@@ -45,8 +47,8 @@ struct Flags {
     b_done: bool,
 }
 
-/// The interleaving: A held at its commit fence until B waits for it (or, with the
-/// fault, until B returned). Returns the fence points and whether B waited.
+/// The interleaving: A held at its commit's flushes and fence until B waits for it
+/// (or, with the fault, until B returned). Returns the fence points and whether B waited.
 fn interleave(fault: bool) -> (Vec<Point>, bool) {
     let mut fs = fresh_sim(16 * MB, 1);
     let ino = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
@@ -61,7 +63,9 @@ fn interleave(fault: bool) -> (Vec<Point>, bool) {
         let (m, cv) = &*s;
         let mut f = m.lock().unwrap();
         match (ferrite_core::sim::sim_thread(), step_kind()) {
-            (1, Step::Fence) if !f.a_released => {
+            // A's first flush: its commit stored entries and tail under the lock
+            // with cached stores, let the lock go, and now flushes and fences.
+            (1, Step::Flush | Step::Fence) if !f.a_released => {
                 f.a_at_fence = true;
                 cv.notify_all();
                 // Not a timing assertion: a commit that kept the lock through its
