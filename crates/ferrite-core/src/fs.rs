@@ -1157,10 +1157,28 @@ impl<M: Medium> Fs<M> {
         data_written: bool,
         reserve: bool,
     ) -> Result<()> {
-        let (freed, grew) = self.commit_stage(inode, st, entries, data_written, reserve)?;
+        if st.log.pages.is_empty() {
+            return Err(Error::NotFound); // freed by a concurrent unlink/release
+        }
+        let a = self.append_entries(inode.seed, st, entries, reserve)?;
+        let tail_off = self.geo.slot_off(inode.ino) + SLOT_TAIL;
+        // The DRAM state moves first (nobody sees it: the write lock is held), so the
+        // blocks the commit frees are known, and marked ours, before it is durable: a
+        // client that dies after the tail store leaves them to the daemon, not leaked.
+        let freed = self.apply_owned(st, &a, entries);
+        self.await_fenced(inode);
+        if data_written {
+            if self.fault == Some(CoreFault::TailBeforeData) {
+                persist_u64(&self.m, tail_off, a.new_tail);
+            }
+            self.m.fence();
+        }
+        // The replica's tail is not kept in step here (a second written and
+        // flushed line per commit): `replica` says when it is.
+        persist_u64(&self.m, tail_off, a.new_tail);
         self.m.fence();
         self.release_freed(inode.ino, &freed);
-        self.after_commit(inode, st, grew);
+        self.after_commit(inode, st, !a.new_pages.is_empty());
         Ok(())
     }
 
@@ -1216,7 +1234,7 @@ impl<M: Medium> Fs<M> {
     }
 
     /// Apply committed entries to the DRAM state; the blocks they released are
-    /// marked ours (see `commit_stage`) and returned, to free after the fence.
+    /// marked ours (see `commit_single`) and returned, to free after the fence.
     fn apply_owned(&self, st: &mut InodeState, a: &log::Appended, entries: &[EntryBuf]) -> Freed {
         let freed = Self::apply_committed(st, a, entries);
         if let Some(p) = &self.share {
@@ -1225,40 +1243,6 @@ impl<M: Medium> Fs<M> {
             }
         }
         freed
-    }
-
-    /// A commit up to its tail store, without the final fence: append the entries,
-    /// apply them to the DRAM state, wait for the inode's previous commit to fence,
-    /// store the tail. Returns the blocks the commit released (free them only after
-    /// the fence) and whether the log grew a page.
-    fn commit_stage(
-        &self,
-        inode: &Inode,
-        st: &mut InodeState,
-        entries: &mut [EntryBuf],
-        data_written: bool,
-        reserve: bool,
-    ) -> Result<(Freed, bool)> {
-        if st.log.pages.is_empty() {
-            return Err(Error::NotFound); // freed by a concurrent unlink/release
-        }
-        let a = self.append_entries(inode.seed, st, entries, reserve)?;
-        let tail_off = self.geo.slot_off(inode.ino) + SLOT_TAIL;
-        // The DRAM state moves first (nobody sees it: the write lock is held), so the
-        // blocks the commit frees are known, and marked ours, before it is durable: a
-        // client that dies after the tail store leaves them to the daemon, not leaked.
-        let freed = self.apply_owned(st, &a, entries);
-        self.await_fenced(inode);
-        if data_written {
-            if self.fault == Some(CoreFault::TailBeforeData) {
-                persist_u64(&self.m, tail_off, a.new_tail);
-            }
-            self.m.fence();
-        }
-        // The replica's tail is not kept in step here (a second written and
-        // flushed line per commit): `replica` says when it is.
-        persist_u64(&self.m, tail_off, a.new_tail);
-        Ok((freed, !a.new_pages.is_empty()))
     }
 
     /// [`Inode::await_fenced`], unless a test skips it (`CoreFault::NoFenceWait`).
