@@ -18,9 +18,7 @@
 //!   (its tail then found by walking the log on from the replica's).
 //! - A replica is believed only when its checksum matches ([`replica_valid`]).
 
-use crate::layout::{
-    replica_of, replica_valid, Geometry, InodeSlot, INODE_SLOT, REPLICA_COVERED, REPLICA_USED,
-};
+use crate::layout::{replica_of, replica_valid, Geometry, InodeSlot, INODE_SLOT, REPLICA_COVERED};
 use crate::pmem::Medium;
 
 /// The primary slot's bytes.
@@ -38,17 +36,16 @@ pub fn read_replica<M: Medium + ?Sized>(m: &M, geo: &Geometry, ino: u64) -> Opti
     Some(b)
 }
 
-/// Rewrite `ino`'s replica from its primary as it is now (flushed; the caller
-/// fences). Called after every store to a primary slot word.
+/// Rewrite `ino`'s replica from its primary as it is now: all 64 bytes, with
+/// non-temporal stores (persistent after the caller's fence). Called after every
+/// store to a primary slot word.
 pub fn sync_slot<M: Medium + ?Sized>(m: &M, geo: &Geometry, ino: u64) {
     let Some(off) = geo.slot_replica_off(ino) else { return };
     let mut p = [0u8; REPLICA_COVERED];
     m.read(geo.slot_off(ino), &mut p);
-    let mut full = [0u8; INODE_SLOT as usize];
-    full[..REPLICA_COVERED].copy_from_slice(&p);
-    let r = replica_of(&full);
-    m.write(off, &r[..REPLICA_USED]);
-    m.flush(off, REPLICA_USED as u64);
+    // The whole line with non-temporal stores: a new inode's replica line is cold,
+    // and a cached store would first read it from memory.
+    m.write_nt(off, &replica_of(&p));
 }
 
 /// Rewrite `ino`'s replica (all 64 bytes) if it is not its primary's image;
