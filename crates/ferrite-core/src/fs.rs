@@ -1190,8 +1190,11 @@ impl<M: Medium> Fs<M> {
     /// `inode.unfenced` is set; then the guard is dropped, the entries' lines and the
     /// tail's are flushed, and the fence issued; the blocks the commit replaced are
     /// freed after it, as always. `on_commit` runs under the lock once the tail is
-    /// stored. A file other processes may write, entries that need a new log page,
-    /// or a commit that GC must follow, commit as [`Fs::commit_single`] does.
+    /// stored. Entries that need a new log page, or a commit that GC must follow,
+    /// commit as [`Fs::commit_single`] does. Another process cannot commit to the
+    /// inode inside the window: the caller's hold on its cross-process lock
+    /// (`Fs::hold`) is dropped only after the fence; a client that dies inside it
+    /// leaves entries and tail visible, which the daemon's resolution flushes.
     pub(crate) fn commit_release(
         &self,
         inode: &Inode,
@@ -1199,7 +1202,7 @@ impl<M: Medium> Fs<M> {
         entries: &mut [EntryBuf],
         on_commit: impl FnOnce(),
     ) -> Result<()> {
-        if inode.shared || !log::fits_in_page(&st.log, entries) {
+        if !log::fits_in_page(&st.log, entries) {
             self.commit_single(inode, &mut st, entries, false, false)?;
             on_commit();
             return Ok(());
