@@ -13,7 +13,7 @@
 //! - A one-fence write may let the inode's write lock go before its fence
 //!   ([`Fs::commit_release`]); then at most that one commit is unfenced, and every
 //!   later tail store, journal commit, GC or free of the inode first waits for it
-//!   ([`Inode::await_fenced`]): a crash finds at most a log's last operation
+//!   ([`Fs::await_fenced`]): a crash finds at most a log's last operation
 //!   unfenced, the one recovery checks.
 //! - A multi-inode operation commits through the shard journal (see `journal`).
 //! - After a commit, the same entries are applied to the DRAM state with
@@ -423,7 +423,7 @@ pub struct Inode {
     /// A commit of this inode stored its tail and let the write lock go before its
     /// fence ([`Fs::commit_release`]), and has not fenced yet. At most one commit is
     /// in that state: anything that makes a later log state durable waits for it
-    /// first ([`Inode::await_fenced`]).
+    /// first ([`Fs::await_fenced`]).
     pub(crate) unfenced: AtomicBool,
 }
 
@@ -445,26 +445,6 @@ impl Inode {
             dax: AtomicU32::new(0),
             ftype: st_ftype,
             unfenced: AtomicBool::new(false),
-        }
-    }
-
-    /// Wait until no commit of this inode is between its tail store and its fence
-    /// (use [`Fs::await_fenced`], which knows the test-only faults).
-    /// Called under the write lock before every store that could make a later state
-    /// of the log durable (a tail store, a journal commit, GC's unlinks, freeing the
-    /// inode), so that a crash finds at most the log's last operation unfenced:
-    /// recovery checks that one's data. The commit waited for holds no lock and
-    /// only has its fence left, so the wait is short.
-    pub(crate) fn await_fenced(&self, m: &impl Medium) {
-        let mut spins = 0u32;
-        while self.unfenced.load(Ordering::Acquire) {
-            m.wait_point();
-            if spins < 256 {
-                spins += 1;
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now(); // its thread lost the CPU
-            }
         }
     }
 }
@@ -1248,10 +1228,26 @@ impl<M: Medium> Fs<M> {
         freed
     }
 
-    /// [`Inode::await_fenced`], unless a test skips it (`CoreFault::NoFenceWait`).
+    /// Wait until no commit of `inode` is between its tail store and its fence
+    /// (unless a test skips it: `CoreFault::NoFenceWait`). Called under the write
+    /// lock before every store that could make a later state of the log durable (a
+    /// tail store, a journal commit, GC's unlinks, freeing the inode), so that a
+    /// crash finds at most the log's last operation unfenced: recovery checks that
+    /// one's data. The commit waited for holds no lock and only has its flushes and
+    /// fence left, so the wait is short.
     pub(crate) fn await_fenced(&self, inode: &Inode) {
-        if self.fault != Some(CoreFault::NoFenceWait) {
-            inode.await_fenced(&self.m);
+        if self.fault == Some(CoreFault::NoFenceWait) {
+            return;
+        }
+        let mut spins = 0u32;
+        while inode.unfenced.load(Ordering::Acquire) {
+            self.m.wait_point();
+            if spins < 256 {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now(); // its thread lost the CPU
+            }
         }
     }
 

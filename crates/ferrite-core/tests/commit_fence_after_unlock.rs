@@ -2,7 +2,7 @@
 //! tail under the inode's write lock (cached stores), lets the lock go, then flushes
 //! and fences (`Fs::commit_release`), so the next writer appends and applies its
 //! entries meanwhile; it stores its own tail only once that fence is done
-//! (`Inode::await_fenced`). So a crash still finds at most a log's last operation
+//! (`Fs::await_fenced`). So a crash still finds at most a log's last operation
 //! unfenced, the one recovery checks.
 //!
 //! Checked on the simulated medium, whose fences are per thread (a thread's fence

@@ -118,7 +118,6 @@ fn sqe(fd: i32, cmd: u32, qid: u16, commit_id: u64, idx: usize, ent: &Ent) -> sq
     unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
 }
 
-/// Number of queues the kernel keeps: one per possible CPU.
 /// Number of queues the kernel keeps: one per possible CPU (`num_possible_cpus()`).
 /// Every one needs an entry before the kernel uses the ring, so this must not count
 /// only present or online CPUs (hot-pluggable machines have more possible ones).
