@@ -31,7 +31,7 @@ use crate::sharing::Hold;
 use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
 use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Test-only faults in the core's persist order, for proving that the crash
@@ -454,6 +454,9 @@ impl Inode {
 pub(crate) struct RangeLock {
     held: Mutex<Vec<(u64, u64)>>,
     cv: parking_lot::Condvar,
+    /// Ranges held, as last stored under `held`'s mutex (a plain store): a hint
+    /// for a writer choosing how to commit, read without the mutex.
+    count: AtomicUsize,
 }
 
 pub(crate) struct RangeGuard<'a> {
@@ -468,7 +471,14 @@ impl RangeLock {
             self.cv.wait(&mut h);
         }
         h.push((a, b));
+        self.count.store(h.len(), Ordering::Relaxed);
         RangeGuard { lock: self, r: (a, b) }
+    }
+
+    /// Ranges held at the last lock or unlock (the caller's own among them, if it
+    /// holds one); may be stale by the time it is used.
+    pub(crate) fn held_hint(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
     }
 }
 
@@ -478,6 +488,7 @@ impl Drop for RangeGuard<'_> {
         if let Some(i) = h.iter().position(|&r| r == self.r) {
             h.swap_remove(i);
         }
+        self.lock.count.store(h.len(), Ordering::Relaxed);
         self.lock.cv.notify_all();
     }
 }
@@ -1175,12 +1186,17 @@ impl<M: Medium> Fs<M> {
     /// inode inside the window: the caller's hold on its cross-process lock
     /// (`Fs::hold`) is dropped only after the fence; a client that dies inside it
     /// leaves entries and tail visible, which the daemon's resolution flushes.
+    /// `fence_locked` keeps the lock through the flushes and the fence: a writer
+    /// that took the lock before its non-temporal data copy (see `Fs::write_cow`)
+    /// drains data and entries with one fence, where an unlock between them would
+    /// drain the data alone first.
     pub(crate) fn commit_release(
         &self,
         inode: &Inode,
         mut st: RwLockWriteGuard<'_, InodeState>,
         entries: &mut [EntryBuf],
         on_commit: impl FnOnce(),
+        fence_locked: bool,
     ) -> Result<()> {
         if !log::fits_in_page(&st.log, entries) {
             self.commit_single(inode, &mut st, entries, false, false)?;
@@ -1202,7 +1218,7 @@ impl<M: Medium> Fs<M> {
             self.m.flush(tail_off, 8);
             self.m.fence();
         };
-        if self.gc_due(&st, false) {
+        if fence_locked || self.gc_due(&st, false) {
             persist();
             self.release_freed(inode.ino, &freed);
             self.after_commit(inode, &mut st, false);

@@ -563,6 +563,16 @@ impl<M: Medium> Fs<M> {
         };
         let ncow = pieces.iter().filter(|p| !matches!(p, Piece::Inline { .. })).count() as u64;
         let runs = self.alloc_blocks(shard, ncow, false)?;
+        // The lock before the copy, when this is the file's only writer in flight.
+        // On x86 an atomic read-modify-write (a lock or an unlock) waits for the
+        // core's earlier non-temporal stores: a lock taken after the copy drains the
+        // data alone, and the entries' flushes and fence make a second round trip
+        // to memory; taken before it and kept through the fence, one drain covers
+        // both (`commit_release`'s `fence_locked`). With other writers of the file
+        // in flight (a range lock besides ours) the copy stays outside the lock, so
+        // that their copies overlap and the lock is held only to append.
+        let early = (ncow > 0 && i.ranges.held_hint() <= 1).then(|| i.st.try_write()).flatten();
+        let fence_locked = early.is_some();
         // Copy data into the new blocks (outside the inode lock), each page's
         // checksum computed right after its copy, from the source still in cache: the WRITE entries carry
         // them, so data, entries and tail persist under one fence.
@@ -583,7 +593,7 @@ impl<M: Medium> Fs<M> {
             cow.push((pg, b, crc));
         }
         let checked = self.fault != Some(crate::fs::CoreFault::UncheckedData);
-        let st = i.st.write();
+        let st = early.unwrap_or_else(|| i.st.write());
         let (now, fine) = self.stamp(i);
         let size = st.attr.size.max(end);
         let mut entries: SmallVec<[EntryBuf; 2]> = SmallVec::new();
@@ -604,7 +614,8 @@ impl<M: Medium> Fs<M> {
                 i.times_seen.store(false, Ordering::Relaxed);
             }
         };
-        self.commit_release(i, st, &mut entries, seen).inspect_err(|_| self.free_runs(&runs))
+        self.commit_release(i, st, &mut entries, seen, fence_locked)
+            .inspect_err(|_| self.free_runs(&runs))
     }
 
     /// Everything is durable when an operation returns (its commit fenced), so
