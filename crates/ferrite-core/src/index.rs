@@ -870,6 +870,8 @@ impl InodeState {
                         .sum::<usize>(),
                     "page {pg}: overlay byte count out of step"
                 );
+                // Where the page's next op goes: a write that asks is about to add one.
+                crate::pmem::prefetch_dram(v.ops.as_ptr().wrapping_add(v.len()));
                 (v.len(), v.bytes())
             }),
             Body::Dir(_) => (0, 0),

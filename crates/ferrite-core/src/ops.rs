@@ -529,7 +529,10 @@ impl<M: Medium> Fs<M> {
                 } else {
                     let st = st.get_or_insert_with(|| i.st.read());
                     let (nops, bytes) = st.page_ops(pg);
-                    let has_content = nops > 0 || st.file().is_some_and(|f| f.lookup(pg).is_some());
+                    // (Asked only when space is low: a page with no ops needs a search
+                    // of the extent map to tell.)
+                    let has_content =
+                        || nops > 0 || st.file().is_some_and(|f| f.lookup(pg).is_some());
                     // A write that completes the file's last page (an append reaching
                     // a page end) folds the page's overlays into a copy-on-write page:
                     // no later write would, and stranded overlays would cost log space
@@ -546,7 +549,7 @@ impl<M: Medium> Fs<M> {
                     if len <= INLINE_MAX
                         && nops < max_ops
                         && bytes + len <= max_bytes
-                        && !(low_space && has_content)
+                        && !(low_space && has_content())
                         && !(completes_last && nops > 0)
                     {
                         pieces.push(Piece::Inline { off: pos, src, len });

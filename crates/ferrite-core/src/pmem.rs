@@ -108,6 +108,19 @@ pub trait Medium: Send + Sync + 'static {
     fn wait_point(&self) {}
 }
 
+/// Ask the cache for the line holding `p` (DRAM state about to be written: a
+/// miss taken early overlaps with the work before the write). Only a hint: it
+/// never faults, whatever `p` is.
+#[inline]
+pub fn prefetch_dram<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it reads nothing into the program and never
+    // faults, whatever the address.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+    };
+}
+
 /// CLOCK_REALTIME_COARSE: the time of the last clock tick (a few milliseconds'
 /// resolution), read from the vDSO without the TSC, a third of the fine clock's cost.
 pub fn coarse_now() -> crate::log::Ts {
