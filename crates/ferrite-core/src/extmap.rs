@@ -61,6 +61,18 @@ impl Packed {
     }
 }
 
+/// The index of the run starting at `pg` in `leaf` (`Ok`), or where it would go
+/// (`Err`), as `binary_search`. A leaf of one-page runs in page order (a file
+/// overwritten page by page at random ends up so) holds page `leaf[0].pg + i` at
+/// `i`: that slot is tried first, two cache lines where the search reads six.
+fn find(leaf: &[Packed], pg: u64) -> Result<usize, usize> {
+    let guess = leaf.first().map_or(usize::MAX, |f| pg.wrapping_sub(f.pg) as usize);
+    if leaf.get(guess).is_some_and(|p| p.pg == pg) {
+        return Ok(guess);
+    }
+    leaf.binary_search_by_key(&pg, |q| q.pg)
+}
+
 /// Runs keyed by first page.
 #[derive(Clone, Debug, Default)]
 pub struct ExtMap {
@@ -82,9 +94,14 @@ impl ExtMap {
     /// The run with the greatest first page at or below `pg`.
     pub fn floor(&self, pg: u64) -> Option<(u64, Ext)> {
         let (_, leaf) = self.leaves.range(..=pg).next_back()?;
-        let i = leaf.partition_point(|p| p.pg <= pg);
-        debug_assert!(i >= 1, "a leaf's first page is its key");
-        let p = &leaf[i - 1];
+        let i = match find(leaf, pg) {
+            Ok(i) => i,
+            Err(i) => {
+                debug_assert!(i >= 1, "a leaf's first page is its key");
+                i - 1
+            }
+        };
+        let p = &leaf[i];
         Some((p.pg, p.ext()))
     }
 
@@ -161,7 +178,7 @@ impl ExtMap {
             },
         };
         let leaf = self.leaves.get_mut(&key).expect("leaf just found");
-        let i = match leaf.binary_search_by_key(&pg, |q| q.pg) {
+        let i = match find(leaf, pg) {
             Ok(i) => {
                 leaf[i] = p;
                 return;
@@ -205,7 +222,7 @@ impl ExtMap {
     /// (an overwrite of the same pages: one search instead of a remove and insert).
     pub fn replace_same(&mut self, pg: u64, e: Ext) -> Option<Ext> {
         let (_, leaf) = self.leaves.range_mut(..=pg).next_back()?;
-        let i = leaf.binary_search_by_key(&pg, |q| q.pg).ok()?;
+        let i = find(leaf, pg).ok()?;
         let old = leaf[i].ext();
         if old.len != e.len {
             return None;
@@ -235,7 +252,7 @@ impl ExtMap {
         let (_, leaf) = self.leaves.range_mut(..=s).next_back().expect("the run's leaf");
         let extra = usize::from(pg > s) + usize::from(after.is_some());
         if leaf.len() + extra <= LEAF {
-            let i = leaf.binary_search_by_key(&s, |q| q.pg).expect("the run starts here");
+            let i = find(leaf, s).expect("the run starts here");
             let mut at = i;
             if pg > s {
                 leaf[i] = Packed::new(s, Ext { len: (pg - s) as u32, ..run });
@@ -264,7 +281,7 @@ impl ExtMap {
     pub fn remove(&mut self, pg: u64) -> Option<Ext> {
         let (&key, _) = self.leaves.range(..=pg).next_back()?;
         let leaf = self.leaves.get_mut(&key).expect("leaf just found");
-        let i = leaf.binary_search_by_key(&pg, |q| q.pg).ok()?;
+        let i = find(leaf, pg).ok()?;
         let p = leaf.remove(i);
         self.len -= 1;
         if leaf.is_empty() {
