@@ -267,22 +267,43 @@ pub struct EntryBuf {
 }
 
 /// Encoder of one entry: the bytes are sized (and zeroed) once, then each field is
-/// stored at its offset (no growth checks per field).
-struct Enc(EntryBytes, usize);
+/// stored at its offset (no growth checks per field). It owns the bytes
+/// (`Enc::new`, then `done`), or fills an entry already in place (`Enc::at`).
+struct Enc<B = EntryBytes>(B, usize);
 impl Enc {
     fn new(t: u8, flags: u8, len: usize) -> Enc {
-        let len = pad8(len);
-        assert!(len <= MAX_ENTRY, "entry of {len} bytes too large");
-        let mut v = EntryBytes::from_elem(0, len);
-        v[4] = t;
-        v[5] = flags;
-        v[6..8].copy_from_slice(&(len as u16).to_le_bytes());
+        let mut v = EntryBytes::new();
+        header(&mut v, t, flags, len);
         Enc(v, HDR)
     }
+    fn done(&mut self) -> EntryBuf {
+        EntryBuf { bytes: std::mem::take(&mut self.0) }
+    }
+}
+impl<'a> Enc<&'a mut EntryBytes> {
+    /// Encode into `v` (its old bytes dropped): an entry built where it will stay.
+    fn at(v: &'a mut EntryBytes, t: u8, flags: u8, len: usize) -> Self {
+        header(v, t, flags, len);
+        Enc(v, HDR)
+    }
+}
+/// Size `v` to the padded `len`, zeroed, and store the header's type, flags and
+/// length.
+fn header(v: &mut EntryBytes, t: u8, flags: u8, len: usize) {
+    let len = pad8(len);
+    assert!(len <= MAX_ENTRY, "entry of {len} bytes too large");
+    v.clear();
+    v.resize(len, 0);
+    v[4] = t;
+    v[5] = flags;
+    v[6..8].copy_from_slice(&(len as u16).to_le_bytes());
+}
+impl<B: std::borrow::BorrowMut<EntryBytes>> Enc<B> {
     fn put(&mut self, b: &[u8]) -> &mut Self {
         let end = self.1 + b.len();
-        assert!(end <= self.0.len(), "entry body overran its declared length");
-        self.0[self.1..end].copy_from_slice(b);
+        let v = self.0.borrow_mut();
+        assert!(end <= v.len(), "entry body overran its declared length");
+        v[self.1..end].copy_from_slice(b);
         self.1 = end;
         self
     }
@@ -306,9 +327,6 @@ impl Enc {
     }
     fn bytes(&mut self, b: &[u8]) -> &mut Self {
         self.put(b)
-    }
-    fn done(&mut self) -> EntryBuf {
-        EntryBuf { bytes: std::mem::take(&mut self.0) }
     }
 }
 
@@ -377,14 +395,21 @@ impl EntryBuf {
 
     /// INLINE.
     pub fn inline(off: u64, size: u64, mtime: Ts, data: &[u8]) -> EntryBuf {
-        Enc::new(etype::INLINE, 0, INLINE_HDR + data.len())
+        let mut e = EntryBuf { bytes: EntryBytes::new() };
+        e.set_inline(off, size, mtime, data);
+        e
+    }
+
+    /// Make this entry an INLINE, in place: an embedded write's entry is mostly its
+    /// data, and building it where it stays moves none of it.
+    pub fn set_inline(&mut self, off: u64, size: u64, mtime: Ts, data: &[u8]) {
+        Enc::at(&mut self.bytes, etype::INLINE, 0, INLINE_HDR + data.len())
             .u64(off)
             .u64(size)
             .ts(mtime)
             .u32(data.len() as u32)
             .u32(0)
-            .bytes(data)
-            .done()
+            .bytes(data);
     }
 
     /// PUNCH.

@@ -605,7 +605,9 @@ impl<M: Medium> Fs<M> {
         cow_entries(seed, &cow, size, now, checked, &mut entries);
         for p in &pieces {
             if let Piece::Inline { off, src, len } = p {
-                entries.push(EntryBuf::inline(*off, size, now, &data[*src..*src + *len]));
+                entries.push(EntryBuf { bytes: Default::default() });
+                let e = entries.last_mut().expect("just pushed");
+                e.set_inline(*off, size, now, &data[*src..*src + *len]);
             }
         }
         // Data pages covered by checksums need no fence between data and tail.
