@@ -576,9 +576,10 @@ impl<M: Medium> Fs<M> {
         // that their copies overlap and the lock is held only to append.
         let early = (ncow > 0 && i.ranges.held_hint() <= 1).then(|| i.st.try_write()).flatten();
         let fence_locked = early.is_some();
-        // Copy data into the new blocks (outside the inode lock), each page's
-        // checksum computed right after its copy, from the source still in cache: the WRITE entries carry
-        // them, so data, entries and tail persist under one fence.
+        // Copy data into the new blocks (outside the inode lock unless it was taken
+        // above), each page's checksum computed right after its copy, from the
+        // source still in cache: the WRITE entries carry them, so data, entries and
+        // tail persist under one fence.
         let seed = i.seed;
         let mut blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
         // Page, block and checksum of each copy-on-write page.
