@@ -105,6 +105,18 @@ impl ExtMap {
         Some((p.pg, p.ext()))
     }
 
+    /// Ask the cache for the lines where a search for `pg` will look in its leaf
+    /// (the leaf's start and the slot `find` tries first), so that an update of
+    /// the map after a data copy finds them there.
+    pub fn prefetch(&self, pg: u64) {
+        if let Some((&k, leaf)) = self.leaves.range(..=pg).next_back() {
+            let slot =
+                usize::try_from(pg - k).unwrap_or(usize::MAX).min(leaf.len().saturating_sub(1));
+            crate::pmem::prefetch_dram(leaf.as_ptr());
+            crate::pmem::prefetch_dram(leaf.as_ptr().wrapping_add(slot));
+        }
+    }
+
     /// The run with the greatest first page below `pg`.
     pub fn below(&self, pg: u64) -> Option<(u64, Ext)> {
         self.floor(pg.checked_sub(1)?)

@@ -576,6 +576,14 @@ impl<M: Medium> Fs<M> {
         // that their copies overlap and the lock is held only to append.
         let early = (ncow > 0 && i.ranges.held_hint() <= 1).then(|| i.st.try_write()).flatten();
         let fence_locked = early.is_some();
+        if let Some(f) = early.as_ref().and_then(|st| st.file()) {
+            // The extent map's lines for the pages, asked for now, arrive during the copy.
+            for p in &pieces {
+                if let Piece::Full { pg, .. } | Piece::Merged { pg, .. } = p {
+                    f.ext.prefetch(*pg);
+                }
+            }
+        }
         // Copy data into the new blocks (outside the inode lock unless it was taken
         // above), each page's checksum computed right after its copy, from the
         // source still in cache: the WRITE entries carry them, so data, entries and
