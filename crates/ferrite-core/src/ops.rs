@@ -621,8 +621,9 @@ impl<M: Medium> Fs<M> {
         }
         // Data pages covered by checksums need no fence between data and tail.
         // (The UncheckedData fault drops the checksums and keeps one fence: the crash
-        // simulator must catch the torn data it lets through.) The lock goes before
-        // the fence: another writer of the file commits meanwhile.
+        // simulator must catch the torn data it lets through.) Unless it was taken
+        // before the copy, the lock goes before the fence: another writer of the file
+        // commits meanwhile.
         let seen = || {
             if fine && !i.shared {
                 i.times_seen.store(false, Ordering::Relaxed);
