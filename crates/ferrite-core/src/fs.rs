@@ -1280,8 +1280,8 @@ impl<M: Medium> Fs<M> {
     pub(crate) fn commit_multi(
         &self,
         locked: &mut Locked<'_, M>,
-        mut parts: Vec<Part>,
-        new: Option<NewInode>,
+        parts: &mut [Part],
+        mut new: Option<&mut NewInode>,
         free: &[u64],
         reserve: bool,
     ) -> Result<Option<Arc<Inode>>> {
@@ -1312,8 +1312,7 @@ impl<M: Medium> Fs<M> {
             return Err(e);
         }
         let mut recs: SmallVec<[Record; 6]> = SmallVec::new();
-        let mut new_inode_entries = None;
-        if let Some(mut n) = new {
+        if let Some(n) = new.as_deref_mut() {
             let shard = self.shard();
             let mut taken = Vec::new();
             let mut alloc = || self.alloc_log_page(shard, reserve);
@@ -1348,7 +1347,6 @@ impl<M: Medium> Fs<M> {
             self.m.flush(off, 64);
             recs.push(Record { addr: off + SLOT_STATE, old: n.state_word, new: n.state_word + 1 });
             new_app = Some(a);
-            new_inode_entries = Some(n);
         }
         for (p, a) in parts.iter().zip(&appended) {
             let old = locked.st(p.ino).log.tail;
@@ -1393,14 +1391,14 @@ impl<M: Medium> Fs<M> {
             self.poison_on(self.ialloc.free(ino));
         }
         self.free_runs(&all_freed);
-        for p in &parts {
+        for p in parts.iter() {
             let inode = locked.inode(p.ino);
             if !free.contains(&p.ino) {
                 let st = locked.st_mut(p.ino);
                 self.after_commit(inode, st, true);
             }
         }
-        let created = match (new_inode_entries, new_app) {
+        let created = match (new, new_app) {
             (Some(n), Some(a)) => {
                 let mut st = InodeState::new(n.ftype);
                 st.log.head = logptr::make(0, n.head_page);

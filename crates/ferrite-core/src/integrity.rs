@@ -658,11 +658,11 @@ impl<M: Medium> Fs<M> {
             a.parent = lf;
             a.ctime = now;
         });
-        let parts = vec![
+        let mut parts = [
             Part { ino: lf, entries: smallvec::smallvec![de, pe] },
             Part { ino, entries: smallvec::smallvec![ce] },
         ];
-        self.commit_multi(&mut locked, parts, None, &[], false)?;
+        self.commit_multi(&mut locked, &mut parts, None, &[], false)?;
         Ok(())
     }
 

@@ -49,7 +49,7 @@ fn csum(txid: u64, recs: &[Record]) -> u32 {
     b[..8].copy_from_slice(&txid.to_le_bytes());
     b[8..16].copy_from_slice(&(recs.len() as u64).to_le_bytes());
     let n = 16 + encode_records(recs, &mut b[16..]);
-    crc32c::crc32c(&b[..n])
+    crate::pmem::crc32c_append(0, &b[..n])
 }
 
 /// The records' little-endian words into `out`; returns the bytes written.

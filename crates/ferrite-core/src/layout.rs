@@ -540,7 +540,8 @@ pub fn replica_of(primary: &[u8]) -> [u8; INODE_SLOT as usize] {
     let mut r = [0u8; INODE_SLOT as usize];
     let covered = &primary[..REPLICA_COVERED];
     r[..REPLICA_COVERED].copy_from_slice(covered);
-    r[REPLICA_COVERED..REPLICA_USED].copy_from_slice(&crc32c::crc32c(covered).to_le_bytes());
+    r[REPLICA_COVERED..REPLICA_USED]
+        .copy_from_slice(&crate::pmem::crc32c_append(0, covered).to_le_bytes());
     r
 }
 
@@ -549,7 +550,7 @@ pub fn replica_of(primary: &[u8]) -> [u8; INODE_SLOT as usize] {
 pub fn replica_valid(replica: &[u8]) -> bool {
     let covered = &replica[..REPLICA_COVERED];
     let sum = u32::from_le_bytes(replica[REPLICA_COVERED..REPLICA_USED].try_into().expect("4"));
-    replica[REPLICA_USED..].iter().all(|&b| b == 0) && crc32c::crc32c(covered) == sum
+    replica[REPLICA_USED..].iter().all(|&b| b == 0) && crate::pmem::crc32c_append(0, covered) == sum
 }
 
 /// Log pointers: the low 48 bits are a byte address, the high 16 an epoch that

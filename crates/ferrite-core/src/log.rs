@@ -293,7 +293,9 @@ fn header(v: &mut EntryBytes, t: u8, flags: u8, len: usize) {
     let len = pad8(len);
     assert!(len <= MAX_ENTRY, "entry of {len} bytes too large");
     v.clear();
-    v.resize(len, 0);
+    // From a zeroed slice: `SmallVec::resize` stores the zeros one byte at a time.
+    static ZEROS: [u8; MAX_ENTRY] = [0; MAX_ENTRY];
+    v.extend_from_slice(&ZEROS[..len]);
     v[4] = t;
     v[5] = flags;
     v[6..8].copy_from_slice(&(len as u16).to_le_bytes());
@@ -506,7 +508,7 @@ pub fn seed(uuid: &[u8; 16], ino: u64, state: u64) -> u32 {
     b[..16].copy_from_slice(uuid);
     b[16..24].copy_from_slice(&ino.to_le_bytes());
     b[24..].copy_from_slice(&state.to_le_bytes());
-    crc32c::crc32c(&b)
+    crate::pmem::crc32c_append(0, &b)
 }
 
 /// Checksum of one data page: its CRC32C, XORed with the log's seed. The kernel is

@@ -85,6 +85,12 @@ impl<M: Medium> Fs<M> {
 
     /// Inode number of `name` in `parent` ("." and ".." included).
     pub fn lookup_ino(&self, parent: u64, name: &[u8]) -> Result<u64> {
+        self.lookup_typed(parent, name).map(|(ino, _)| ino)
+    }
+
+    /// Inode number of `name` in `parent` and whether it is a symbolic link (as
+    /// its directory entry records the type): one step of a path walk.
+    pub(crate) fn lookup_typed(&self, parent: u64, name: &[u8]) -> Result<(u64, bool)> {
         let p = self.inode(parent)?;
         let st = p.st.read();
         let d = st.dir().ok_or(Error::NotDir)?;
@@ -92,9 +98,13 @@ impl<M: Medium> Fs<M> {
             return Err(Error::NameTooLong);
         }
         match name {
-            b"." => Ok(parent),
-            b".." => Ok(if st.attr.parent == 0 { parent } else { st.attr.parent }),
-            _ => d.names.get(name).map(|e| e.ino).ok_or(Error::NotFound),
+            b"." => Ok((parent, false)),
+            b".." => Ok((if st.attr.parent == 0 { parent } else { st.attr.parent }, false)),
+            _ => d
+                .names
+                .get(name)
+                .map(|e| (e.ino, e.ftype == FileType::Symlink.code()))
+                .ok_or(Error::NotFound),
         }
     }
 
@@ -1169,8 +1179,18 @@ impl<M: Medium> Fs<M> {
         let seed = log::seed(&self.sb.uuid, ino, old_state + 1);
         let now = self.m.now();
         let mut attr = self.new_attr(ftype, perm, uid, gid, parent, now);
-        let mut entries = Entries::new();
-        let mut data = Vec::new();
+        // Built where they stay: an `Entries` is a few hundred bytes, and each move
+        // of it is a copy.
+        let mut new = NewInode {
+            ino,
+            ftype,
+            state_word: old_state,
+            seed,
+            head_page: head,
+            entries: Entries::new(),
+            data: Vec::new(),
+        };
+        let (entries, data) = (&mut new.entries, &mut new.data);
         if let NodeData::Rdev(rdev) = extra {
             attr.rdev = rdev;
         }
@@ -1198,13 +1218,15 @@ impl<M: Medium> Fs<M> {
         for (name, v) in &acl_entries {
             entries.push(EntryBuf::xattr(false, name, v, now));
         }
-        let mut pentries = smallvec::smallvec![EntryBuf::dentry(
+        let mut parts = [Part { ino: parent, entries: Entries::new() }];
+        let pentries = &mut parts[0].entries;
+        pentries.push(EntryBuf::dentry(
             ino,
             locked.st(parent).dir().expect("dir").next_cookie,
             now,
             ftype.code(),
             name,
-        )];
+        ));
         if ftype == FileType::Directory {
             let (e, _) = Self::setattr_entry(locked.st(parent), |a| {
                 a.nlink += 1;
@@ -1213,22 +1235,7 @@ impl<M: Medium> Fs<M> {
             });
             pentries.push(e);
         }
-        let new = NewInode {
-            ino,
-            ftype,
-            state_word: old_state,
-            seed,
-            head_page: head,
-            entries,
-            data: data.clone(),
-        };
-        match self.commit_multi(
-            &mut locked,
-            vec![Part { ino: parent, entries: pentries }],
-            Some(new),
-            &[],
-            false,
-        ) {
+        match self.commit_multi(&mut locked, &mut parts, Some(&mut new), &[], false) {
             Ok(Some(inode)) => {
                 let st = inode.st.read();
                 Ok(self.attr_of(&inode, &st))
@@ -1236,7 +1243,7 @@ impl<M: Medium> Fs<M> {
             Ok(None) => unreachable!("commit_multi returns the new inode"),
             Err(e) => {
                 self.free_pages(&[head]);
-                self.free_runs(&data);
+                self.free_runs(&new.data);
                 self.poison_on(self.ialloc.free(ino));
                 Err(e)
             }
@@ -1283,11 +1290,11 @@ impl<M: Medium> Fs<M> {
             a.nlink += 1;
             a.ctime = now;
         });
-        let parts = vec![
+        let mut parts = [
             Part { ino: parent, entries: smallvec::smallvec![pe] },
             Part { ino, entries: smallvec::smallvec![ce] },
         ];
-        self.commit_multi(&mut locked, parts, None, &[], false)?;
+        self.commit_multi(&mut locked, &mut parts, None, &[], false)?;
         Ok(self.attr_of(locked.inode(ino), locked.st(ino)))
     }
 
@@ -1349,10 +1356,11 @@ impl<M: Medium> Fs<M> {
                 });
                 pentries.push(e);
             }
-            let mut parts = vec![Part { ino: parent, entries: pentries }];
+            let mut parts: SmallVec<[Part; 2]> =
+                smallvec::smallvec![Part { ino: parent, entries: pentries }];
             let last = dir || cst.attr.nlink <= 1;
             let open = locked.inode(cino).open.load(Ordering::Acquire) > 0;
-            let mut free = vec![];
+            let mut free: SmallVec<[u64; 1]> = SmallVec::new();
             // An open inode (a directory too) outlives its last name: it is freed at
             // its last release, or by recovery.
             if last && !open {
@@ -1364,7 +1372,7 @@ impl<M: Medium> Fs<M> {
                 });
                 parts.push(Part { ino: cino, entries: smallvec::smallvec![e] });
             }
-            self.commit_multi(&mut locked, parts, None, &free, true)?;
+            self.commit_multi(&mut locked, &mut parts, None, &free, true)?;
             return Ok(());
         }
         Err(Error::Busy)
@@ -1598,7 +1606,7 @@ impl<M: Medium> Fs<M> {
                     parts.push(Part { ino: d, entries: d_entries });
                 }
             }
-            self.commit_multi(&mut locked, parts, None, &free, true)?;
+            self.commit_multi(&mut locked, &mut parts, None, &free, true)?;
             return Ok(());
         }
         Err(Error::Busy)

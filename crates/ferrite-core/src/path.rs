@@ -23,16 +23,13 @@ impl<M: Medium> Fs<M> {
         budget: &mut usize,
     ) -> Result<u64> {
         let mut cur = if path.first() == Some(&b'/') { self.root() } else { start };
-        let comps: Vec<&[u8]> = path.split(|&c| c == b'/').filter(|c| !c.is_empty()).collect();
-        for (k, c) in comps.iter().enumerate() {
-            let last = k + 1 == comps.len();
-            let a = self.getattr(cur)?;
-            if a.ftype != FileType::Directory {
-                return Err(Error::NotDir);
-            }
-            let next = self.lookup_ino(cur, c)?;
-            let na = self.getattr(next)?;
-            if na.ftype == FileType::Symlink && (!last || follow) {
+        let mut comps = path.split(|&c| c == b'/').filter(|c| !c.is_empty()).peekable();
+        while let Some(c) = comps.next() {
+            let last = comps.peek().is_none();
+            // A step reads the directory once: the entry gives the inode and its type
+            // (`NotDir` when `cur` is not a directory).
+            let (next, symlink) = self.lookup_typed(cur, c)?;
+            if symlink && (!last || follow) {
                 if *budget == 0 {
                     return Err(Error::Loop);
                 }
