@@ -25,6 +25,7 @@
 
 use crate::error::{Error, Result};
 use crate::pmem::{self, config, Durability, FlushInstr, Medium, PersistStats};
+use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::MetadataExt;
@@ -503,23 +504,33 @@ impl Drop for MmapMedium {
 /// next fence on the same medium, when it moves to another medium, and when the
 /// thread exits.
 struct Tally {
-    stats: Option<Arc<PersistStats>>,
-    flushed: u64,
-    nt: u64,
+    /// The medium's counters this tally belongs to (`Arc::as_ptr` of `stats`), or
+    /// null: compared on every store, so it is a plain word.
+    of: Cell<*const PersistStats>,
+    stats: RefCell<Option<Arc<PersistStats>>>,
+    flushed: Cell<u64>,
+    nt: Cell<u64>,
 }
 
 impl Tally {
-    fn fold(&mut self) {
-        if let Some(s) = &self.stats {
-            if self.flushed > 0 {
-                s.flushed_bytes.fetch_add(self.flushed, Ordering::Relaxed);
+    fn fold(&self) {
+        let (f, n) = (self.flushed.replace(0), self.nt.replace(0));
+        if let Some(s) = &*self.stats.borrow() {
+            if f > 0 {
+                s.flushed_bytes.fetch_add(f, Ordering::Relaxed);
             }
-            if self.nt > 0 {
-                s.nt_bytes.fetch_add(self.nt, Ordering::Relaxed);
+            if n > 0 {
+                s.nt_bytes.fetch_add(n, Ordering::Relaxed);
             }
         }
-        self.flushed = 0;
-        self.nt = 0;
+    }
+
+    /// Fold what was counted for another medium, then count for `stats`.
+    #[cold]
+    fn switch(&self, stats: &Arc<PersistStats>) {
+        self.fold();
+        self.of.set(Arc::as_ptr(stats));
+        *self.stats.borrow_mut() = Some(stats.clone());
     }
 }
 
@@ -530,19 +541,23 @@ impl Drop for Tally {
 }
 
 thread_local! {
-    static TALLY: std::cell::RefCell<Tally> =
-        const { std::cell::RefCell::new(Tally { stats: None, flushed: 0, nt: 0 }) };
+    static TALLY: Tally = const {
+        Tally {
+            of: Cell::new(std::ptr::null()),
+            stats: RefCell::new(None),
+            flushed: Cell::new(0),
+            nt: Cell::new(0),
+        }
+    };
 }
 
 fn tally(stats: &Arc<PersistStats>, flushed: u64, nt: u64) {
     let r = TALLY.try_with(|t| {
-        let mut t = t.borrow_mut();
-        if !t.stats.as_ref().is_some_and(|s| Arc::ptr_eq(s, stats)) {
-            t.fold();
-            t.stats = Some(stats.clone());
+        if t.of.get() != Arc::as_ptr(stats) {
+            t.switch(stats);
         }
-        t.flushed += flushed;
-        t.nt += nt;
+        t.flushed.set(t.flushed.get() + flushed);
+        t.nt.set(t.nt.get() + nt);
     });
     if r.is_err() {
         // Thread-local storage is being torn down: count directly.
@@ -553,8 +568,7 @@ fn tally(stats: &Arc<PersistStats>, flushed: u64, nt: u64) {
 
 fn fold_tally(stats: &Arc<PersistStats>) {
     let _ = TALLY.try_with(|t| {
-        let mut t = t.borrow_mut();
-        if t.stats.as_ref().is_some_and(|s| Arc::ptr_eq(s, stats)) {
+        if t.of.get() == Arc::as_ptr(stats) {
             t.fold();
         }
     });

@@ -621,6 +621,24 @@ pub(crate) struct NewInode {
     pub data: Vec<(u64, u64)>,
 }
 
+/// A journal taken for one transaction ([`Fs::journal_open`]): this process's
+/// mutex of the shard, or (a shared pool) the table's lock, held until the value
+/// drops. A transaction dropped unrun wrote nothing.
+pub(crate) struct JournalTx<'a> {
+    shard: u32,
+    local: Option<parking_lot::MutexGuard<'a, u64>>,
+    /// The table and this party, when the table's lock is held.
+    shared: Option<(&'a crate::share::Table, u32)>,
+}
+
+impl Drop for JournalTx<'_> {
+    fn drop(&mut self) {
+        if let Some((t, p)) = self.shared {
+            t.unlock_journal(self.shard, p);
+        }
+    }
+}
+
 /// Inodes locked for writing by one operation, in ascending order.
 pub(crate) struct Locked<'a, M: Medium> {
     pub guards: SmallVec<[(u64, &'a Inode, RwLockWriteGuard<'a, InodeState>); 4]>,
@@ -1293,6 +1311,13 @@ impl<M: Medium> Fs<M> {
         {
             return Err(Error::NotFound); // freed by a concurrent operation
         }
+        // This process's own journal is taken before the entries are written (see
+        // `journal_open`); a shared pool's table lock only at the commit, because
+        // writing may ask the daemon for blocks.
+        let early = match self.share {
+            None => Some(self.journal_open()?),
+            Some(_) => None,
+        };
         // Inline vectors: a create, unlink or rename allocates nothing here.
         let mut appended: SmallVec<[log::Appended; 2]> = SmallVec::new();
         let mut new_app: Option<log::Appended> = None;
@@ -1359,13 +1384,20 @@ impl<M: Medium> Fs<M> {
         for &ino in parts.iter().map(|p| &p.ino).chain(free) {
             self.await_fenced(locked.inode(ino));
         }
-        if let Err(e) = self.journal_commit(&recs) {
-            // Nothing was applied: the new entries and pages are unreachable.
-            self.free_pages(&cleanup_pages);
-            if let Some(a) = &new_app {
-                self.free_pages(&a.new_pages);
+        let tx = match early {
+            Some(tx) => Ok(tx),
+            None => self.journal_open(),
+        };
+        match tx {
+            Ok(tx) => self.journal_run(tx, &recs),
+            Err(e) => {
+                // Nothing was applied: the new entries and pages are unreachable.
+                self.free_pages(&cleanup_pages);
+                if let Some(a) = &new_app {
+                    self.free_pages(&a.new_pages);
+                }
+                return Err(e);
             }
-            return Err(e);
         }
         // DRAM side.
         let mut all_freed: Freed = Vec::new();
@@ -1420,11 +1452,19 @@ impl<M: Medium> Fs<M> {
     /// The journal protocol for `recs` (see `journal`): begin, fence, apply, fence,
     /// finish. Also used by thorough GC.
     pub(crate) fn journal_commit(&self, recs: &[Record]) -> Result<()> {
+        let tx = self.journal_open()?;
+        self.journal_run(tx, recs);
+        Ok(())
+    }
+
+    /// Take this CPU's journal for one transaction. A commit of this process's own
+    /// pool takes it before it writes and flushes its entries: the lock is a locked
+    /// instruction, which on x86 waits for the core's flushes in flight.
+    pub(crate) fn journal_open(&self) -> Result<JournalTx<'_>> {
         let shard = self.shard();
         // On a shared pool a journal is locked across processes and its transaction
         // ids live in the table; otherwise this process's mutex and counter do.
-        let mut local = None;
-        let txid = match &self.share {
+        match &self.share {
             Some(p) => {
                 let t = p.table();
                 t.lock_journal(shard, p.id(), None, &|slept| {
@@ -1437,15 +1477,26 @@ impl<M: Medium> Fs<M> {
                     t.unlock_journal(shard, p.id());
                     return Err(e);
                 }
-                t.next_txid(shard)
+                Ok(JournalTx { shard, local: None, shared: Some((t, p.id())) })
             }
-            None => {
-                let mut g = self.txids[shard as usize].lock();
-                *g += 1;
-                let id = *g;
-                local = Some(g);
-                id
+            None => Ok(JournalTx {
+                shard,
+                local: Some(self.txids[shard as usize].lock()),
+                shared: None,
+            }),
+        }
+    }
+
+    /// Run the transaction of `recs` in the journal `tx` holds, then let it go.
+    pub(crate) fn journal_run(&self, mut tx: JournalTx<'_>, recs: &[Record]) {
+        let shard = tx.shard;
+        let txid = match (tx.local.as_mut(), tx.shared) {
+            (Some(g), _) => {
+                **g += 1;
+                **g
             }
+            (None, Some((t, _))) => t.next_txid(shard),
+            (None, None) => unreachable!("a journal is held by its mutex or the table's lock"),
         };
         if self.fault == Some(CoreFault::JournalOutOfOrder) {
             journal::apply(&self.m, &self.geo, recs);
@@ -1459,11 +1510,7 @@ impl<M: Medium> Fs<M> {
             self.m.fence();
         }
         journal::finish(&self.m, &self.geo, shard, txid);
-        match &self.share {
-            Some(p) => p.table().unlock_journal(shard, p.id()),
-            None => drop(local),
-        }
-        Ok(())
+        drop(tx);
     }
 
     /// Free an inode whose last link is gone and that is no longer open: one
