@@ -93,18 +93,18 @@ impl<M: Medium> Fs<M> {
     pub(crate) fn lookup_typed(&self, parent: u64, name: &[u8]) -> Result<(u64, bool)> {
         let p = self.inode(parent)?;
         let st = p.st.read();
-        let d = st.dir().ok_or(Error::NotDir)?;
+        let Some(d) = st.dir() else { return Err(Error::NotDir) };
         if name.len() > NAME_MAX {
             return Err(Error::NameTooLong);
         }
         match name {
             b"." => Ok((parent, false)),
             b".." => Ok((if st.attr.parent == 0 { parent } else { st.attr.parent }, false)),
-            _ => d
-                .names
-                .get(name)
-                .map(|e| (e.ino, e.ftype == FileType::Symlink.code()))
-                .ok_or(Error::NotFound),
+            // A match, not `ok_or`: an error built eagerly is dropped on success.
+            _ => match d.names.get(name) {
+                Some(e) => Ok((e.ino, e.ftype == FileType::Symlink.code())),
+                None => Err(Error::NotFound),
+            },
         }
     }
 
@@ -469,7 +469,8 @@ impl<M: Medium> Fs<M> {
         if data.is_empty() {
             return Ok(off);
         }
-        let end = off.checked_add(data.len() as u64).ok_or(Error::FileTooBig)?;
+        // Not `ok_or`: an error built eagerly is dropped on every write.
+        let Some(end) = off.checked_add(data.len() as u64) else { return Err(Error::FileTooBig) };
         if end > MAX_FILE_SIZE {
             return Err(Error::FileTooBig);
         }
@@ -1153,7 +1154,7 @@ impl<M: Medium> Fs<M> {
         }
         {
             let st = locked.st(parent);
-            let d = st.dir().ok_or(Error::NotDir)?;
+            let Some(d) = st.dir() else { return Err(Error::NotDir) };
             if st.attr.nlink == 0 {
                 return Err(Error::NotFound);
             }
@@ -1261,7 +1262,7 @@ impl<M: Medium> Fs<M> {
         let mut locked = Locked::new(self, &[&p, &c])?;
         {
             let st = locked.st(parent);
-            let d = st.dir().ok_or(Error::NotDir)?;
+            let Some(d) = st.dir() else { return Err(Error::NotDir) };
             if st.attr.nlink == 0 {
                 return Err(Error::NotFound);
             }
@@ -1635,7 +1636,7 @@ impl<M: Medium> Fs<M> {
         mut f: impl FnMut(DirEntry) -> bool,
     ) -> Result<bool> {
         let st = i.st.read();
-        let d = st.dir().ok_or(Error::NotDir)?;
+        let Some(d) = st.dir() else { return Err(Error::NotDir) };
         // A listing is an access (at its start, with or without "." and "..").
         let persist = after <= 2 && self.touch_atime(i, &st);
         let parent = if st.attr.parent == 0 { ino } else { st.attr.parent };
