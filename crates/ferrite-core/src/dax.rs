@@ -665,6 +665,13 @@ impl Medium for MmapMedium {
         self.note_dirty(off, len);
     }
 
+    fn prefetch(&self, off: u64) {
+        if off < self.len {
+            // SAFETY: `off` is inside our mapping; a prefetch only hints the cache.
+            pmem::prefetch_dram(unsafe { self.ptr.add(off as usize) });
+        }
+    }
+
     fn fence(&self) {
         pmem::sfence();
         self.stats.fences.fetch_add(1, Ordering::Relaxed);

@@ -1175,6 +1175,11 @@ impl<M: Medium> Fs<M> {
                 return Err(e);
             }
         };
+        // The new log page's first lines and its next pointer are written below:
+        // asked for now, they arrive while the entries are built.
+        for off in [head, head + 64, head + crate::log::LOG_DATA_END] {
+            self.m.prefetch(off);
+        }
         let old_state = self.read_slot(ino).state;
         debug_assert!(old_state & 1 == 0, "allocated inode {ino} is in use on media");
         let seed = log::seed(&self.sb.uuid, ino, old_state + 1);

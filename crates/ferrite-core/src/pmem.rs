@@ -106,6 +106,10 @@ pub trait Medium: Send + Sync + 'static {
     /// on real memory; a simulated medium makes it a scheduling point, so a
     /// deterministic scheduler can run the thread waited for.
     fn wait_point(&self) {}
+    /// Ask the cache for the pool line at `off`, about to be written: a fresh log
+    /// page's lines are cold, and the first store to one waits for the line to come
+    /// from memory. Only a hint (no store, nothing for a simulated medium to see).
+    fn prefetch(&self, _off: u64) {}
 }
 
 /// Ask the cache for the line holding `p` (DRAM state about to be written: a
@@ -145,6 +149,9 @@ impl<T: Medium> Medium for std::sync::Arc<T> {
     }
     fn wait_point(&self) {
         (**self).wait_point()
+    }
+    fn prefetch(&self, off: u64) {
+        (**self).prefetch(off)
     }
     fn read(&self, off: u64, dst: &mut [u8]) {
         (**self).read(off, dst)
