@@ -1311,13 +1311,11 @@ impl<M: Medium> Fs<M> {
         {
             return Err(Error::NotFound); // freed by a concurrent operation
         }
-        // This process's own journal is taken before the entries are written (see
-        // `journal_open`); a shared pool's table lock only at the commit, because
-        // writing may ask the daemon for blocks.
-        let early = match self.share {
-            None => Some(self.journal_open()?),
-            Some(_) => None,
-        };
+        // The journal is taken before the entries are written (see `journal_open`),
+        // except by a direct-access client, which takes it only at the commit:
+        // writing may ask the daemon for blocks, and a client must not wait on the
+        // daemon while it holds a lock the daemon may need.
+        let early = if self.is_client() { None } else { Some(self.journal_open()?) };
         // Inline vectors: a create, unlink or rename allocates nothing here.
         let mut appended: SmallVec<[log::Appended; 2]> = SmallVec::new();
         let mut new_app: Option<log::Appended> = None;
@@ -1457,8 +1455,8 @@ impl<M: Medium> Fs<M> {
         Ok(())
     }
 
-    /// Take this CPU's journal for one transaction. A commit of this process's own
-    /// pool takes it before it writes and flushes its entries: the lock is a locked
+    /// Take this CPU's journal for one transaction. `commit_multi` takes it before
+    /// it writes and flushes its entries (a client excepted): the lock is a locked
     /// instruction, which on x86 waits for the core's flushes in flight.
     pub(crate) fn journal_open(&self) -> Result<JournalTx<'_>> {
         let shard = self.shard();
