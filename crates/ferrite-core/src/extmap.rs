@@ -66,11 +66,17 @@ impl Packed {
 /// overwritten page by page at random ends up so) holds page `leaf[0].pg + i` at
 /// `i`: that slot is tried first, two cache lines where the search reads six.
 fn find(leaf: &[Packed], pg: u64) -> Result<usize, usize> {
-    let guess = leaf.first().map_or(usize::MAX, |f| pg.wrapping_sub(f.pg) as usize);
+    let guess = leaf.first().map_or(usize::MAX, |f| guess(f.pg, pg));
     if leaf.get(guess).is_some_and(|p| p.pg == pg) {
         return Ok(guess);
     }
     leaf.binary_search_by_key(&pg, |q| q.pg)
+}
+
+/// The slot of page `pg` in a leaf of one-page runs in page order that starts at
+/// page `first` (past the end, or `usize::MAX`, when `pg` is not in such a leaf).
+fn guess(first: u64, pg: u64) -> usize {
+    usize::try_from(pg.wrapping_sub(first)).unwrap_or(usize::MAX)
 }
 
 /// Runs keyed by first page.
@@ -110,8 +116,7 @@ impl ExtMap {
     /// the map after a data copy finds them there.
     pub fn prefetch(&self, pg: u64) {
         if let Some((&k, leaf)) = self.leaves.range(..=pg).next_back() {
-            let slot =
-                usize::try_from(pg - k).unwrap_or(usize::MAX).min(leaf.len().saturating_sub(1));
+            let slot = guess(k, pg).min(leaf.len().saturating_sub(1));
             crate::pmem::prefetch_dram(leaf.as_ptr());
             crate::pmem::prefetch_dram(leaf.as_ptr().wrapping_add(slot));
         }

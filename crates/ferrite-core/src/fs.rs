@@ -626,14 +626,20 @@ pub(crate) struct NewInode {
 /// drops. A transaction dropped unrun wrote nothing.
 pub(crate) struct JournalTx<'a> {
     shard: u32,
-    local: Option<parking_lot::MutexGuard<'a, u64>>,
-    /// The table and this party, when the table's lock is held.
-    shared: Option<(&'a crate::share::Table, u32)>,
+    held: Held<'a>,
+}
+
+/// What a [`JournalTx`] holds.
+enum Held<'a> {
+    /// This process's mutex of the shard (its value: the last transaction id).
+    Local(parking_lot::MutexGuard<'a, u64>),
+    /// The coordination table's lock of the shard, for this party.
+    Shared(&'a crate::share::Table, u32),
 }
 
 impl Drop for JournalTx<'_> {
     fn drop(&mut self) {
-        if let Some((t, p)) = self.shared {
+        if let Held::Shared(t, p) = self.held {
             t.unlock_journal(self.shard, p);
         }
     }
@@ -1475,26 +1481,21 @@ impl<M: Medium> Fs<M> {
                     t.unlock_journal(shard, p.id());
                     return Err(e);
                 }
-                Ok(JournalTx { shard, local: None, shared: Some((t, p.id())) })
+                Ok(JournalTx { shard, held: Held::Shared(t, p.id()) })
             }
-            None => Ok(JournalTx {
-                shard,
-                local: Some(self.txids[shard as usize].lock()),
-                shared: None,
-            }),
+            None => Ok(JournalTx { shard, held: Held::Local(self.txids[shard as usize].lock()) }),
         }
     }
 
     /// Run the transaction of `recs` in the journal `tx` holds, then let it go.
     pub(crate) fn journal_run(&self, mut tx: JournalTx<'_>, recs: &[Record]) {
         let shard = tx.shard;
-        let txid = match (tx.local.as_mut(), tx.shared) {
-            (Some(g), _) => {
+        let txid = match &mut tx.held {
+            Held::Local(g) => {
                 **g += 1;
                 **g
             }
-            (None, Some((t, _))) => t.next_txid(shard),
-            (None, None) => unreachable!("a journal is held by its mutex or the table's lock"),
+            Held::Shared(t, _) => t.next_txid(shard),
         };
         if self.fault == Some(CoreFault::JournalOutOfOrder) {
             journal::apply(&self.m, &self.geo, recs);

@@ -100,7 +100,7 @@ pub fn begin<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32, txid: u64, r
 /// Step 2: apply the new values, then bring the touched slots' replicas in step
 /// (flushed; the caller fences).
 pub fn apply<M: Medium + ?Sized>(m: &M, geo: &Geometry, recs: &[Record]) {
-    use crate::layout::{replica_of, REPLICA_COVERED};
+    use crate::layout::REPLICA_COVERED;
     // The bytes each replica copies are read before the words are stored, and the
     // new words patched into the copy: read back right after its word's store and
     // flush, a primary stalled the commit there (perf put 7% of a create's samples
@@ -125,8 +125,7 @@ pub fn apply<M: Medium + ?Sized>(m: &M, geo: &Geometry, recs: &[Record]) {
         }
     }
     for (ino, p) in &slots {
-        // The whole line with non-temporal stores, as `replica::sync_slot`.
-        m.write_nt(geo.slot_replica_off(*ino).expect("replicas"), &replica_of(p));
+        crate::replica::write_replica(m, geo, *ino, p);
     }
 }
 

@@ -1177,7 +1177,7 @@ impl<M: Medium> Fs<M> {
         };
         // The new log page's first lines and its next pointer are written below:
         // asked for now, they arrive while the entries are built.
-        for off in [head, head + 64, head + crate::log::LOG_DATA_END] {
+        for off in [head, head + crate::pmem::CACHE_LINE, head + crate::log::LOG_DATA_END] {
             self.m.prefetch(off);
         }
         let old_state = self.read_slot(ino).state;

@@ -40,12 +40,26 @@ pub fn read_replica<M: Medium + ?Sized>(m: &M, geo: &Geometry, ino: u64) -> Opti
 /// non-temporal stores (persistent after the caller's fence). Called after every
 /// store to a primary slot word.
 pub fn sync_slot<M: Medium + ?Sized>(m: &M, geo: &Geometry, ino: u64) {
-    let Some(off) = geo.slot_replica_off(ino) else { return };
+    if geo.slot_replica_off(ino).is_none() {
+        return;
+    }
     let mut p = [0u8; REPLICA_COVERED];
     m.read(geo.slot_off(ino), &mut p);
+    write_replica(m, geo, ino, &p);
+}
+
+/// Write `ino`'s replica from `covered`, the bytes of its primary a replica copies
+/// (nothing on a pool without replicas; persistent after the caller's fence).
+pub fn write_replica<M: Medium + ?Sized>(
+    m: &M,
+    geo: &Geometry,
+    ino: u64,
+    covered: &[u8; REPLICA_COVERED],
+) {
+    let Some(off) = geo.slot_replica_off(ino) else { return };
     // The whole line with non-temporal stores: a new inode's replica line is cold,
     // and a cached store would first read it from memory.
-    m.write_nt(off, &replica_of(&p));
+    m.write_nt(off, &replica_of(covered));
 }
 
 /// Rewrite `ino`'s replica (all 64 bytes) if it is not its primary's image;
