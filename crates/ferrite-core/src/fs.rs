@@ -794,7 +794,7 @@ impl<M: Medium> Fs<M> {
         })?;
         let seed = log::seed(&self.sb.uuid, ino, slot.state);
         let mut st = InodeState::new(ftype);
-        let mut freed = Vec::new();
+        let mut freed = crate::index::Freed::new();
         let (head, tail) = (logptr::addr(slot.head), logptr::addr(slot.tail));
         let mut apply = |loc, e: log::Entry| st.apply(loc, &e, &mut freed);
         // A read-only mount of a crashed pool repaired nothing: each log is checked
@@ -1075,46 +1075,48 @@ impl<M: Medium> Fs<M> {
 
     pub(crate) fn free_pages(&self, pages: &[u64]) {
         for &p in pages {
-            self.free_run(p / BLOCK, 1);
+            self.free_run(p / BLOCK, 1, false);
         }
         self.after_free();
     }
 
     pub(crate) fn free_runs(&self, runs: &[(u64, u64)]) {
         for &(b, n) in runs {
-            self.free_run(b, n);
+            self.free_run(b, n, true);
         }
         self.after_free();
     }
 
-    fn free_run(&self, b: u64, n: u64) {
+    /// Free blocks `[b, b + n)`: file data (`data`), or log pages.
+    fn free_run(&self, b: u64, n: u64, data: bool) {
         if self.any_shared() {
             // A block mapped elsewhere too loses a reference instead (`refs`).
             let mut s = b;
             for x in b..b + n {
                 if self.drop_ref(x) {
                     if s < x {
-                        self.free_unshared(s, x - s);
+                        self.free_unshared(s, x - s, data);
                     }
                     s = x + 1;
                 }
             }
             if s < b + n {
-                self.free_unshared(s, b + n - s);
+                self.free_unshared(s, b + n - s, data);
             }
             return;
         }
-        self.free_unshared(b, n);
+        self.free_unshared(b, n, data);
     }
 
-    fn free_unshared(&self, b: u64, n: u64) {
+    fn free_unshared(&self, b: u64, n: u64, data: bool) {
         self.verified.clear(b, n);
         if let Some(p) = &self.share {
             // This party owns what it frees (see `share`): a client must have marked
             // blocks freed by a commit before that commit; marking again is harmless.
             p.own(b, n);
         }
-        self.poison_on(self.balloc.free(b, n));
+        let r = if data { self.balloc.free_data(b, n) } else { self.balloc.free(b, n) };
+        self.poison_on(r);
     }
 
     /// Append `entries` to `st`'s log (not committed). On error nothing is left
@@ -1147,7 +1149,7 @@ impl<M: Medium> Fs<M> {
         st.log.tail = a.new_tail;
         st.log.next_seq = a.next_seq;
         st.log.pages.extend(&a.new_pages);
-        let mut freed = Vec::new();
+        let mut freed = Freed::new();
         for (loc, e) in a.locs.iter().zip(entries) {
             let entry = log::decode_entry(&e.bytes).expect("entry we just encoded decodes");
             st.apply(*loc, &entry, &mut freed);
@@ -1404,7 +1406,7 @@ impl<M: Medium> Fs<M> {
             }
         }
         // DRAM side.
-        let mut all_freed: Freed = Vec::new();
+        let mut all_freed = Freed::new();
         for (p, a) in parts.iter().zip(&appended) {
             let st = locked.st_mut(p.ino);
             let f = Self::apply_committed(st, a, &p.entries);

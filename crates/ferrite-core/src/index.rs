@@ -494,7 +494,7 @@ impl PageRefs {
 }
 
 /// Data blocks released by applying entries: (first block, count).
-pub type Freed = Vec<(u64, u64)>;
+pub type Freed = SmallVec<[(u64, u64); 2]>;
 
 fn page_of(loc: u64) -> u64 {
     loc & !(BLOCK - 1)
@@ -1035,7 +1035,7 @@ mod tests {
     fn refs_follow_overwrites_and_truncation() {
         let mut s = InodeState::new(FileType::Regular);
         let p1 = 100 * BLOCK;
-        let mut freed = vec![];
+        let mut freed = Freed::new();
         s.apply(
             p1,
             &Entry::Write {
@@ -1063,12 +1063,12 @@ mod tests {
             },
             &mut freed,
         );
-        assert_eq!(freed, vec![(8, 1)]);
+        assert_eq!(freed[..], [(8, 1)]);
         assert_eq!(s.refs.get(p1), 2);
         let a = AttrRec { size: 100, ..Default::default() };
         s.attr.size = 8192;
         s.apply(p1 + 128, &Entry::SetAttr(a, true), &mut freed);
-        assert_eq!(freed, vec![(8, 1), (9, 1)]);
+        assert_eq!(freed[..], [(8, 1), (9, 1)]);
         // page 0 run (1 ref) + setattr (1) + pinned shrink (1)
         assert_eq!(s.refs.get(p1), 3);
         assert_eq!(s.page_ops(0), (1, 0));
@@ -1093,7 +1093,7 @@ mod tests {
             pcrc: false,
         };
         let mut s = InodeState::new(FileType::Regular);
-        let mut freed = vec![];
+        let mut freed = Freed::new();
         let mut loc = 100 * BLOCK;
         let mut next = || {
             loc += 64;

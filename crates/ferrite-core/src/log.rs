@@ -384,15 +384,29 @@ impl EntryBuf {
         dcrc: Option<u32>,
         crcs: &[u32],
     ) -> EntryBuf {
+        let mut e = EntryBuf { bytes: EntryBytes::new() };
+        e.set_write_crcs(pgoff, block, size, mtime, dcrc, crcs);
+        e
+    }
+
+    /// Make this entry an [`EntryBuf::write_crcs`], in place (no move of its bytes).
+    pub fn set_write_crcs(
+        &mut self,
+        pgoff: u64,
+        block: u64,
+        size: u64,
+        mtime: Ts,
+        dcrc: Option<u32>,
+        crcs: &[u32],
+    ) {
         let n = crcs.len();
         assert!(n >= 1 && n <= PCRC_MAX_PAGES as usize, "WRITE of {n} checksummed pages");
         let f = FLAG_PCRC | if dcrc.is_some() { FLAG_DCRC } else { 0 };
-        let mut e = Enc::new(etype::WRITE, f, WRITE_LEN + 4 * n);
+        let mut e = Enc::at(&mut self.bytes, etype::WRITE, f, WRITE_LEN + 4 * n);
         e.u64(pgoff).u64(block).u32(n as u32).u32(dcrc.unwrap_or(0)).u64(size).ts(mtime);
         for &c in crcs {
             e.u32(c);
         }
-        e.done()
     }
 
     /// INLINE.

@@ -1931,11 +1931,14 @@ pub(crate) fn cow_entries<A: smallvec::Array<Item = EntryBuf>>(
             crcs.push(cow[k + n].2);
             n += 1;
         }
-        entries.push(if checked {
-            EntryBuf::write_crcs(pg0, b0, size, now, Some(acc), &crcs)
+        if checked {
+            // Built where it stays, as `set_inline`.
+            entries.push(EntryBuf { bytes: Default::default() });
+            let e = entries.last_mut().expect("just pushed");
+            e.set_write_crcs(pg0, b0, size, now, Some(acc), &crcs);
         } else {
-            EntryBuf::write(pg0, b0, n as u32, size, now, None)
-        });
+            entries.push(EntryBuf::write(pg0, b0, n as u32, size, now, None));
+        }
         k += n;
     }
 }

@@ -753,7 +753,7 @@ fn load_slot<M: Medium>(
         .ok_or_else(|| Error::corrupt(format!("inode {ino} has unknown type {}", slot.ftype)))?;
     let seed = log::seed(&sb.uuid, ino, slot.state);
     let mut st = InodeState::new(ftype);
-    let mut freed = Vec::new();
+    let mut freed = crate::index::Freed::new();
     let (head, tail) = (logptr::addr(slot.head), logptr::addr(slot.tail));
     let w = log::walk_apply_checking(m, geo, seed, head, tail, true, &mut |loc, e| {
         st.apply(loc, &e, &mut freed)

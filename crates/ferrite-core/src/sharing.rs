@@ -313,7 +313,7 @@ impl<M: Medium> Fs<M> {
         if same_chain {
             let from = logptr::addr(st.log.tail);
             let next_seq = st.log.next_seq;
-            let mut freed = Vec::new();
+            let mut freed = crate::index::Freed::new();
             let w = log::walk_apply_from(
                 &self.m,
                 &self.geo,
@@ -647,7 +647,7 @@ impl<M: Medium> Fs<M> {
         let seed = log::seed(&self.sb.uuid, ino, slot.state);
         let mut refs: Vec<(u64, u64)> = Vec::new();
         let mut st = InodeState::new(crate::index::FileType::Regular);
-        let mut sink = Vec::new();
+        let mut sink = crate::index::Freed::new();
         // Data blocks of the operation being walked, and of the last one committed.
         let mut cur: Vec<(u64, u64)> = Vec::new();
         let mut last: Vec<(u64, u64)> = Vec::new();
