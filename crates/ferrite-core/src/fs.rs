@@ -763,7 +763,7 @@ impl<M: Medium> Fs<M> {
         shard_hint(self.geo.nshards)
     }
 
-    fn cache_shard(&self, ino: u64) -> &RwLock<HashMap<u64, Arc<Inode>>> {
+    pub(crate) fn cache_shard(&self, ino: u64) -> &RwLock<HashMap<u64, Arc<Inode>>> {
         &self.cache[(ino as usize) % CACHE_SHARDS]
     }
 

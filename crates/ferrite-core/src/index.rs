@@ -496,6 +496,24 @@ impl PageRefs {
 /// Data blocks released by applying entries: (first block, count).
 pub type Freed = SmallVec<[(u64, u64); 2]>;
 
+/// Page content from its block (zeros when none) and its overlay ops, in order.
+fn compose<M: Medium + ?Sized>(m: &M, base: Option<(u64, u64)>, ops: &[PageOp], page: &mut [u8]) {
+    debug_assert!(page.len() == BLOCK as usize);
+    match base {
+        Some((blk, _)) => m.read(blk * BLOCK, page),
+        None => page.fill(0),
+    }
+    for op in ops {
+        match *op {
+            PageOp::Overlay { loc, data_off, off, len } => {
+                let o = off as usize;
+                m.read(loc + data_off as u64, &mut page[o..o + len as usize]);
+            }
+            PageOp::Zero { off, len } => page[off as usize..off as usize + len as usize].fill(0),
+        }
+    }
+}
+
 fn page_of(loc: u64) -> u64 {
     loc & !(BLOCK - 1)
 }
@@ -835,22 +853,12 @@ impl InodeState {
         match (f.lookup(pg), ops) {
             (Some((blk, _)), None) => m.read(blk * BLOCK + a as u64, dst),
             (None, None) => dst.fill(0),
+            // A whole page is composed where it is wanted (a merge of a page's
+            // overlays reads every page this way); a part, in a page on the stack.
+            (base, Some(ops)) if a == 0 && b == BLOCK as usize => compose(m, base, ops, dst),
             (base, Some(ops)) => {
                 let mut page = [0u8; BLOCK as usize];
-                if let Some((blk, _)) = base {
-                    m.read(blk * BLOCK, &mut page);
-                }
-                for op in ops {
-                    match *op {
-                        PageOp::Overlay { loc, data_off, off, len } => {
-                            let o = off as usize;
-                            m.read(loc + data_off as u64, &mut page[o..o + len as usize]);
-                        }
-                        PageOp::Zero { off, len } => {
-                            page[off as usize..off as usize + len as usize].fill(0)
-                        }
-                    }
-                }
+                compose(m, base, ops, &mut page);
                 dst.copy_from_slice(&page[a..b]);
             }
         }

@@ -64,6 +64,19 @@ fn resolve_time(t: SetTime, now: Ts) -> Ts {
     }
 }
 
+thread_local! {
+    /// A page buffer kept for this thread's next merge (`Piece::Merged`): reused,
+    /// not allocated and zeroed per merge, as `read_page_verified` writes all of it.
+    static SPARE_PAGE: std::cell::Cell<Option<Box<[u8; BLOCK as usize]>>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// This thread's spare page buffer, or a new one. Its content is stale: the caller
+/// overwrites all of it.
+fn spare_page() -> Box<[u8; BLOCK as usize]> {
+    SPARE_PAGE.with(|c| c.take()).unwrap_or_else(|| Box::new([0u8; BLOCK as usize]))
+}
+
 /// A planned piece of a write inside one page.
 enum Piece {
     /// Whole new page content comes from the caller's buffer at this offset.
@@ -565,7 +578,7 @@ impl<M: Medium> Fs<M> {
                     {
                         pieces.push(Piece::Inline { off: pos, src, len });
                     } else {
-                        let mut page = Box::new([0u8; BLOCK as usize]);
+                        let mut page = spare_page();
                         self.read_page_verified(i, st, pg, &mut page[..], BLOCK as usize)?;
                         page[a as usize..b as usize].copy_from_slice(&data[src..src + len]);
                         pieces.push(Piece::Merged { pg, page });
@@ -623,11 +636,15 @@ impl<M: Medium> Fs<M> {
         // Privileges the write takes away go first, in the same commit.
         Self::remove_privs_entries(&st, now, lacks_fsetid, &mut entries);
         cow_entries(seed, &cow, size, now, checked, &mut entries);
-        for p in &pieces {
-            if let Piece::Inline { off, src, len } = p {
-                entries.push(EntryBuf { bytes: Default::default() });
-                let e = entries.last_mut().expect("just pushed");
-                e.set_inline(*off, size, now, &data[*src..*src + *len]);
+        for p in pieces {
+            match p {
+                Piece::Inline { off, src, len } => {
+                    entries.push(EntryBuf { bytes: Default::default() });
+                    let e = entries.last_mut().expect("just pushed");
+                    e.set_inline(off, size, now, &data[src..src + len]);
+                }
+                Piece::Merged { page, .. } => SPARE_PAGE.with(|c| c.set(Some(page))),
+                Piece::Full { .. } => {}
             }
         }
         // Data pages covered by checksums need no fence between data and tail.
@@ -649,6 +666,11 @@ impl<M: Medium> Fs<M> {
     /// (Stores into a DAX mapping of a file are the mapping's to persist; this
     /// build maps pools only through its own commits.)
     pub fn fsync(&self, ino: u64, _datasync: bool) -> Result<()> {
+        // An inode in this process's cache exists (a direct-access client's entry
+        // may be stale: `inode` checks it), and no reference to it is taken.
+        if !self.is_client() && self.cache_shard(ino).read().contains_key(&ino) {
+            return Ok(());
+        }
         self.inode(ino)?;
         Ok(())
     }
