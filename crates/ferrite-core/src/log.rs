@@ -255,9 +255,11 @@ fn pad8(n: usize) -> usize {
     n.div_ceil(8) * 8
 }
 
+/// Bytes an [`EntryBytes`] holds without a heap allocation.
+pub const ENTRY_INLINE: usize = 128;
 /// Bytes of an encoded entry: inline up to 128 bytes (SETATTR, WRITE, PUNCH, a DENTRY
 /// of a name up to 72 bytes), so building one allocates nothing.
-pub type EntryBytes = smallvec::SmallVec<[u8; 128]>;
+pub type EntryBytes = smallvec::SmallVec<[u8; ENTRY_INLINE]>;
 
 /// An encoded entry waiting to be appended (seq and crc are filled in then).
 #[derive(Clone, Debug)]

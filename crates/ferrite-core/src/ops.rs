@@ -8,7 +8,7 @@ use crate::fs::{
 };
 use crate::index::{Body, FileType, InodeState};
 use crate::layout::{BLOCK, MAX_FILE_SIZE, NAME_MAX};
-use crate::log::{self, AttrRec, EntryBuf, Ts, MAX_ENTRY, XATTR_HDR};
+use crate::log::{self, AttrRec, EntryBuf, EntryBytes, Ts, MAX_ENTRY, XATTR_HDR};
 use crate::pmem::Medium;
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
@@ -70,6 +70,17 @@ thread_local! {
     static SPARE_PAGE: std::cell::Cell<Option<Box<[u8; BLOCK as usize]>>> =
         const { std::cell::Cell::new(None) };
 }
+
+thread_local! {
+    /// The heap buffer of this thread's last embedded write whose entry did not fit
+    /// an `EntryBytes`'s inline bytes, kept for the next one (no allocation and
+    /// free per 256-byte append).
+    static SPARE_ENTRY: std::cell::Cell<Option<Vec<u8>>> = const { std::cell::Cell::new(None) };
+}
+
+/// Data bytes of an embedded write whose INLINE entry fits `EntryBytes`'s inline
+/// capacity (longer ones take `SPARE_ENTRY`).
+const INLINE_IN_PLACE: usize = log::ENTRY_INLINE - log::INLINE_HDR;
 
 /// This thread's spare page buffer, or a new one. Its content is stale: the caller
 /// overwrites all of it.
@@ -639,7 +650,15 @@ impl<M: Medium> Fs<M> {
         for p in pieces {
             match p {
                 Piece::Inline { off, src, len } => {
-                    entries.push(EntryBuf { bytes: Default::default() });
+                    let bytes = match SPARE_ENTRY.with(|c| c.take()) {
+                        Some(v) if len > INLINE_IN_PLACE => EntryBytes::from_vec(v),
+                        Some(v) => {
+                            SPARE_ENTRY.with(|c| c.set(Some(v)));
+                            EntryBytes::new()
+                        }
+                        None => EntryBytes::new(),
+                    };
+                    entries.push(EntryBuf { bytes });
                     let e = entries.last_mut().expect("just pushed");
                     e.set_inline(off, size, now, &data[src..src + len]);
                 }
@@ -657,8 +676,16 @@ impl<M: Medium> Fs<M> {
                 i.times_seen.store(false, Ordering::Relaxed);
             }
         };
-        self.commit_release(i, st, &mut entries, seen, fence_locked)
-            .inspect_err(|_| self.free_runs(&runs))
+        let r = self
+            .commit_release(i, st, &mut entries, seen, fence_locked)
+            .inspect_err(|_| self.free_runs(&runs));
+        // An embedded write too long for an entry's inline bytes (a 256-byte
+        // append) keeps its heap buffer for this thread's next one.
+        if let Some(e) = entries.iter_mut().rev().find(|e| e.bytes.spilled()) {
+            let v = std::mem::take(&mut e.bytes).into_vec();
+            SPARE_ENTRY.with(|c| c.set(Some(v)));
+        }
+        r
     }
 
     /// Everything is durable when an operation returns (its commit fenced), so
