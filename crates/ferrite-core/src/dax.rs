@@ -647,6 +647,7 @@ impl Medium for MmapMedium {
         self.note_dirty(off, len);
     }
 
+    #[inline]
     fn store_u64(&self, off: u64, val: u64) {
         assert!(!self.read_only, "store to a read-only pool");
         self.check(off, 8);

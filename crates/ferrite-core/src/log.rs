@@ -303,6 +303,7 @@ fn header(v: &mut EntryBytes, t: u8, flags: u8, len: usize) {
     v[6..8].copy_from_slice(&(len as u16).to_le_bytes());
 }
 impl<B: std::borrow::BorrowMut<EntryBytes>> Enc<B> {
+    #[inline]
     fn put(&mut self, b: &[u8]) -> &mut Self {
         let end = self.1 + b.len();
         let v = self.0.borrow_mut();
@@ -317,18 +318,23 @@ impl<B: std::borrow::BorrowMut<EntryBytes>> Enc<B> {
     fn u16(&mut self, x: u16) -> &mut Self {
         self.put(&x.to_le_bytes())
     }
+    #[inline]
     fn u32(&mut self, x: u32) -> &mut Self {
         self.put(&x.to_le_bytes())
     }
+    #[inline]
     fn u64(&mut self, x: u64) -> &mut Self {
         self.put(&x.to_le_bytes())
     }
+    #[inline]
     fn i64(&mut self, x: i64) -> &mut Self {
         self.u64(x as u64)
     }
+    #[inline(always)]
     fn ts(&mut self, t: Ts) -> &mut Self {
         self.i64(t.sec).u32(t.nsec).u32(0)
     }
+    #[inline]
     fn bytes(&mut self, b: &[u8]) -> &mut Self {
         self.put(b)
     }

@@ -69,9 +69,6 @@ thread_local! {
     /// not allocated and zeroed per merge, as `read_page_verified` writes all of it.
     static SPARE_PAGE: std::cell::Cell<Option<Box<[u8; BLOCK as usize]>>> =
         const { std::cell::Cell::new(None) };
-}
-
-thread_local! {
     /// The heap buffer of this thread's last embedded write whose entry did not fit
     /// an `EntryBytes`'s inline bytes, kept for the next one (no allocation and
     /// free per 256-byte append).
@@ -543,6 +540,7 @@ impl<M: Medium> Fs<M> {
         // merged into a copy-on-write page instead (net zero blocks, and the page's
         // overlays die), so log overhead cannot eat the last free blocks.
         let low_space = self.low_space();
+        let mut merged = false;
         let (shard, pieces) = {
             // Whole pages need nothing of the file's state to plan (on one memory
             // node): the read lock is taken only for a partial page.
@@ -589,6 +587,7 @@ impl<M: Medium> Fs<M> {
                     {
                         pieces.push(Piece::Inline { off: pos, src, len });
                     } else {
+                        merged = true;
                         let mut page = spare_page();
                         self.read_page_verified(i, st, pg, &mut page[..], BLOCK as usize)?;
                         page[a as usize..b as usize].copy_from_slice(&data[src..src + len]);
@@ -647,23 +646,27 @@ impl<M: Medium> Fs<M> {
         // Privileges the write takes away go first, in the same commit.
         Self::remove_privs_entries(&st, now, lacks_fsetid, &mut entries);
         cow_entries(seed, &cow, size, now, checked, &mut entries);
-        for p in pieces {
-            match p {
-                Piece::Inline { off, src, len } => {
-                    let bytes = match SPARE_ENTRY.with(|c| c.take()) {
-                        Some(v) if len > INLINE_IN_PLACE => EntryBytes::from_vec(v),
-                        Some(v) => {
-                            SPARE_ENTRY.with(|c| c.set(Some(v)));
-                            EntryBytes::new()
-                        }
-                        None => EntryBytes::new(),
-                    };
-                    entries.push(EntryBuf { bytes });
-                    let e = entries.last_mut().expect("just pushed");
-                    e.set_inline(off, size, now, &data[src..src + len]);
+        let mut long = false;
+        for p in &pieces {
+            if let Piece::Inline { off, src, len } = *p {
+                let bytes = if len > INLINE_IN_PLACE {
+                    long = true;
+                    SPARE_ENTRY
+                        .with(|c| c.take())
+                        .map_or_else(EntryBytes::new, EntryBytes::from_vec)
+                } else {
+                    EntryBytes::new()
+                };
+                entries.push(EntryBuf { bytes });
+                let e = entries.last_mut().expect("just pushed");
+                e.set_inline(off, size, now, &data[src..src + len]);
+            }
+        }
+        if merged {
+            for p in pieces {
+                if let Piece::Merged { page, .. } = p {
+                    SPARE_PAGE.with(|c| c.set(Some(page)));
                 }
-                Piece::Merged { page, .. } => SPARE_PAGE.with(|c| c.set(Some(page))),
-                Piece::Full { .. } => {}
             }
         }
         // Data pages covered by checksums need no fence between data and tail.
@@ -681,7 +684,7 @@ impl<M: Medium> Fs<M> {
             .inspect_err(|_| self.free_runs(&runs));
         // An embedded write too long for an entry's inline bytes (a 256-byte
         // append) keeps its heap buffer for this thread's next one.
-        if let Some(e) = entries.iter_mut().rev().find(|e| e.bytes.spilled()) {
+        if let Some(e) = entries.iter_mut().rev().find(|e| long && e.bytes.spilled()) {
             let v = std::mem::take(&mut e.bytes).into_vec();
             SPARE_ENTRY.with(|c| c.set(Some(v)));
         }

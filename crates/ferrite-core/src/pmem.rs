@@ -718,10 +718,7 @@ pub const CRC_FOLD_FROM: usize = 448;
 #[inline]
 pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
     if data.len() >= CRC_FOLD_FROM {
-        let alg = crc_fast::CrcAlgorithm::Crc32Iscsi;
-        let mut d = crc_fast::Digest::new_with_init_state(alg, u64::from(!crc));
-        d.update(data);
-        return d.finalize() as u32;
+        return crc32c_append_long(crc, data);
     }
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("sse4.2") {
@@ -729,6 +726,16 @@ pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
         return unsafe { crc32c_sse42(crc, data) };
     }
     crc32c::crc32c_append(crc, data)
+}
+
+/// [`crc32c_append`] of a long input, out of line so that the short path stays
+/// small enough to inline into its callers.
+#[inline(never)]
+fn crc32c_append_long(crc: u32, data: &[u8]) -> u32 {
+    let alg = crc_fast::CrcAlgorithm::Crc32Iscsi;
+    let mut d = crc_fast::Digest::new_with_init_state(alg, u64::from(!crc));
+    d.update(data);
+    d.finalize() as u32
 }
 
 #[cfg(target_arch = "x86_64")]
