@@ -192,7 +192,8 @@ struct FreeList {
     ext: BTreeMap<u64, u64>,
     /// Single data blocks freed lately, reused first (last in, first out) by
     /// single-block data allocations: a 4 KiB overwrite frees one block and takes
-    /// one, and two `BTreeMap` updates each way were a tenth of its instructions.
+    /// one, and the extent searches and updates of both were about 700 of its 8,200
+    /// instructions (callgrind, 4 KiB random overwrites of a 64 MiB file).
     recent: smallvec::SmallVec<[u64; RECENT]>,
 }
 
