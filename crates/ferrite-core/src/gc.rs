@@ -42,11 +42,25 @@ impl<M: Medium> Fs<M> {
         }
         // With free space low, logs are compacted as soon as they hold an eighth
         // more than their live state needs (instead of GC_SLACK times): partly dead
-        // log pages must not eat the last free blocks of a nearly full pool.
+        // log pages must not eat the last free blocks of a nearly full pool. What
+        // the live state needs is at least what the last compaction gave: the
+        // estimate can fall short of it, and a bound under a compacted log's own
+        // size compacts it again at nearly every new page (an append near a full
+        // pool ran thorough GC once every 20 appends and took 25x its time).
         let low = grew && self.low_space();
         if grew && (st.log.pages.len() >= st.gc_check_at || low) {
+            let pages = st.log.pages.len();
+            let floor = st.gc_floor;
+            if pages < st.gc_check_at && pages <= floor + floor / 8 + 1 {
+                return; // low space, but the log grew too little since its last GC
+            }
             let need = snapshot_pages(&self.m, st);
-            let bound = if low { need + need / 8 + 1 } else { GC_SLACK * need + 1 };
+            let bound = if low {
+                let need = need.max(floor);
+                need + need / 8 + 1
+            } else {
+                GC_SLACK * need + 1
+            };
             if st.log.pages.len() > bound && self.thorough_gc(inode, st).is_ok() {
                 // Next look just past the bound the compacted log has to reach.
                 st.gc_check_at = (st.log.pages.len() * GC_SLACK + 2).max(4);
@@ -185,6 +199,7 @@ impl<M: Medium> Fs<M> {
         let freed = Self::apply_committed(&mut fresh, &a, &entries);
         debug_assert!(freed.is_empty(), "a snapshot releases no data");
         fresh.gc_check_at = st.gc_check_at;
+        fresh.gc_floor = fresh.log.pages.len();
         fresh.chain_gen = self.note_chain_change(inode.ino);
         *st = fresh;
         self.note_free(inode.ino);

@@ -406,6 +406,9 @@ pub struct InodeState {
     pub log: LogState,
     /// Log page count at which thorough GC is next considered.
     pub gc_check_at: usize,
+    /// Log pages right after the last thorough GC (0 before one): what a
+    /// compaction really gives, where `gc` can only estimate it.
+    pub gc_floor: usize,
     /// Chain generation (see `share`) this state was built at: another party's GC
     /// since then means a replay from the head, not a catch-up from the old tail.
     pub chain_gen: u32,
@@ -534,6 +537,7 @@ impl InodeState {
             refs: PageRefs::default(),
             log: LogState::default(),
             gc_check_at: 4,
+            gc_floor: 0,
             chain_gen: 0,
             dead: Vec::new(),
         }
