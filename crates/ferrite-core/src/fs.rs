@@ -1240,8 +1240,10 @@ impl<M: Medium> Fs<M> {
         self.m.store_u64(tail_off, a.new_tail);
         on_commit();
         let persist = || {
-            self.m.flush(from, logptr::addr(a.new_tail) - from);
+            let to = logptr::addr(a.new_tail);
+            self.m.flush(from, to - from);
             self.m.flush(tail_off, 8);
+            self.prefetch_log_lines(to, to - from);
             self.m.fence();
         };
         if fence_locked || self.gc_due(&st, false) {
@@ -1268,6 +1270,22 @@ impl<M: Medium> Fs<M> {
             }
         }
         freed
+    }
+
+    /// Ask the cache for the log lines the inode's next commit of `len` bytes will
+    /// write past `tail` (at most four, none past the page's entry area). Issued
+    /// before a commit's fence, their misses overlap with its drain instead of
+    /// stalling the next commit's first stores. A hint only: nothing is stored.
+    fn prefetch_log_lines(&self, tail: u64, len: u64) {
+        use crate::pmem::CACHE_LINE;
+        // The tail's own line, if partly written, is in the cache already.
+        let first = tail.next_multiple_of(CACHE_LINE);
+        let end = (tail + len.min(4 * CACHE_LINE)).min((tail & !(BLOCK - 1)) + log::LOG_DATA_END);
+        let mut off = first;
+        while off < end {
+            self.m.prefetch(off);
+            off += CACHE_LINE;
+        }
     }
 
     /// Wait until no commit of `inode` is between its tail store and its fence
