@@ -6,7 +6,7 @@
 //! last entry is durable, then a fence, then the page is freed.
 //!
 //! Thorough GC: when a log holds more than [`GC_SLACK`] times the pages its live
-//! state needs, the live state is written as a fresh log (a snapshot: extents,
+//! state needs (less in a nearly full pool), the live state is written as a fresh log (a snapshot: extents,
 //! overlays, zero ranges, directory entries, extended attributes, then one SETATTR)
 //! in new pages, and the head and tail are swapped through the journal with a bumped
 //! epoch. Pinned entries (removals, shrinks) disappear there. Sequence numbers and
@@ -28,7 +28,8 @@ use std::sync::atomic::Ordering;
 /// writes) spent a fifth of its instructions rewriting its log, and as many log
 /// bytes as it appended; with 4, a third of that. Logs stay small beside their data
 /// (a live WRITE entry is 48 bytes per 4 KiB page), and a nearly full pool compacts
-/// at an eighth more than the live state (see `after_commit`).
+/// sooner, at an eighth to twice the live state as its free space shrinks (see
+/// `after_commit`).
 pub const GC_SLACK: usize = 4;
 
 impl<M: Medium> Fs<M> {
@@ -40,26 +41,34 @@ impl<M: Medium> Fs<M> {
         if !st.dead.is_empty() {
             self.fast_gc(inode, st);
         }
-        // With free space low, logs are compacted as soon as they hold an eighth
+        // With free space low, logs are compacted as soon as they hold a little
         // more than their live state needs (instead of GC_SLACK times): partly dead
-        // log pages must not eat the last free blocks of a nearly full pool. What
-        // the live state needs is at least what the last compaction gave: the
+        // log pages must not eat the last free blocks of a nearly full pool. The
+        // slack shrinks with the free space, from the live state's size itself at
+        // the low-space threshold to an eighth of it in an empty pool (`low_slack`).
+        // What the live state needs is at least what the last compaction gave: the
         // estimate can fall short of it, and a bound under a compacted log's own
         // size compacts it again at nearly every new page (an append near a full
         // pool ran thorough GC once every 20 appends and took 25x its time).
-        let low = grew && self.low_space();
-        if grew && (st.log.pages.len() >= st.gc_check_at || low) {
+        let low = if grew { self.low_slack() } else { None };
+        if grew && (st.log.pages.len() >= st.gc_check_at || low.is_some()) {
             let pages = st.log.pages.len();
             let floor = st.gc_floor;
-            if pages < st.gc_check_at && pages <= floor + floor / 8 + 1 {
-                return; // low space, but the log grew too little since its last GC
+            let slack = |need: usize, l: (u64, u64)| {
+                need / 8 + (need as u64 * l.0 / l.1.max(1)) as usize + 1
+            };
+            if let Some(l) = low.filter(|_| pages < st.gc_check_at) {
+                if pages <= floor + slack(floor, l) {
+                    return; // the log grew too little since its last compaction
+                }
             }
             let need = snapshot_pages(&self.m, st);
-            let bound = if low {
-                let need = need.max(floor);
-                need + need / 8 + 1
-            } else {
-                GC_SLACK * need + 1
+            let bound = match low {
+                Some(l) => {
+                    let need = need.max(floor);
+                    need + slack(need, l)
+                }
+                None => GC_SLACK * need + 1,
             };
             if st.log.pages.len() > bound && self.thorough_gc(inode, st).is_ok() {
                 // Next look just past the bound the compacted log has to reach.
@@ -68,6 +77,11 @@ impl<M: Medium> Fs<M> {
                 st.gc_check_at = st.log.pages.len() + (st.log.pages.len() / 2).max(2);
             }
         }
+    }
+
+    /// With the pool short of free blocks: (free blocks, the low-space limit).
+    fn low_slack(&self) -> Option<(u64, u64)> {
+        Some(self.free_and_limit()).filter(|(free, limit)| free < limit)
     }
 
     /// Has `after_commit` work to do after a commit of `st` (`grew`: its log took a
@@ -79,6 +93,12 @@ impl<M: Medium> Fs<M> {
     /// Is the pool short of free blocks (under 1/16 of its data blocks, or four
     /// times the reserve)? Writes and GC then favour space over speed.
     pub(crate) fn low_space(&self) -> bool {
+        let (free, limit) = self.free_and_limit();
+        free < limit
+    }
+
+    /// Free blocks, and the count under which the pool is short of them.
+    fn free_and_limit(&self) -> (u64, u64) {
         let data_blocks = self.geo.nblocks - self.geo.data_start;
         // A client's allocator holds only its grants: the pool's free space is the
         // daemon's (as it publishes it) plus that.
@@ -87,7 +107,7 @@ impl<M: Medium> Fs<M> {
             None => self.balloc.free_blocks(),
         };
         let reserve = (self.geo.nblocks / 512).clamp(8, 1024);
-        free < (data_blocks / 16).max(4 * reserve)
+        (free, (data_blocks / 16).max(4 * reserve))
     }
 
     /// Unlink and free the dead pages of `st`'s log.
