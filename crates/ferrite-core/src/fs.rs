@@ -583,6 +583,9 @@ pub struct GcStats {
     pub fast_pages: AtomicU64,
     /// Thorough GC runs.
     pub thorough_runs: AtomicU64,
+    /// Measures of a log's live state, each to decide on a thorough GC (a walk of
+    /// the inode's whole DRAM state).
+    pub thorough_checks: AtomicU64,
     /// Log pages freed by thorough GC.
     pub thorough_pages: AtomicU64,
 }

@@ -409,6 +409,9 @@ pub struct InodeState {
     /// Log pages right after the last thorough GC (0 before one): what a
     /// compaction really gives, where `gc` can only estimate it.
     pub gc_floor: usize,
+    /// With free space low, thorough GC is not considered again before the log
+    /// holds more pages than this (see `gc::after_commit`).
+    pub gc_low_at: usize,
     /// Chain generation (see `share`) this state was built at: another party's GC
     /// since then means a replay from the head, not a catch-up from the old tail.
     pub chain_gen: u32,
@@ -538,6 +541,7 @@ impl InodeState {
             log: LogState::default(),
             gc_check_at: 4,
             gc_floor: 0,
+            gc_low_at: 0,
             chain_gen: 0,
             dead: Vec::new(),
         }
