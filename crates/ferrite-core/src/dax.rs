@@ -666,6 +666,25 @@ impl Medium for MmapMedium {
         self.note_dirty(off, len);
     }
 
+    fn populate(&self, off: u64, len: u64) {
+        const PAGE: u64 = 4096;
+        let s = off / PAGE * PAGE;
+        let e = (off + len).min(self.len).next_multiple_of(PAGE).min(self.len);
+        if self.read_only || s >= e {
+            return;
+        }
+        // SAFETY: [s, e) lies within our mapping and `s` is page aligned; the advice
+        // only fills page tables (no byte changes). Kernels before 5.14 answer
+        // EINVAL, and the pages then fault in one by one, as without it.
+        unsafe {
+            libc::madvise(
+                self.ptr.add(s as usize) as *mut libc::c_void,
+                (e - s) as usize,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
+    }
+
     fn prefetch(&self, off: u64) {
         if off < self.len {
             // SAFETY: `off` is inside our mapping; a prefetch only hints the cache.

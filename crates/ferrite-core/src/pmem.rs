@@ -110,6 +110,11 @@ pub trait Medium: Send + Sync + 'static {
     /// page's lines are cold, and the first store to one waits for the line to come
     /// from memory. Only a hint (no store, nothing for a simulated medium to see).
     fn prefetch(&self, _off: u64) {}
+    /// Map `[off, off + len)` into this process now, writable, in one step (blocks
+    /// about to be written, such as a client's new grant): each first touch of a
+    /// page would otherwise take a page fault of its own. Only a hint: no byte
+    /// changes, and a medium that cannot do it does nothing.
+    fn populate(&self, _off: u64, _len: u64) {}
 }
 
 /// Ask the cache for the line holding `p` (DRAM state about to be written: a
@@ -149,6 +154,9 @@ impl<T: Medium> Medium for std::sync::Arc<T> {
     }
     fn wait_point(&self) {
         (**self).wait_point()
+    }
+    fn populate(&self, off: u64, len: u64) {
+        (**self).populate(off, len)
     }
     fn prefetch(&self, off: u64) {
         (**self).prefetch(off)

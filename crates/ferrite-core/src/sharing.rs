@@ -418,6 +418,9 @@ impl<M: Medium> Fs<M> {
         for &(b, n) in &runs {
             // Owned by us already (the daemon marked them).
             self.poison_on(self.balloc.free(b, n));
+            // This process has not touched them yet: one call maps them all, where
+            // each first store would take a page fault.
+            self.m.populate(b * BLOCK, n * BLOCK);
         }
         self.grant_size.store((size * 2).min(GRANT_MAX), Ordering::Relaxed);
         p.publish_pool(self.balloc.free_blocks());
