@@ -1388,9 +1388,14 @@ impl Filesystem for FerriteFuse {
             });
             match r {
                 Ok((fa, a, fh, fl)) => {
-                    // One time-to-live for the entry and the attributes here.
-                    let ttl = self.attr_ttl(a.ino).min(self.entry_ttl());
-                    reply.created(&ttl, &fa, Generation(a.generation), FileHandle(fh), fl)
+                    // The entry lives as long as any other (names change only
+                    // through this kernel); the attributes not at all while a
+                    // direct-access client writes the file. One time-to-live for
+                    // both gave a direct create an entry that expired at once, so
+                    // the next path walk to it asked the daemon again (LOOKUP).
+                    let (attr_ttl, entry_ttl) = (self.attr_ttl(a.ino), self.entry_ttl());
+                    let g = Generation(a.generation);
+                    reply.created_with_ttls(&attr_ttl, &entry_ttl, &fa, g, FileHandle(fh), fl)
                 }
                 Err(e) => reply.error(e),
             }

@@ -216,6 +216,18 @@ pub fn statx_cached(fd: c_int) -> Result<libc::statx, c_int> {
     check(r).map(|_| st)
 }
 
+/// Type, inode and device of `path` from the kernel's caches (a lookup, with
+/// AT_STATX_DONT_SYNC: no attributes asked of a FUSE daemon); `flags` may hold
+/// AT_SYMLINK_NOFOLLOW.
+pub fn statx_at_cached(dirfd: c_int, path: &CStr, flags: c_int) -> Result<libc::statx, c_int> {
+    let f = need!(statx);
+    // SAFETY: a zeroed statx is valid; `path` is the caller's C string.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    let flags = libc::AT_STATX_DONT_SYNC | flags;
+    let r = unsafe { f(dirfd, path.as_ptr(), flags, libc::STATX_TYPE | libc::STATX_INO, &mut st) };
+    check(r).map(|_| st)
+}
+
 /// The file type (S_IFMT bits) at `path` from the kernel's caches (a lookup, with
 /// AT_STATX_DONT_SYNC), following a final symlink unless `nofollow`.
 pub fn type_at(dirfd: c_int, path: &CStr, nofollow: bool) -> Result<u32, c_int> {

@@ -518,6 +518,29 @@ impl ReplyCreate {
         ));
     }
 
+    /// Reply to a request with a newly created file handle, its entry and its
+    /// attributes cached for different times (as `ReplyEntry::entry_with_ttls`).
+    pub fn created_with_ttls(
+        self,
+        attr_ttl: &Duration,
+        entry_ttl: &Duration,
+        attr: &FileAttr,
+        generation: Generation,
+        fh: ll::FileHandle,
+        flags: FopenFlags,
+    ) {
+        assert!(!flags.contains(FopenFlags::FOPEN_PASSTHROUGH));
+        self.reply.send_ll(&ll::ResponseStruct::new_create_with_ttls(
+            attr_ttl,
+            entry_ttl,
+            &attr.into(),
+            generation,
+            fh,
+            flags,
+            0,
+        ));
+    }
+
     /// Reply to a request with the given error code
     pub fn error(self, err: Errno) {
         self.reply.error(err);

@@ -210,14 +210,27 @@ impl ResponseStruct<abi::fuse_create_out> {
         flags: FopenFlags,
         backing_id: u32,
     ) -> Self {
+        Self::new_create_with_ttls(ttl, ttl, attr, generation, fh, flags, backing_id)
+    }
+
+    /// A create reply whose entry and attributes live for different times.
+    pub(crate) fn new_create_with_ttls(
+        attr_ttl: &Duration,
+        entry_ttl: &Duration,
+        attr: &Attr,
+        generation: Generation,
+        fh: FileHandle,
+        flags: FopenFlags,
+        backing_id: u32,
+    ) -> Self {
         ResponseStruct(abi::fuse_create_out(
             abi::fuse_entry_out {
                 nodeid: attr.attr.ino,
                 generation: generation.into(),
-                entry_valid: ttl.as_secs(),
-                attr_valid: ttl.as_secs(),
-                entry_valid_nsec: ttl.subsec_nanos(),
-                attr_valid_nsec: ttl.subsec_nanos(),
+                entry_valid: entry_ttl.as_secs(),
+                attr_valid: attr_ttl.as_secs(),
+                entry_valid_nsec: entry_ttl.subsec_nanos(),
+                attr_valid_nsec: attr_ttl.subsec_nanos(),
                 attr: attr.attr,
             },
             abi::fuse_open_out {
