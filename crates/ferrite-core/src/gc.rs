@@ -6,11 +6,12 @@
 //! last entry is durable, then a fence, then the page is freed.
 //!
 //! Thorough GC: when a log holds more than [`GC_SLACK`] times the pages its live
-//! state needs (less in a nearly full pool), the live state is written as a fresh log (a snapshot: extents,
-//! overlays, zero ranges, directory entries, extended attributes, then one SETATTR)
-//! in new pages, and the head and tail are swapped through the journal with a bumped
-//! epoch. Pinned entries (removals, shrinks) disappear there. Sequence numbers and
-//! readdir cookies carry over, so cookies stay stable.
+//! state needs (less in a nearly full pool), the live state is written as a fresh
+//! log (a snapshot: extents, overlays, zero ranges, directory entries, extended
+//! attributes, then one SETATTR) in new pages, and the head and tail are swapped
+//! through the journal with a bumped epoch. Pinned entries (removals, shrinks)
+//! disappear there. Sequence numbers and readdir cookies carry over, so cookies
+//! stay stable.
 
 use crate::error::Result;
 use crate::fs::{CoreFault, Fs, Inode};

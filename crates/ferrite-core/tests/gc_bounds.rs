@@ -294,7 +294,10 @@ fn small_overwrites_at_95_percent_neither_measure_nor_merge_at_every_page() {
     let checks = get(&stats.thorough_checks) - checks0;
     let grown = fs.log_pages(f).unwrap().saturating_sub(pages0);
     let used = free0.saturating_sub(fs.statfs().bfree);
-    eprintln!("{n} 64 B overwrites at 95% full: log +{grown} pages, {checks} GC measures, {used} blocks taken");
+    eprintln!(
+        "{n} 64 B overwrites at 95% full: log +{grown} pages, {checks} GC measures, \
+         {used} blocks taken"
+    );
     // Embedded, the writes grow the log by about one page per 30; merged, each
     // would take a data block and leave the log nearly unchanged.
     assert!(grown > 100, "the log grew {grown} pages: writes were merged, not embedded");

@@ -958,7 +958,6 @@ pub unsafe extern "C" fn statx(
             return 0;
         }
     }
-    let _ = mask;
     forward!(statx(dirfd, path, flags, mask, stx), -1)
 }
 
