@@ -85,6 +85,16 @@ impl LogPages {
         self.iter().collect()
     }
 
+    /// The pages in chain order, taken out (a freed inode's): a short chain's own
+    /// vector, no heap (an unlink spent 300 instructions here, boxing an iterator
+    /// into a new vector).
+    pub fn into_pages(self) -> SmallVec<[u64; 4]> {
+        match self {
+            LogPages::Small(v) => v,
+            LogPages::Large { order, .. } => order.into_values().collect(),
+        }
+    }
+
     /// Is `page` in the chain?
     pub fn contains(&self, page: u64) -> bool {
         match self {

@@ -1440,7 +1440,7 @@ impl<M: Medium> Fs<M> {
             self.note_free(ino);
             let st = locked.st_mut(ino);
             all_freed.extend(st.data_runs());
-            let pages = std::mem::take(&mut st.log.pages).to_vec();
+            let pages = std::mem::take(&mut st.log.pages).into_pages();
             let ftype = st.ftype;
             *st = InodeState::new(ftype); // nothing of the freed inode stays reachable
             self.free_pages(&pages);
