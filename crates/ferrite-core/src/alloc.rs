@@ -466,12 +466,28 @@ impl BlockAlloc {
     /// free already is left out and reported as corruption (the logs and the
     /// allocator disagree: a damaged checkpoint or log), never a panic.
     pub fn free(&self, start: u64, len: u64) -> Result<()> {
+        self.release(start, len, false)
+    }
+
+    /// [`BlockAlloc::free`] of data blocks that a commit replaced (the blocks of an
+    /// overwritten or truncated file, never log pages): a single block waits in its
+    /// shard's `recent` list for the next single-block data allocation, which takes
+    /// it without searching the extents. Log pages stay out of it, so that data
+    /// keeps to the low blocks ([`Place`]).
+    pub fn free_data(&self, start: u64, len: u64) -> Result<()> {
+        self.release(start, len, len == 1)
+    }
+
+    /// Return `[start, start + len)` to the shards; `recent`: a single block, into
+    /// its shard's `recent` list.
+    fn release(&self, start: u64, len: u64, recent: bool) -> Result<()> {
         let Some(end) = start.checked_add(len).filter(|&e| e <= self.geo.nblocks) else {
             return Err(Error::Corrupt(format!("freeing blocks {start}+{len} past the pool")));
         };
         if len > 0 && !(self.geo.is_data_block(start) && self.geo.is_data_block(end - 1)) {
             return Err(Error::Corrupt(format!("freeing metadata blocks {start}+{len}")));
         }
+        debug_assert!(!recent || len == 1, "only single blocks wait in `recent`");
         let mut b = start;
         let mut bad = None;
         while b < end {
@@ -479,7 +495,8 @@ impl BlockAlloc {
             let (_, se) = self.geo.shard_range(s);
             let e = end.min(se);
             let mut fl = self.shards[s as usize].lock();
-            match fl.insert(b, e - b) {
+            let r = if recent { fl.insert_recent(b) } else { fl.insert(b, e - b) };
+            match r {
                 Ok(()) => {
                     self.stocked[s as usize].store(true, Ordering::Release);
                     drop(fl);
@@ -492,31 +509,6 @@ impl BlockAlloc {
         match bad {
             None => Ok(()),
             Some(x) => Err(Error::Corrupt(format!("block {x} freed while already free"))),
-        }
-    }
-
-    /// [`BlockAlloc::free`] of data blocks that a commit replaced (the blocks of an
-    /// overwritten or truncated file, never log pages): a single block waits in its
-    /// shard's `recent` list for the next single-block data allocation, which takes
-    /// it without searching the extents. Log pages stay out of it, so that data
-    /// keeps to the low blocks ([`Place`]).
-    pub fn free_data(&self, start: u64, len: u64) -> Result<()> {
-        if len != 1 {
-            return self.free(start, len);
-        }
-        if !self.geo.is_data_block(start) {
-            return Err(Error::Corrupt(format!("freeing metadata block {start}")));
-        }
-        let s = self.geo.block_shard(start) as usize;
-        let mut fl = self.shards[s].lock();
-        match fl.insert_recent(start) {
-            Ok(()) => {
-                self.stocked[s].store(true, Ordering::Release);
-                drop(fl);
-                self.free.fetch_add(1, Ordering::AcqRel);
-                Ok(())
-            }
-            Err(x) => Err(Error::Corrupt(format!("block {x} freed while already free"))),
         }
     }
 

@@ -687,9 +687,11 @@ impl<M: Medium> Fs<M> {
             .inspect_err(|_| self.free_runs(&runs));
         // An embedded write too long for an entry's inline bytes (a 256-byte
         // append) keeps its heap buffer for this thread's next one.
-        if let Some(e) = entries.iter_mut().rev().find(|e| e.bytes.spilled()).filter(|_| long) {
-            let v = std::mem::take(&mut e.bytes).into_vec();
-            SPARE_ENTRY.with(|c| c.set(Some(v)));
+        if long {
+            if let Some(e) = entries.iter_mut().rev().find(|e| e.bytes.spilled()) {
+                let v = std::mem::take(&mut e.bytes).into_vec();
+                SPARE_ENTRY.with(|c| c.set(Some(v)));
+            }
         }
         r
     }
