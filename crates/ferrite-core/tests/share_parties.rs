@@ -514,3 +514,42 @@ fn a_clients_dax_pin_binds_the_daemon_until_the_client_ends() {
     w.d.setattr(ino, &shrink).unwrap();
     assert_fsck_clean(&*w.d, "after the pinning client's end");
 }
+
+/// Bug: a direct client kept its lease on a file after the program closed it, so
+/// the daemon's next operation on the file waited for the lease keeper's tick. A
+/// `git clone` under the preload library sets each new file's times by path right
+/// after closing it: 794 `utimensat` calls took 2.1 ms each (2.3 s for the clone
+/// against 0.7 s through the plain mount). The preload library now gives the
+/// lease back at the last close (`Fs::give_back_lease`). A keeper that never ticks
+/// keeps every lease until then, so what is held is exact here.
+#[test]
+fn a_lease_given_back_at_close_frees_the_lock_at_once() {
+    let w = world(32 << 20);
+    let ino = w.d.create(w.d.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    let other = w.d.create(w.d.root(), b"g", 0o644, 0, 0).unwrap().ino;
+    let (pid, c) = w.client();
+    c.keep_leases(Box::new(|| {}));
+    for round in 0..3u8 {
+        c.write(ino, 0, &[round; 100]).unwrap();
+        assert_eq!(w.table.holder(ino), Some(pid), "round {round}: the write's lease");
+        // Another file, an inode not cached and the daemon's own Fs: nothing to give.
+        c.give_back_lease(other);
+        c.give_back_lease(9999);
+        w.d.give_back_lease(ino);
+        assert_eq!(w.table.holder(ino), Some(pid), "round {round}: given back by mistake");
+        c.give_back_lease(ino);
+        assert_eq!(w.table.holder(ino), None, "round {round}: still held after give-back");
+        // The daemon's setattr now takes the lock without waiting for a keeper
+        // (there is none: it would wait forever).
+        let t = SetAttr { mtime: Some(SetTime::At(Ts { sec: 7, nsec: 0 })), ..Default::default() };
+        w.d.setattr(ino, &t).unwrap();
+        c.give_back_lease(ino); // nothing held: a no-op
+    }
+    assert_eq!(read_all(&c, ino), vec![2u8; 100]);
+    assert_eq!(c.getattr(ino).unwrap().mtime.sec, 7);
+    let fs = {
+        drop(c.detach());
+        w.remount_clean()
+    };
+    assert_eq!(read_all(&fs, ino), vec![2u8; 100]);
+}

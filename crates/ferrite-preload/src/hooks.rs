@@ -350,8 +350,16 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
                 set_errno(libc::EBADF);
                 return -1;
             }
-            if table::set(fd, None).is_some() {
+            if let Some(d) = table::set(fd, None) {
                 stats::kernel();
+                // The program's last descriptor of a description it could write:
+                // the daemon may act on the file next (git sets its times), and
+                // would wait for this process's lease on it.
+                if Arc::strong_count(&d) == 1 && d.access != libc::O_RDONLY {
+                    if let Some(c) = d.mount.attached() {
+                        c.fs().give_back_lease(d.ino);
+                    }
+                }
             }
             drop(e);
         }
