@@ -427,6 +427,30 @@ impl<M: Medium> Fs<M> {
         }
     }
 
+    /// Map the pages of granted blocks `[b, b + n)` that this process has not
+    /// touched: one call maps a run, where each first store would take a page
+    /// fault. Blocks it had before (given back and granted again) are skipped: a
+    /// populate walked their page tables again for nothing (4 KiB appends + fsync
+    /// through the preload library into blocks granted before: medians about 1,070
+    /// -> 820 ns, four alternating pairs).
+    fn populate_new(&self, b: u64, n: u64) {
+        let mut run: Option<u64> = None;
+        for x in b..=b + n {
+            let fresh = x < b + n && {
+                let (w, bit) = ((x / 64) as usize, 1u64 << (x % 64));
+                self.populated.get(w).is_some_and(|a| a.fetch_or(bit, Ordering::Relaxed) & bit == 0)
+            };
+            match (fresh, run) {
+                (true, None) => run = Some(x),
+                (false, Some(s)) => {
+                    self.m.populate(s * BLOCK, (x - s) * BLOCK);
+                    run = None;
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// A client's allocator is dry: ask the daemon for at least `need` blocks.
     pub(crate) fn refill(&self, need: u64) -> Result<()> {
         let p = self.share.as_ref().expect("refill on a client");
@@ -435,9 +459,7 @@ impl<M: Medium> Fs<M> {
         for &(b, n) in &runs {
             // Owned by us already (the daemon marked them).
             self.poison_on(self.balloc.free(b, n));
-            // This process has not touched them yet: one call maps them all, where
-            // each first store would take a page fault.
-            self.m.populate(b * BLOCK, n * BLOCK);
+            self.populate_new(b, n);
         }
         self.grant_size.store((size * 2).min(GRANT_MAX), Ordering::Relaxed);
         p.publish_pool(self.balloc.free_blocks());
@@ -495,6 +517,7 @@ impl<M: Medium> Fs<M> {
             gc_stats: GcStats::default(),
             share: Some(party),
             grant_size: AtomicU64::new(GRANT_MIN),
+            populated: (0..geo.nblocks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
             leases: Default::default(),
             poisoned: Default::default(),
             atime: Default::default(),

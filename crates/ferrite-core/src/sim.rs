@@ -170,6 +170,8 @@ pub struct SimMedium {
     /// The simulated clock (nanoseconds): each reading advances it by a microsecond,
     /// so timestamps depend only on the order of operations.
     clock: std::sync::atomic::AtomicU64,
+    /// Bytes callers asked to populate ([`Medium::populate`]: a hint, counted only).
+    populated: std::sync::atomic::AtomicU64,
 }
 
 /// Where every simulated clock starts (2027-01-15, in nanoseconds).
@@ -210,7 +212,13 @@ impl SimMedium {
             len,
             stats: Arc::new(PersistStats::default()),
             clock: std::sync::atomic::AtomicU64::new(SIM_EPOCH_NS),
+            populated: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Bytes callers asked to populate so far (the hint does nothing here).
+    pub fn populated_bytes(&self) -> u64 {
+        self.populated.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Install (or remove) the step hook.
@@ -381,6 +389,10 @@ pub fn crash_image<'a>(durable: &[u8], chosen: impl IntoIterator<Item = &'a InFl
 impl Medium for SimMedium {
     fn len(&self) -> u64 {
         self.len
+    }
+
+    fn populate(&self, _off: u64, len: u64) {
+        self.populated.fetch_add(len, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn now(&self) -> crate::log::Ts {
