@@ -615,8 +615,8 @@ impl<M: Medium> Fs<M> {
         let fence_locked = early.is_some();
         // With the lock taken before the copy, the write's time is taken now too: on
         // a shared pool `stamp` is an atomic read-modify-write, which after the copy
-        // would drain the data alone (a direct-access client's 4 KiB write took
-        // about 1.5x the library's).
+        // would drain the data alone (a direct-access client's 4 KiB write +
+        // fsync, six alternating pairs: medians about 925 -> 851 ns).
         let early_stamp = early.as_ref().map(|_| self.stamp(i));
         if let Some(f) = early.as_ref().and_then(|st| st.file()) {
             // The extent map's lines for the pages, asked for now, arrive during the copy.

@@ -355,9 +355,10 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
                 // The program's last descriptor of a description it could write:
                 // the daemon may act on the file next (git sets its times), and
                 // would wait for this process's lease on it.
+                // A hint only: a panic here must not unwind into the program.
                 if Arc::strong_count(&d) == 1 && d.access != libc::O_RDONLY {
                     if let Some(c) = d.mount.attached() {
-                        c.fs().give_back_lease(d.ino);
+                        let _ = catch_unwind(AssertUnwindSafe(|| c.fs().give_back_lease(d.ino)));
                     }
                 }
             }
