@@ -672,18 +672,21 @@ pub struct Party {
     table: Arc<Table>,
     id: u32,
     source: Option<Arc<dyn BlockSource>>,
+    /// Inode lock acquisitions of this party that had to sleep (another party
+    /// held the lock past the spin).
+    lock_waits: std::sync::atomic::AtomicU64,
 }
 
 impl Party {
     /// The daemon's handle.
     pub fn daemon(table: Arc<Table>) -> Party {
-        Party { table, id: DAEMON, source: None }
+        Party { table, id: DAEMON, source: None, lock_waits: Default::default() }
     }
 
     /// A client's handle (`id` from [`Table::claim_party`]).
     pub fn client(table: Arc<Table>, id: u32, source: Arc<dyn BlockSource>) -> Party {
         assert!(id != DAEMON && id < MAX_PARTIES);
-        Party { table, id, source: Some(source) }
+        Party { table, id, source: Some(source), lock_waits: Default::default() }
     }
 
     /// The table.
@@ -737,6 +740,9 @@ impl Party {
     pub fn lock(&self, ino: u64) -> Result<()> {
         self.trace_lock("lock", ino);
         self.table.lock(ino, self.id, None, &|slept| {
+            if slept == 1 {
+                self.lock_waits.fetch_add(1, Ordering::Relaxed);
+            }
             if slept == LONG_WAIT {
                 self.report_wait(&format!("inode {ino}"), self.table.holder(ino));
             }
@@ -750,6 +756,12 @@ impl Party {
             self.table.mark_dirty(ino, self.id);
         }
         Ok(())
+    }
+
+    /// Inode lock acquisitions of this party that slept (waited for another party,
+    /// a client's lease included).
+    pub fn lock_waits(&self) -> u64 {
+        self.lock_waits.load(Ordering::Relaxed)
     }
 
     /// Say who keeps this party waiting (once per long wait: a stopped process

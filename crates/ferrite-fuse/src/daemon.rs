@@ -521,11 +521,12 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
         let st = srv.stats();
         eprintln!(
             "ferrite: direct access: {} clients attached, {} ended without detaching, {} \
-             blocks granted, {} reclaimed",
+             blocks granted, {} reclaimed, {} waits for a client's inode lock",
             st.attached.load(Ordering::Relaxed),
             st.died.load(Ordering::Relaxed),
             st.granted.load(Ordering::Relaxed),
-            st.reclaimed.load(Ordering::Relaxed)
+            st.reclaimed.load(Ordering::Relaxed),
+            fs.party().map_or(0, |p| p.lock_waits())
         );
         drop(srv);
     }

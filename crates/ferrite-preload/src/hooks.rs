@@ -352,14 +352,12 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
             }
             if let Some(d) = table::set(fd, None) {
                 stats::kernel();
-                // The program's last descriptor of a description it could write:
-                // the daemon may act on the file next (git sets its times), and
-                // would wait for this process's lease on it.
-                // A hint only: a panic here must not unwind into the program.
-                if Arc::strong_count(&d) == 1 && d.access != libc::O_RDONLY {
-                    if let Some(c) = d.mount.attached() {
-                        let _ = catch_unwind(AssertUnwindSafe(|| c.fs().give_back_lease(d.ino)));
-                    }
+                // A descriptor that could write: the daemon may act on the file
+                // next (git sets its times by path), and would wait for this
+                // process's lease on it. (Another descriptor of the file that
+                // writes again only takes the lock again.)
+                if d.access != libc::O_RDONLY {
+                    give_back_lease(&d);
                 }
             }
             drop(e);
@@ -778,6 +776,67 @@ pub unsafe extern "C" fn sync_file_range(
         Some(r) => int(r),
         None => forward!(sync_file_range(fd, off, n, flags), -1),
     }
+}
+
+// ------------------------------------------- calls the daemon serves on a fd
+
+/// Before a call on `fd` that the daemon serves (times, mode, owner, extended
+/// attributes): give back this process's lease on the file, which the daemon
+/// would wait for until the lease keeper's next tick (up to 2 ms; `cp -a` sets
+/// each copy's times and mode through its descriptor right after writing it).
+fn yield_lease(fd: c_int) {
+    if table::TRACKED.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    if let Some(_e) = table::enter() {
+        if let Some(d) = table::get(fd) {
+            give_back_lease(&d);
+        }
+    }
+}
+
+/// Give back this process's lease on `d`'s file, if it holds one.
+fn give_back_lease(d: &Desc) {
+    if let Some(c) = d.mount.attached() {
+        // A hint only: a panic here must not unwind into the program.
+        let _ = catch_unwind(AssertUnwindSafe(|| c.fs().give_back_lease(d.ino)));
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn futimens(fd: c_int, times: *const libc::timespec) -> c_int {
+    yield_lease(fd);
+    forward!(futimens(fd, times), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchmod(fd: c_int, mode: libc::mode_t) -> c_int {
+    yield_lease(fd);
+    forward!(fchmod(fd, mode), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
+    yield_lease(fd);
+    forward!(fchown(fd, uid, gid), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fsetxattr(
+    fd: c_int,
+    name: *const c_char,
+    value: *const c_void,
+    size: usize,
+    flags: c_int,
+) -> c_int {
+    yield_lease(fd);
+    forward!(fsetxattr(fd, name, value, size, flags), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fremovexattr(fd: c_int, name: *const c_char) -> c_int {
+    yield_lease(fd);
+    forward!(fremovexattr(fd, name), -1)
 }
 
 #[no_mangle]

@@ -65,6 +65,11 @@ reals! {
     fdatasync: fn(c_int) -> c_int;
     sync_file_range: fn(c_int, off64_t, off64_t, c_uint) -> c_int;
     ftruncate64: fn(c_int, off64_t) -> c_int;
+    futimens: fn(c_int, *const libc::timespec) -> c_int;
+    fchmod: fn(c_int, mode_t) -> c_int;
+    fchown: fn(c_int, libc::uid_t, libc::gid_t) -> c_int;
+    fsetxattr: fn(c_int, *const c_char, *const c_void, size_t, c_int) -> c_int;
+    fremovexattr: fn(c_int, *const c_char) -> c_int;
     fallocate64: fn(c_int, c_int, off64_t, off64_t) -> c_int;
     posix_fallocate64: fn(c_int, off64_t, off64_t) -> c_int;
     dup: fn(c_int) -> c_int;
