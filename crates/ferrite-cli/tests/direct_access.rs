@@ -367,15 +367,11 @@ fn the_daemon_does_not_wait_for_a_lease_after_close_or_fd_setattr() {
     }
     m.umount();
     let log = m.log_text();
+    // "... N reclaimed, W waits for a client's inode lock"
     let waits: u64 = log
         .lines()
-        .find_map(|l| {
-            l.split(" waits for a client's inode lock")
-                .next()
-                .filter(|_| l.contains("waits for a client"))
-        })
-        .and_then(|l| l.rsplit(", ").next())
-        .and_then(|w| w.trim().parse().ok())
+        .find_map(|l| l.split_once(" waits for a client's inode lock"))
+        .and_then(|(before, _)| before.rsplit(", ").next()?.parse().ok())
         .unwrap_or_else(|| panic!("no lock-wait count in the daemon's log:\n{log}"));
     // Four daemon setattrs per pair of files; with the lease kept, most slept.
     assert!(waits < n / 2, "{waits} lock waits for {n} files\n{log}");

@@ -247,12 +247,13 @@ impl<M: Medium> Fs<M> {
         let _ = self.leases.waker.set(wake);
     }
 
-    /// Give back this client's lease on `ino` now, if it holds one. A program that
-    /// closed its last description of a file it wrote rarely writes it again soon,
-    /// while the daemon's next operation on it (the `utimensat` that `git` issues
-    /// after writing each file, an unlink, a rename over it) would wait for the
-    /// keeper's next tick, up to [`LEASE_TICK`]: 2.1 ms per `utimensat` in a `git
-    /// clone` under the preload library. The keeper unlists it on its next tick.
+    /// Give back this client's lease on `ino` now, if it holds one. The preload
+    /// library calls it when the program closes a descriptor of the file that
+    /// could write, and before the descriptor calls the daemon serves (`futimens`,
+    /// `fchmod`, ...): the daemon's next operation on a file just written (the
+    /// `utimensat` that `git` issues after closing each file, `cp -a`'s times and
+    /// mode) would wait for the keeper's next tick, up to [`LEASE_TICK`]: 2.1 ms
+    /// per `utimensat` in a `git clone`. The keeper unlists it on its next tick.
     pub fn give_back_lease(&self, ino: u64) {
         let Some(p) = self.share.as_ref().filter(|p| p.is_client()) else { return };
         let Some(i) = self.cache_shard(ino).read().get(&ino).cloned() else { return };

@@ -19,6 +19,12 @@ mod shm;
 pub mod wire;
 
 pub use client::{info_of, preload_library, AttachError, Client, Info};
+
+/// First FUSE node id the mount hands out when a file's inode number is still
+/// held by the kernel for an older file; ids below it are core inode numbers.
+/// Shared by the mount (which hands them out) and the preload library (which
+/// must not take one for an inode number).
+pub const ALT_NODE_BASE: u64 = 1 << 56;
 pub use server::{share, Server, Shared, INFO_XATTR};
 
 pub(crate) use shm::own_fd;

@@ -25,7 +25,7 @@ use std::collections::HashMap;
 /// FUSE node id of the root directory.
 pub const ROOT_NODE: u64 = 1;
 /// First node id handed out when an inode number is still taken by an older node.
-pub const ALT_BASE: u64 = 1 << 56;
+pub const ALT_BASE: u64 = ferrite_direct::ALT_NODE_BASE;
 
 /// What a node id names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

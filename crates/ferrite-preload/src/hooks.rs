@@ -883,6 +883,8 @@ pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t
 // ------------------------------------------------------------------- stat
 
 fn fill_stat(dev: u64, a: &ferrite_core::Attr, st: &mut libc::stat64) {
+    // SAFETY: zeroed stat64 is valid.
+    *st = unsafe { std::mem::zeroed() };
     st.st_dev = dev;
     st.st_ino = a.ino;
     st.st_mode = a.mode();
@@ -948,10 +950,7 @@ pub unsafe extern "C" fn fstatat(
     } else if !st.is_null() {
         if let Some((dev, a)) = path_attr(dirfd, path, flags) {
             // SAFETY: the caller's stat buffer (checked non-null).
-            let st = unsafe { &mut *st };
-            // SAFETY: zeroed stat64 is valid.
-            *st = unsafe { std::mem::zeroed() };
-            fill_stat(dev, &a, st);
+            fill_stat(dev, &a, unsafe { &mut *st });
             return 0;
         }
     }
@@ -1055,10 +1054,6 @@ fn fill_statx(dev: u64, a: &ferrite_core::Attr, s: &mut libc::statx) {
     s.stx_dev_minor = libc::minor(dev);
 }
 
-/// First FUSE node id that is not a core inode number (`ferrite-fuse`'s nodes:
-/// an id of a number the kernel still holds for an older file).
-const ALT_NODE_BASE: u64 = 1 << 56;
-
 /// The attributes of the regular file at the absolute `path` (`AT_*` `flags`)
 /// when it lies on a mount whose pool this process has attached, with its device
 /// number; `None` sends the call to the kernel as before.
@@ -1093,7 +1088,7 @@ fn path_attr(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<(u64, fe
     if st.stx_mode as u32 & libc::S_IFMT != libc::S_IFREG || dev != m.dev {
         return None; // only regular files change under the kernel's cache
     }
-    if st.stx_ino >= ALT_NODE_BASE {
+    if st.stx_ino >= ferrite_direct::ALT_NODE_BASE {
         return None;
     }
     let a = c.fs().getattr(st.stx_ino).ok()?;

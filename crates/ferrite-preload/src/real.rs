@@ -236,12 +236,8 @@ pub fn statx_at_cached(dirfd: c_int, path: &CStr, flags: c_int) -> Result<libc::
 /// The file type (S_IFMT bits) at `path` from the kernel's caches (a lookup, with
 /// AT_STATX_DONT_SYNC), following a final symlink unless `nofollow`.
 pub fn type_at(dirfd: c_int, path: &CStr, nofollow: bool) -> Result<u32, c_int> {
-    let f = need!(statx);
-    let flags = libc::AT_STATX_DONT_SYNC | if nofollow { libc::AT_SYMLINK_NOFOLLOW } else { 0 };
-    // SAFETY: a zeroed statx is valid; `path` is the caller's C string.
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    let r = unsafe { f(dirfd, path.as_ptr(), flags, libc::STATX_TYPE, &mut st) };
-    check(r).map(|_| st.stx_mode as u32 & libc::S_IFMT)
+    let flags = if nofollow { libc::AT_SYMLINK_NOFOLLOW } else { 0 };
+    statx_at_cached(dirfd, path, flags).map(|st| st.stx_mode as u32 & libc::S_IFMT)
 }
 
 /// Make the kernel ask the daemon for a file's attributes now (its cached size
