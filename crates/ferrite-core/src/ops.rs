@@ -81,8 +81,13 @@ const INLINE_IN_PLACE: usize = log::ENTRY_INLINE - log::INLINE_HDR;
 
 /// This thread's spare page buffer, or a new one. Its content is stale: the caller
 /// overwrites all of it.
-fn spare_page() -> Box<[u8; BLOCK as usize]> {
+pub(crate) fn spare_page() -> Box<[u8; BLOCK as usize]> {
     SPARE_PAGE.with(|c| c.take()).unwrap_or_else(|| Box::new([0u8; BLOCK as usize]))
+}
+
+/// Keep `page` as this thread's spare page buffer (see [`spare_page`]).
+pub(crate) fn keep_spare_page(page: Box<[u8; BLOCK as usize]>) {
+    SPARE_PAGE.with(|c| c.set(Some(page)));
 }
 
 /// A planned piece of a write inside one page.
@@ -673,7 +678,7 @@ impl<M: Medium> Fs<M> {
         if merged {
             for p in pieces {
                 if let Piece::Merged { page, .. } = p {
-                    SPARE_PAGE.with(|c| c.set(Some(page)));
+                    keep_spare_page(page);
                 }
             }
         }

@@ -224,31 +224,35 @@ impl<M: Medium> Fs<M> {
         bpage: impl Fn(u64) -> usize,
     ) -> Result<()> {
         let seed = i.seed;
-        let mut cow: Vec<(u64, u64, u32)> = Vec::with_capacity(adopt.len() + 2);
-        let mut page = vec![0u8; BLOCK as usize];
-        for &pg in adopt {
-            let b = blocks[bpage(pg)];
-            // The program's stores may still be in the cache: flush them (the
-            // commit's fence orders them before the tail), and checksum the page.
-            self.m.flush(b * BLOCK, BLOCK);
-            self.m.read(b * BLOCK, &mut page);
-            cow.push((pg, b, log::page_crc(seed, &page)));
-        }
-        let mut eb = edge_runs.iter().flat_map(|&(s, n)| s..s + n);
-        {
-            let st = i.st.read();
-            for &(pg, from, to) in edges {
-                self.read_page_verified(i, &st, pg, &mut page, BLOCK as usize)?;
-                let a = (from % BLOCK) as usize;
-                let n = (to - from) as usize;
-                self.read_buffer(blocks, boff + (from - off), &mut page[a..a + n]);
-                let b = eb.next().expect("allocated");
-                cow.push((pg, b, self.m.write_nt_crc(b * BLOCK, &page) ^ seed));
-            }
-        }
-        cow.sort_unstable_by_key(|c| c.0);
+        let mut cow: SmallVec<[(u64, u64, u32); 4]> = SmallVec::with_capacity(adopt.len() + 2);
+        let mut page = crate::ops::spare_page();
+        // The inode lock and the time stamp come first. On x86 an atomic
+        // read-modify-write (a lock, an unlock, a shared pool's stamp) waits for the
+        // core's earlier cache-line flushes: taken after the adopted pages' flushes,
+        // it would drain them alone, and the commit's fence would make a second
+        // round trip to memory (the lock's hold grows by the pages' checksums and
+        // flushes, as a lone copy-on-write writer's does by its copy).
         let mut st = i.st.write();
         let (now, _) = self.stamp(i);
+        let mut eb = edge_runs.iter().flat_map(|&(s, n)| s..s + n);
+        for &(pg, from, to) in edges {
+            self.read_page_verified(i, &st, pg, &mut page[..], BLOCK as usize)?;
+            let a = (from % BLOCK) as usize;
+            let n = (to - from) as usize;
+            self.read_buffer(blocks, boff + (from - off), &mut page[a..a + n]);
+            let b = eb.next().expect("allocated");
+            cow.push((pg, b, self.m.write_nt_crc(b * BLOCK, &page[..]) ^ seed));
+        }
+        for &pg in adopt {
+            let b = blocks[bpage(pg)];
+            // Checksum the page while the program's stores are still in the cache,
+            // then flush them (the commit's fence orders them before the tail).
+            self.m.read(b * BLOCK, &mut page[..]);
+            cow.push((pg, b, log::page_crc(seed, &page[..])));
+            self.m.flush(b * BLOCK, BLOCK);
+        }
+        crate::ops::keep_spare_page(page);
+        cow.sort_unstable_by_key(|c| c.0);
         let size = st.attr.size.max(end);
         let mut entries: SmallVec<[EntryBuf; 2]> = SmallVec::new();
         Self::remove_privs_entries(&st, now, || false, &mut entries);
