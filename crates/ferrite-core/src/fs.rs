@@ -557,9 +557,9 @@ pub struct Fs<M: Medium> {
     /// A client's next block grant size.
     pub(crate) grant_size: AtomicU64,
     /// A client's blocks whose pages it has asked the kernel to map (one bit a
-    /// block; empty elsewhere): a grant of blocks it had before is not populated
+    /// block; `None` elsewhere): a grant of blocks it had before is not populated
     /// again (a hint; a page the kernel unmapped meanwhile just faults).
-    pub(crate) populated: Vec<AtomicU64>,
+    pub(crate) populated: Option<crate::alloc::AtomicBitmap>,
     /// A client's leases on inode locks (see `sharing`).
     pub(crate) leases: crate::sharing::Leases,
     /// Set when damage was found at run time: nothing is committed after it.

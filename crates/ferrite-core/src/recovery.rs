@@ -271,7 +271,7 @@ impl<M: Medium> Fs<M> {
             gc_stats: GcStats::default(),
             share: None,
             grant_size: AtomicU64::new(0),
-            populated: Vec::new(),
+            populated: None,
             leases: Default::default(),
             poisoned: Default::default(),
             atime: std::sync::atomic::AtomicU8::new(opts.atime.code()),

@@ -437,10 +437,7 @@ impl<M: Medium> Fs<M> {
     fn populate_new(&self, b: u64, n: u64) {
         let mut run: Option<u64> = None;
         for x in b..=b + n {
-            let fresh = x < b + n && {
-                let (w, bit) = ((x / 64) as usize, 1u64 << (x % 64));
-                self.populated.get(w).is_some_and(|a| a.fetch_or(bit, Ordering::Relaxed) & bit == 0)
-            };
+            let fresh = x < b + n && self.populated.as_ref().is_some_and(|p| p.claim(x));
             match (fresh, run) {
                 (true, None) => run = Some(x),
                 (false, Some(s)) => {
@@ -518,7 +515,7 @@ impl<M: Medium> Fs<M> {
             gc_stats: GcStats::default(),
             share: Some(party),
             grant_size: AtomicU64::new(GRANT_MIN),
-            populated: (0..geo.nblocks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            populated: Some(crate::alloc::AtomicBitmap::new(geo.nblocks)),
             leases: Default::default(),
             poisoned: Default::default(),
             atime: Default::default(),
