@@ -40,7 +40,7 @@ use results::{Results, TargetStatus};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use target::dir::{fs_type, DirTarget};
-use target::hw::{HwMode, HwTarget};
+use target::hw::HwTarget;
 use target::lib::{LibTarget, MediumFactory};
 use target::{TResult, Target};
 
@@ -181,12 +181,12 @@ fn build_targets(cfg: &Config, direct_skip: Option<String>) -> Built {
     }
     if cfg.wants("hw") {
         let region = (2 * cfg.file_size).max(cfg.rep_bytes).max(cfg.circ_region);
-        for mode in HwMode::ALL {
-            let name = mode.name();
+        for nt in [false, true] {
+            let name = if nt { "hw-ntstore" } else { "hw-memcpy" };
             let path = w.join(format!("{name}.map"));
             add(
                 name,
-                HwTarget::new(path, region, 4, mode)
+                HwTarget::new(path, region, 4, nt)
                     .map(|t| Box::new(t) as Box<dyn Target>)
                     .map_err(|e| e.to_string()),
             );
@@ -285,9 +285,7 @@ fn method_notes(cfg: &Config) -> Vec<String> {
         "Durability: every FerriteFS operation is durable and atomic when it returns (one fence \
          per write; fsync then has nothing to do and issues no fence); tmpfs keeps everything in DRAM (fsync does nothing); ext4 commits its journal on \
          fsync, through a loop device to a /dev/shm file. hw-memcpy moves bytes with no flush; \
-         hw-ntstore uses non-temporal stores and a fence per fsync; hw-flush stores through the \
-         cache and flushes the stored lines and fences at fsync (the floor for stores into a \
-         mapping or a persistent buffer)."
+         hw-ntstore uses non-temporal stores and a fence per fsync."
             .into(),
         "The machine has no persistent memory: pools live in /dev/shm, so stores reach DRAM. \
          Emulation profiles (--emulate) add delays per fence, per written cache line and per read."

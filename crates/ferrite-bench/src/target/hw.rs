@@ -1,61 +1,23 @@
 //! The hardware limit: raw copies into a shared mapping of a /dev/shm file, with no
 //! file system at all. A "file" is a fixed-size region of the mapping.
 //!
-//! Three flavours:
+//! Two flavours:
 //! - `hw-memcpy`: cached stores (a plain memcpy), `fsync` does nothing: the speed of
 //!   light for moving bytes, with no durability.
 //! - `hw-ntstore`: non-temporal stores, `fsync` is a store fence: the least work that
 //!   makes a write persistent on real persistent memory.
-//! - `hw-flush`: cached stores, `fsync` flushes the lines the thread stored since its
-//!   last `fsync` (the persistence module's flush instruction) and fences: the least
-//!   work that makes *cached* stores durable, which is what a store into a DAX mapping
-//!   followed by msync, or a program filling a persistent buffer, must pay.
 //!
 //! Invariants: every store goes through `MmapMedium` (bounds-checked, counted); a
 //! write past a region's capacity fails with `NoSpace`; metadata operations are
-//! `Unsupported`; `hw-flush` flushes the lines from the lowest to the highest byte the
-//! calling thread stored since its last `fsync` (tracked per thread: the benchmark's
-//! threads each write and then sync).
+//! `Unsupported`.
 
 use super::{Handle, Kind, TResult, Target, TargetError};
 use ferrite_core::pmem::{Medium, StatsSnapshot};
 use ferrite_core::{MapOptions, MmapMedium};
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-
-/// How a hardware target stores and persists.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HwMode {
-    /// Cached stores, no persistence (`hw-memcpy`).
-    Memcpy,
-    /// Non-temporal stores, a fence per fsync (`hw-ntstore`).
-    NtStore,
-    /// Cached stores, line flushes and a fence per fsync (`hw-flush`).
-    Flush,
-}
-
-impl HwMode {
-    /// Every flavour, in the order the report lists them.
-    pub const ALL: [HwMode; 3] = [HwMode::Memcpy, HwMode::NtStore, HwMode::Flush];
-
-    /// The target's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            HwMode::Memcpy => "hw-memcpy",
-            HwMode::NtStore => "hw-ntstore",
-            HwMode::Flush => "hw-flush",
-        }
-    }
-}
-
-thread_local! {
-    /// `hw-flush`: the medium range `[lo, hi)` this thread stored since its last
-    /// fsync (empty when `lo >= hi`).
-    static DIRTY: Cell<(u64, u64)> = const { Cell::new((u64::MAX, 0)) };
-}
 
 /// One "file": a region of the mapping.
 pub struct Region {
@@ -66,7 +28,8 @@ pub struct Region {
 
 /// The hardware-limit target.
 pub struct HwTarget {
-    mode: HwMode,
+    name: String,
+    nt: bool,
     path: PathBuf,
     region: u64,
     nregions: u64,
@@ -75,12 +38,19 @@ pub struct HwTarget {
 }
 
 impl HwTarget {
-    /// A mapping of `nregions` regions of `region` bytes at `path`, stored to and
-    /// persisted as `mode` says.
-    pub fn new(path: PathBuf, region: u64, nregions: u64, mode: HwMode) -> TResult<Self> {
+    /// A mapping of `nregions` regions of `region` bytes at `path`; `nt`: non-temporal
+    /// stores and a fence per fsync, else plain memcpy.
+    pub fn new(path: PathBuf, region: u64, nregions: u64, nt: bool) -> TResult<Self> {
         let region = region.div_ceil(4096) * 4096;
-        let mut t =
-            HwTarget { mode, path, region, nregions, m: None, files: Mutex::new(HashMap::new()) };
+        let mut t = HwTarget {
+            name: if nt { "hw-ntstore".into() } else { "hw-memcpy".into() },
+            nt,
+            path,
+            region,
+            nregions,
+            m: None,
+            files: Mutex::new(HashMap::new()),
+        };
         t.reset()?;
         Ok(t)
     }
@@ -123,17 +93,10 @@ impl HwTarget {
             return Err(TargetError::NoSpace(format!("region holds {} bytes", r.cap)));
         }
         let m = self.m()?;
-        let at = r.base + off;
-        match self.mode {
-            HwMode::NtStore => m.write_nt(at, data),
-            HwMode::Memcpy => m.write(at, data),
-            HwMode::Flush => {
-                m.write(at, data);
-                DIRTY.with(|d| {
-                    let (lo, hi) = d.get();
-                    d.set((lo.min(at), hi.max(at + data.len() as u64)));
-                });
-            }
+        if self.nt {
+            m.write_nt(r.base + off, data);
+        } else {
+            m.write(r.base + off, data);
         }
         r.len.fetch_max(end, Ordering::AcqRel);
         Ok(())
@@ -149,23 +112,15 @@ impl Drop for HwTarget {
 
 impl Target for HwTarget {
     fn name(&self) -> &str {
-        self.mode.name()
+        &self.name
     }
 
     fn describe(&self) -> String {
-        match self.mode {
-            HwMode::NtStore => {
-                "hardware limit: non-temporal stores into a /dev/shm mapping, fsync = sfence"
-            }
-            HwMode::Memcpy => {
-                "hardware limit: memcpy into a /dev/shm mapping, no flush, fsync does nothing"
-            }
-            HwMode::Flush => {
-                "hardware limit for cached stores: memcpy into a /dev/shm mapping, fsync = \
-                 line flushes of what the thread stored since its last fsync, then sfence"
-            }
+        if self.nt {
+            "hardware limit: non-temporal stores into a /dev/shm mapping, fsync = sfence".into()
+        } else {
+            "hardware limit: memcpy into a /dev/shm mapping, no flush, fsync does nothing".into()
         }
-        .into()
     }
 
     fn kind(&self) -> Kind {
@@ -221,17 +176,8 @@ impl Target for HwTarget {
     }
 
     fn fsync(&self, _h: &Handle) -> TResult<()> {
-        let m = self.m()?;
-        match self.mode {
-            HwMode::Memcpy => {}
-            HwMode::NtStore => m.fence(),
-            HwMode::Flush => {
-                let (lo, hi) = DIRTY.with(|d| d.replace((u64::MAX, 0)));
-                if lo < hi {
-                    m.flush(lo, hi - lo);
-                }
-                m.fence();
-            }
+        if self.nt {
+            self.m()?.fence();
         }
         Ok(())
     }
@@ -266,7 +212,7 @@ impl Target for HwTarget {
 
     fn persist_counters(&self) -> Option<StatsSnapshot> {
         // Plain memcpy is neither flushed nor fenced: nothing to count.
-        self.m.as_ref().filter(|_| self.mode != HwMode::Memcpy).map(|m| m.stats().snapshot())
+        self.m.as_ref().filter(|_| self.nt).map(|m| m.stats().snapshot())
     }
 }
 
@@ -277,8 +223,8 @@ mod tests {
     #[test]
     fn regions_write_read_append_and_bounds() {
         let dir = tempfile::tempdir().unwrap();
-        for mode in HwMode::ALL {
-            let t = HwTarget::new(dir.path().join(mode.name()), 8192, 2, mode).unwrap();
+        for nt in [false, true] {
+            let t = HwTarget::new(dir.path().join(format!("hw{nt}")), 8192, 2, nt).unwrap();
             let f0 = t.persist_counters().map(|c| c.fences);
             let h = t.create("a", false).unwrap();
             t.write_at(&h, 100, b"xyz").unwrap();
@@ -293,26 +239,7 @@ mod tests {
             assert!(matches!(t.create("c", false), Err(TargetError::NoSpace(_))));
             assert!(matches!(t.rename("a", "b"), Err(TargetError::Unsupported(_))));
             let f1 = t.persist_counters().map(|c| c.fences);
-            assert_eq!(f1.zip(f0).map(|(a, b)| a - b), (mode != HwMode::Memcpy).then_some(1));
+            assert_eq!(f1.zip(f0).map(|(a, b)| a - b), nt.then_some(1));
         }
-    }
-
-    #[test]
-    fn hw_flush_flushes_what_the_thread_stored_and_no_more() {
-        let dir = tempfile::tempdir().unwrap();
-        let t = HwTarget::new(dir.path().join("f"), 1 << 16, 1, HwMode::Flush).unwrap();
-        let h = t.create("a", false).unwrap();
-        let flushed = || t.persist_counters().unwrap().flushed_bytes;
-        let fences = || t.persist_counters().unwrap().fences;
-        let (f0, n0) = (flushed(), fences());
-        t.write_at(&h, 100, &[1u8; 8]).unwrap(); // one line
-        t.write_at(&h, 4000, &[2u8; 200]).unwrap(); // 4000..4200: lines 62 to 65
-        t.fsync(&h).unwrap();
-        let f1 = flushed();
-        // From the first stored line to the last: lines 1 to 65 of the region.
-        assert_eq!(f1 - f0, 65 * 64);
-        t.fsync(&h).unwrap(); // nothing stored since: a fence, no flush
-        assert_eq!(flushed(), f1);
-        assert_eq!(fences() - n0, 2);
     }
 }
