@@ -230,6 +230,67 @@ fn a_file_made_where_a_deleted_one_was_is_served_directly() {
     assert!(fsck.is_clean(), "{:?}", fsck.errors);
 }
 
+// ------------------------------------------------------- exclusive creates
+
+#[test]
+#[ignore = "run by exclusive_creates_are_direct_and_ask_once_per_name"]
+fn child_exclusive() {
+    let dir = PathBuf::from(env("FT_PATH"));
+    let n = env_n("FT_N");
+    let new = |p: &Path| std::fs::OpenOptions::new().write(true).create_new(true).open(p);
+    for i in 0..n {
+        let mut f = new(&dir.join(format!("x{i}"))).unwrap();
+        f.write_all(&vec![i as u8; 5000]).unwrap();
+    }
+    // An existing name of any type fails at once, without opening it (a FIFO's
+    // open would block until a reader came).
+    for name in ["x0", "fifo", "sub"] {
+        let e = new(&dir.join(name)).map(|_| ()).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EEXIST), "{name}: {e}");
+    }
+}
+
+/// An exclusive create (O_CREAT | O_EXCL: cp, tar, git) through the preload
+/// library asks the daemon about the name once. The library used to look the name
+/// up first (to keep FIFOs from being opened with its O_DIRECT marker), and FUSE
+/// asks again for every cached name an O_EXCL open finds: two lookups per file.
+#[test]
+fn exclusive_creates_are_direct_and_ask_once_per_name() {
+    let mut m = Mount::new("direct-excl", "64M", "");
+    let stats = m.scratch().join("stats");
+    let d = m.path("d");
+    std::fs::create_dir_all(d.join("sub")).unwrap();
+    let fifo = std::ffi::CString::new(d.join("fifo").as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let n = 200u64;
+    run_child(
+        child("child_exclusive")
+            .env("FT_PATH", &d)
+            .env("FT_N", n.to_string())
+            .env("FERRITE_DIRECT_STATS", &stats),
+        "preloaded child",
+    );
+    for i in 0..n {
+        let got = std::fs::read(d.join(format!("x{i}"))).unwrap();
+        assert!(got == vec![i as u8; 5000], "x{i} reads back differently");
+    }
+    let s = direct_stats(&stats);
+    assert!(s[0].direct >= n, "the writes were served directly: {s:?}");
+    m.umount();
+    let log = m.log_text();
+    let lookups: u64 = log
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("lookup="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no lookup count in the log:\n{log}"));
+    // One per new name, the three existing names, the directory and the reads
+    // above (which find the names cached), with room for the kernel's own.
+    assert!(lookups <= n + 20, "{lookups} lookups for {n} exclusive creates:\n{log}");
+    let (_, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "{:?}", fsck.errors);
+}
+
 // ------------------------------------------------- stat after direct writes
 
 #[test]

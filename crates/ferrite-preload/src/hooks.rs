@@ -225,11 +225,15 @@ fn open_direct(
 ) -> R<c_int> {
     let client = if flags & libc::O_PATH != 0 { None } else { m.client() };
     let mut marker = client.is_some() && flags & (libc::O_DIRECT | libc::O_DIRECTORY) == 0;
-    if marker {
+    if marker && !creates_new(flags) {
         // The marker is for regular files. A FIFO's open blocks until its other end
         // opens and only then fails with O_DIRECT, which would leave a writer at the
         // other end without a reader for a moment: look first (from the kernel's
-        // caches; a missing name is created as a regular file).
+        // caches; a missing name is created as a regular file). An exclusive create
+        // needs no look: it makes a new regular file or fails with EEXIST, whatever
+        // the name is now; and the look would cost it two round trips to the daemon
+        // (FUSE asks again for every name an O_EXCL open finds cached, and the
+        // look refreshes the directory's attributes first).
         let t = real::type_at(dirfd, p, flags & libc::O_NOFOLLOW != 0);
         marker = matches!(t, Ok(libc::S_IFREG) | Err(libc::ENOENT));
     }
@@ -263,6 +267,12 @@ fn open_direct(
         }
     }
     Ok(fd)
+}
+
+/// An open that can only make a new regular file (O_CREAT with O_EXCL): whatever
+/// the name is now, it either creates one or fails with EEXIST.
+fn creates_new(flags: c_int) -> bool {
+    flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL
 }
 
 /// `fd` was just made by a call this library does not track: make sure no stale
