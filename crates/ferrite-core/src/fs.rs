@@ -770,6 +770,12 @@ impl<M: Medium> Fs<M> {
         shard_hint(self.geo.nshards)
     }
 
+    /// Is inode `ino` in this process's DRAM cache (its index built)? A hint: it
+    /// may be loaded or evicted right after.
+    pub fn is_loaded(&self, ino: u64) -> bool {
+        self.cache_shard(ino).read().contains_key(&ino)
+    }
+
     pub(crate) fn cache_shard(&self, ino: u64) -> &RwLock<HashMap<u64, Arc<Inode>>> {
         &self.cache[(ino as usize) % CACHE_SHARDS]
     }

@@ -69,9 +69,15 @@ pub const NO_DIRECT: u32 = 1;
 /// Inode flag: a client mapped the inode shared through the kernel; the same rule.
 /// Set by that client, cleared by the daemon when no handle of the inode is left.
 pub const MAPPED: u32 = 2;
+/// Inode flag: a client holds a handle of the inode open for writing, so the
+/// kernel's cached attributes of it may be stale (direct writes move its size and
+/// times unseen). Kept by the daemon, which clears it at the last such release
+/// only after the kernel dropped those attributes: while it is clear, a stat
+/// through the kernel is current.
+pub const WRITERS: u32 = 4;
 
 const MAGIC: [u32; 2] = [u32::from_le_bytes(*b"FRRT"), u32::from_le_bytes(*b"SHM1")];
-const VERSION: u32 = 5;
+const VERSION: u32 = 6;
 /// `FUTEX_OWNER_DIED`: set by the kernel in a robust futex word whose owner died.
 pub const OWNER_DIED: u32 = 0x4000_0000;
 const WAITERS: u32 = 1 << 31;
@@ -812,6 +818,11 @@ impl Party {
     /// Must `ino` be written through the kernel (page-cache users exist)?
     pub fn no_direct(&self, ino: u64) -> bool {
         self.table.flags(ino) & (NO_DIRECT | MAPPED) != 0
+    }
+
+    /// Does a client hold `ino` open for writing ([`WRITERS`])?
+    pub fn writers_open(&self, ino: u64) -> bool {
+        self.table.flags(ino) & WRITERS != 0
     }
 }
 

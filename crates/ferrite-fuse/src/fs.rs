@@ -423,6 +423,10 @@ impl FerriteFuse {
         if flags & libc::O_DIRECT != 0 {
             if write {
                 c.direct_writers += 1;
+                if c.direct_writers == 1 {
+                    // Before the reply: clients stat it from the pool from now on.
+                    d.table.set_flag(ino, ferrite_core::share::WRITERS, true);
+                }
                 drop(opens);
                 // Counted first, so replies from now on carry no attribute TTL; then
                 // what the kernel cached before goes (it will change under it).
@@ -460,16 +464,22 @@ impl FerriteFuse {
             OpenKind::DirectWriter => c.direct_writers -= 1,
             _ => {}
         }
+        let last_writer = h.kind == OpenKind::DirectWriter && c.direct_writers == 0;
         if c.total == 0 {
             // No handle left: no shared mapping of it is left either.
             d.table.set_flag(h.ino, ferrite_core::share::MAPPED, false);
             opens.remove(&h.ino);
         }
-        drop(opens);
         if h.kind == OpenKind::DirectWriter {
             // The client may have written through this handle: whatever the kernel
             // holds (replies carried no TTL meanwhile, but a late one may) is dropped.
+            // The last writer's flag goes only after that, and under the lock, so a
+            // writer opening meanwhile keeps it: while it is clear, a stat through
+            // the kernel is current.
             self.inval_attrs(h.nodeid);
+            if last_writer {
+                d.table.set_flag(h.ino, ferrite_core::share::WRITERS, false);
+            }
         }
     }
 

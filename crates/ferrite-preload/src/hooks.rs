@@ -1074,7 +1074,9 @@ fn fill_statx(dev: u64, a: &ferrite_core::Attr, s: &mut libc::statx) {
 /// stale. A file a direct-access client writes has its attributes sent with no
 /// time-to-live and dropped from the kernel's cache at the writer's release, so the
 /// kernel's next stat of it asks the daemon, a round trip (about 14 us on this
-/// machine type, where a stat from the caches takes 2).
+/// machine type, where a stat from the caches takes 2). A file no client has open
+/// for writing ([`ferrite_core::share::WRITERS`]) and this process has not loaded
+/// is left to the kernel, whose attributes of it are current then.
 fn path_attr(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<(u64, ferrite_core::Attr)> {
     if path.is_null() || table::inside() || flags & libc::AT_STATX_FORCE_SYNC != 0 {
         return None;
@@ -1099,6 +1101,13 @@ fn path_attr(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<(u64, fe
         return None; // only regular files change under the kernel's cache
     }
     if st.stx_ino >= ferrite_direct::ALT_NODE_BASE {
+        return None;
+    }
+    if !c.fs().is_loaded(st.stx_ino) && !c.party().writers_open(st.stx_ino) {
+        // No client writes it, so the kernel's attributes are current (or dropped
+        // at the last writer's release, and asked for again): let the kernel answer
+        // rather than load the inode here (a walk of its log and an index that a
+        // tree walk would build for every file, at twice the plain mount's time).
         return None;
     }
     let a = c.fs().getattr(st.stx_ino).ok()?;
