@@ -315,6 +315,56 @@ fn a_stat_is_current_and_loads_only_files_a_client_writes() {
     assert!(fsck.is_clean(), "{:?}", fsck.errors);
 }
 
+#[test]
+#[ignore = "run by a_copy_from_another_file_system_asks_the_daemon_nothing"]
+fn child_cross_copy() {
+    use std::os::fd::AsRawFd;
+    let src = std::fs::File::open(env("FT_SRC")).unwrap();
+    let dst = std::fs::File::create(env("FT_PATH")).unwrap();
+    for _ in 0..env_n("FT_N") {
+        // SAFETY: two open descriptors, no offsets.
+        let r = unsafe {
+            libc::copy_file_range(
+                src.as_raw_fd(),
+                std::ptr::null_mut(),
+                dst.as_raw_fd(),
+                std::ptr::null_mut(),
+                4096,
+                0,
+            )
+        };
+        let e = std::io::Error::last_os_error().raw_os_error();
+        assert_eq!((r, e), (-1, Some(libc::EXDEV)), "copy_file_range across file systems");
+    }
+    // cp's fallback: read and write.
+    (&dst).write_all(&std::fs::read(env("FT_SRC")).unwrap()).unwrap();
+}
+
+/// Regression: before forwarding a copy_file_range with one direct side to the
+/// kernel, the library made the kernel ask the daemon for that file's size (its
+/// cached size predates the direct writes). Between file systems the kernel copies
+/// nothing (EXDEV), and `cp` tries it for every file before reading and writing:
+/// one wasted round trip per file copied into the mount under `ferrite run`.
+#[test]
+fn a_copy_from_another_file_system_asks_the_daemon_nothing() {
+    let mut m = Mount::new("direct-xcopy", "64M", "");
+    let src = m.scratch().join("outside");
+    std::fs::write(&src, vec![5u8; 10_000]).unwrap();
+    let p = m.path("in");
+    let n = 50u64;
+    run_child(
+        child("child_cross_copy").env("FT_SRC", &src).env("FT_PATH", &p).env("FT_N", n.to_string()),
+        "preloaded child",
+    );
+    assert_eq!(std::fs::read(&p).unwrap(), vec![5u8; 10_000]);
+    m.umount();
+    // The create's and this process's read's, not one per refused copy.
+    let asked = m.served("getattr");
+    assert!(asked < 10, "{asked} GETATTRs for {n} copies the kernel refuses\n{}", m.log_text());
+    let (_, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "{:?}", fsck.errors);
+}
+
 // ------------------------------------------------------- exclusive creates
 
 #[test]

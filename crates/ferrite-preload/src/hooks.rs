@@ -1199,12 +1199,21 @@ pub unsafe extern "C" fn copy_file_range(
     let same = matches!((&a, &b), (Some((x, _)), Some((y, _))) if x.ino == y.ino);
     if a.is_none() || b.is_none() || same {
         // Not between two direct files: the kernel checks and copies (through the
-        // daemon), once it knows the direct side's current size.
-        for (side, fd) in [(&a, fd_in), (&b, fd_out)] {
-            if let Some((d, _)) = side {
-                d.kernel_io.store(true, Ordering::Relaxed);
-                real::refresh_kernel_attrs(fd);
-                stats::kernel();
+        // daemon), once it knows the direct side's current size. Between file
+        // systems it copies nothing (EXDEV: FUSE copies only within its mount), so
+        // the size need not be asked for: `cp` tries this for every file before it
+        // reads and writes, and paid a round trip to the daemon each time.
+        let dev = |s: &Option<(Arc<Desc>, &Client)>, fd| match s {
+            Some((d, _)) => Some(d.dev),
+            None => real::dev_of(fd),
+        };
+        if same || dev(&a, fd_in).zip(dev(&b, fd_out)).is_none_or(|(x, y)| x == y) {
+            for (side, fd) in [(&a, fd_in), (&b, fd_out)] {
+                if let Some((d, _)) = side {
+                    d.kernel_io.store(true, Ordering::Relaxed);
+                    real::refresh_kernel_attrs(fd);
+                    stats::kernel();
+                }
             }
         }
         drop(e);
