@@ -637,9 +637,52 @@ impl InodeAlloc {
     }
 }
 
+/// Call `run(start, len)` for each maximal run of consecutive blocks in
+/// `[from, to)` for which `keep` holds. `keep` is asked once per block, in order
+/// (it may have effects, as a claim has).
+pub(crate) fn runs_where(
+    from: u64,
+    to: u64,
+    mut keep: impl FnMut(u64) -> bool,
+    mut run: impl FnMut(u64, u64),
+) {
+    let mut start: Option<u64> = None;
+    for b in from..=to {
+        match (b < to && keep(b), start) {
+            (true, None) => start = Some(b),
+            (false, Some(s)) => {
+                run(s, b - s);
+                start = None;
+            }
+            _ => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_where_finds_maximal_runs_and_asks_each_block_once() {
+        let mut asked = Vec::new();
+        let mut runs = Vec::new();
+        let keep = [false, true, true, false, true, false, false, true];
+        runs_where(
+            10,
+            18,
+            |b| {
+                asked.push(b);
+                keep[(b - 10) as usize]
+            },
+            |s, n| runs.push((s, n)),
+        );
+        assert_eq!(asked, (10..18).collect::<Vec<_>>());
+        assert_eq!(runs, vec![(11, 2), (14, 1), (17, 1)]);
+        runs.clear();
+        runs_where(5, 5, |_| true, |s, n| runs.push((s, n)));
+        assert!(runs.is_empty());
+    }
 
     /// A 1024-block, 2-shard geometry and its allocator with every data block free.
     fn fresh_blocks() -> (Geometry, BlockAlloc) {

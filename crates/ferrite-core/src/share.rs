@@ -558,18 +558,7 @@ impl Table {
     /// Runs of blocks owned by `p` in `[from, to)`.
     pub fn owned_runs(&self, p: u32, from: u64, to: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
-        let mut run: Option<u64> = None;
-        for b in from..=to {
-            let mine = b < to && self.owner(b) == p;
-            match (mine, run) {
-                (true, None) => run = Some(b),
-                (false, Some(s)) => {
-                    out.push((s, b - s));
-                    run = None;
-                }
-                _ => {}
-            }
-        }
+        crate::alloc::runs_where(from, to, |b| self.owner(b) == p, |s, n| out.push((s, n)));
         out
     }
 }

@@ -435,18 +435,8 @@ impl<M: Medium> Fs<M> {
     /// through the preload library into blocks granted before: medians about 1,070
     /// -> 820 ns, four alternating pairs).
     fn populate_new(&self, b: u64, n: u64) {
-        let mut run: Option<u64> = None;
-        for x in b..=b + n {
-            let fresh = x < b + n && self.populated.as_ref().is_some_and(|p| p.claim(x));
-            match (fresh, run) {
-                (true, None) => run = Some(x),
-                (false, Some(s)) => {
-                    self.m.populate(s * BLOCK, (x - s) * BLOCK);
-                    run = None;
-                }
-                _ => {}
-            }
-        }
+        let fresh = |x| self.populated.as_ref().is_some_and(|p| p.claim(x));
+        crate::alloc::runs_where(b, b + n, fresh, |s, k| self.m.populate(s * BLOCK, k * BLOCK));
     }
 
     /// A client's allocator is dry: ask the daemon for at least `need` blocks.
