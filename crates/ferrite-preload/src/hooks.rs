@@ -245,7 +245,9 @@ fn open_direct(
     }
     let fd = r?;
     table::set(fd, None);
-    if client.is_some() {
+    // Only regular files are served here: a directory's open needs no look at what
+    // it opened (find, ls -R and rm -r open every directory they pass).
+    if client.is_some() && flags & libc::O_DIRECTORY == 0 {
         if let Ok(st) = real::statx_cached(fd) {
             let dev = libc::makedev(st.stx_dev_major, st.stx_dev_minor);
             if st.stx_mode as u32 & libc::S_IFMT == libc::S_IFREG && dev == m.dev {
