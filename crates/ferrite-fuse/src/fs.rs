@@ -13,7 +13,10 @@
 //!   in [`DirectState`]). So: while a client has an inode open for writing, every
 //!   reply carries a zero attribute time-to-live for it, and the kernel's cached
 //!   attributes are dropped (notify_inval_inode, attributes only) when such a handle
-//!   is opened (after counting it, before the reply) and when it is released.
+//!   is opened (after counting it, before the reply) and when it is released. The
+//!   coordination table's WRITERS flag says the same to clients: set with the first
+//!   such handle (before the reply), cleared at the last release only after the
+//!   kernel's attributes were dropped, under the lock of the counts.
 //!   `-o nocache` gives every reply a zero time-to-live instead.
 //! - Attributes of a reply that the kernel may cache are the core's caught-up ones
 //!   (`Fs::getattr`, and `Fs::open` for lookups), never the daemon's possibly lagging
