@@ -713,7 +713,7 @@ impl<M: Medium> Fs<M> {
     pub fn fsync(&self, ino: u64, _datasync: bool) -> Result<()> {
         // An inode in this process's cache exists (a direct-access client's entry
         // may be stale: `inode` checks it), and no reference to it is taken.
-        if !self.is_client() && self.cache_shard(ino).read().contains_key(&ino) {
+        if !self.is_client() && self.is_loaded(ino) {
             return Ok(());
         }
         self.inode(ino)?;

@@ -242,19 +242,7 @@ pub fn type_at(dirfd: c_int, path: &CStr, nofollow: bool) -> Result<u32, c_int> 
 
 /// The device (st_dev) of the file `fd` names, from the kernel's caches.
 pub fn dev_of(fd: c_int) -> Option<u64> {
-    let f = real().statx?;
-    // SAFETY: a zeroed statx is valid; the path is the empty C string.
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    let r = unsafe {
-        f(
-            fd,
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC,
-            libc::STATX_TYPE,
-            &mut st,
-        )
-    };
-    (r == 0).then(|| libc::makedev(st.stx_dev_major, st.stx_dev_minor))
+    statx_cached(fd).ok().map(|st| libc::makedev(st.stx_dev_major, st.stx_dev_minor))
 }
 
 /// Make the kernel ask the daemon for a file's attributes now (its cached size
