@@ -46,6 +46,14 @@ impl Bitmap {
     pub fn new(bits: u64) -> Bitmap {
         Bitmap { words: vec![0; bits.div_ceil(64) as usize], bits }
     }
+    /// `bits` set bits (the bits past `bits` in the last word stay clear).
+    pub fn full(bits: u64) -> Bitmap {
+        let mut words = vec![!0u64; bits.div_ceil(64) as usize];
+        if let Some(last) = words.last_mut().filter(|_| bits % 64 != 0) {
+            *last = (1u64 << (bits % 64)) - 1;
+        }
+        Bitmap { words, bits }
+    }
     /// From little-endian bytes.
     pub fn from_bytes(bits: u64, b: &[u8]) -> Bitmap {
         let mut bm = Bitmap::new(bits);
@@ -543,6 +551,14 @@ pub struct InodeAlloc {
 }
 
 impl InodeAlloc {
+    /// Every inode number in use: nothing to allocate (a direct-access client's,
+    /// whose creates go through the mount), built without a look at each number.
+    pub fn full(geo: &Geometry) -> Self {
+        let per = geo.ninodes / geo.nshards as u64;
+        let shards = (0..geo.nshards).map(|_| Mutex::new((Bitmap::full(per), 0, 0))).collect();
+        InodeAlloc { geo: *geo, shards, free: AtomicU64::new(0) }
+    }
+
     /// From the set of used inode numbers (bit `ino - 1`).
     pub fn from_used(geo: &Geometry, used: &Bitmap) -> Self {
         let per = geo.ninodes / geo.nshards as u64;
@@ -776,6 +792,27 @@ mod tests {
         assert!(matches!(ia.free(i), Err(Error::Corrupt(_))));
         assert!(matches!(ia.free(0), Err(Error::Corrupt(_))));
         assert!(matches!(ia.free(65), Err(Error::Corrupt(_))));
+    }
+
+    #[test]
+    fn a_full_inode_allocator_is_the_one_built_from_every_number_in_use() {
+        for bits in [0, 1, 63, 64, 65, 130] {
+            let f = Bitmap::full(bits);
+            assert_eq!(f.count(), bits, "{bits} bits");
+            assert!((0..bits).all(|i| f.get(i)) && !f.get(bits));
+        }
+        let g = Geometry::compute(4096, 4, 256).unwrap();
+        let mut all = Bitmap::new(g.ninodes);
+        (0..g.ninodes).for_each(|i| all.set(i));
+        let (a, b) = (InodeAlloc::full(&g), InodeAlloc::from_used(&g, &all));
+        for ia in [&a, &b] {
+            assert_eq!(ia.free_inodes(), 0);
+            assert!(matches!(ia.alloc(1), Err(Error::NoSpace)));
+            ia.free(77).unwrap();
+            assert_eq!(ia.alloc(0).unwrap(), 77);
+            assert!(matches!(ia.free(g.ninodes + 1), Err(Error::Corrupt(_))));
+        }
+        assert_eq!(a.used_bitmap().to_bytes(), b.used_bitmap().to_bytes());
     }
 
     proptest::proptest! {

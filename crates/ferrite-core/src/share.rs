@@ -37,7 +37,12 @@
 //! kernel backs lazily: a pool without shared blocks touches none of it.
 //!
 //! Per party: its state ([`P_FREE`], [`P_ACTIVE`], [`P_REVOKED`]), pid, the
-//! blocks in its allocator, and its operations in progress on shared inodes. A party
+//! blocks in its allocator, its operations in progress on shared inodes, and its
+//! *span*: the lowest and highest inode number it ever locked, marked written or
+//! DAX-mapped, and the lowest and highest 64-block chunk of the blocks marked owned
+//! by it. A span is widened *before* the mark it covers, so the daemon resolving a
+//! party looks only inside it: a client that only read (most processes) is
+//! resolved without a look at any inode or block, whatever the pool's size. A party
 //! counts an operation, then checks it is still active (and the daemon alive), every
 //! time it acquires a lock; the daemon revokes a party, waits while the party lives
 //! and has operations in progress, then takes each of its locks once: after that, the
@@ -77,7 +82,7 @@ pub const MAPPED: u32 = 2;
 pub const WRITERS: u32 = 4;
 
 const MAGIC: [u32; 2] = [u32::from_le_bytes(*b"FRRT"), u32::from_le_bytes(*b"SHM1")];
-const VERSION: u32 = 6;
+const VERSION: u32 = 7;
 /// `FUTEX_OWNER_DIED`: set by the kernel in a robust futex word whose owner died.
 pub const OWNER_DIED: u32 = 0x4000_0000;
 const WAITERS: u32 = 1 << 31;
@@ -114,6 +119,17 @@ const S_POOL: usize = 2; // two words
 /// Operations of the party in progress on shared inodes (a client's holds): the
 /// daemon waits for them to end before it takes a live client's locks over.
 const S_BUSY: usize = 4;
+/// The party's span (see the module invariants): inode numbers, then chunks of
+/// [`SPAN_CHUNK`] blocks, each as lowest and highest (inclusive). Empty is
+/// `u32::MAX, 0`; a number from [`SPAN_END`] on reads as "to the end".
+const S_INO_LO: usize = 5;
+const S_INO_HI: usize = 6;
+const S_CHUNK_LO: usize = 7;
+const S_CHUNK_HI: usize = 8;
+/// Blocks per chunk of a party's block span.
+const SPAN_CHUNK: u64 = 64;
+/// Span words saturate here (a pool of more than 2^32 inodes or 2^38 blocks).
+const SPAN_END: u32 = u32::MAX - 1;
 
 // Inode entries.
 const ENTRY_WORDS: usize = 8;
@@ -305,6 +321,7 @@ impl Table {
                 w[S_PID].store(pid, Ordering::Relaxed);
                 w[S_POOL].store(0, Ordering::Relaxed);
                 w[S_POOL + 1].store(0, Ordering::Relaxed);
+                self.clear_span(p);
                 return Some(p);
             }
         }
@@ -361,6 +378,67 @@ impl Table {
         w[S_POOL + 1].store(b, Ordering::Relaxed);
     }
 
+    /// Empty party `p`'s span (a new client, or one resolved).
+    pub fn clear_span(&self, p: u32) {
+        let w = self.party_words(p);
+        for (lo, hi) in [(S_INO_LO, S_INO_HI), (S_CHUNK_LO, S_CHUNK_HI)] {
+            w[lo].store(u32::MAX, Ordering::Relaxed);
+            w[hi].store(0, Ordering::Release);
+        }
+    }
+
+    /// Widen party `p`'s span `(lo, hi)` to cover `[a, b]`, before the mark it is
+    /// for: a load when it already does, the common case.
+    fn widen(&self, p: u32, (lo, hi): (usize, usize), a: u64, b: u64) {
+        if p == DAEMON {
+            return; // the daemon is never resolved
+        }
+        debug_assert!(a <= b, "span [{a}, {b}]");
+        let w = self.party_words(p);
+        let sat = |x: u64| x.min(SPAN_END as u64) as u32;
+        let (a, b) = (sat(a), sat(b));
+        if w[lo].load(Ordering::Acquire) > a {
+            w[lo].fetch_min(a, Ordering::AcqRel);
+        }
+        if w[hi].load(Ordering::Acquire) < b {
+            w[hi].fetch_max(b, Ordering::AcqRel);
+        }
+        // The mark that follows (a lock's compare-exchange may be Acquire only) must
+        // not be seen before the span that covers it.
+        fence(Ordering::Release);
+    }
+
+    /// Party `p`'s span, as `(first, last)` inclusive, with `end` for "to the end";
+    /// None when empty.
+    fn span(&self, p: u32, (lo, hi): (usize, usize), end: u64) -> Option<(u64, u64)> {
+        let w = self.party_words(p);
+        let (a, b) = (w[lo].load(Ordering::Acquire), w[hi].load(Ordering::Acquire));
+        if a > b {
+            return None;
+        }
+        let last = if b >= SPAN_END { end } else { b as u64 };
+        let first = if a >= SPAN_END { end } else { a as u64 };
+        Some((first, last))
+    }
+
+    /// What party `p` may have touched: the inode numbers `[first, last]` it may
+    /// have locked, marked written or DAX-mapped, and the blocks `[start, end)` it
+    /// may own (clipped to the table). Everything outside is certainly untouched.
+    pub fn touched(&self, p: u32) -> (Option<(u64, u64)>, Option<(u64, u64)>) {
+        let inos = self
+            .span(p, (S_INO_LO, S_INO_HI), self.ninodes)
+            .map(|(a, b)| (a.max(1), b.min(self.ninodes)))
+            .filter(|(a, b)| a <= b);
+        let last_chunk = self.nblocks.div_ceil(SPAN_CHUNK);
+        let blocks = self
+            .span(p, (S_CHUNK_LO, S_CHUNK_HI), last_chunk)
+            .map(|(a, b)| {
+                (a.saturating_mul(SPAN_CHUNK), (b + 1).saturating_mul(SPAN_CHUNK).min(self.nblocks))
+            })
+            .filter(|(a, b)| a < b);
+        (inos, blocks)
+    }
+
     /// Parties that are not free (the daemon included).
     pub fn active_parties(&self) -> Vec<u32> {
         (0..MAX_PARTIES).filter(|&p| self.party_state(p) != P_FREE).collect()
@@ -387,6 +465,7 @@ impl Table {
 
     /// Try once to take `ino`'s lock for party `p`.
     pub fn try_lock(&self, ino: u64, p: u32) -> bool {
+        self.widen(p, (S_INO_LO, S_INO_HI), ino, ino);
         self.entry(ino)[E_LOCK]
             .compare_exchange(0, p + 1, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
@@ -402,6 +481,7 @@ impl Table {
         steal_from: Option<u32>,
         alive: &dyn Fn(u32) -> Result<()>,
     ) -> Result<()> {
+        self.widen(p, (S_INO_LO, S_INO_HI), ino, ino);
         lock_word(&self.entry(ino)[E_LOCK], p, steal_from, alive)
     }
 
@@ -498,6 +578,7 @@ impl Table {
     pub fn mark_dirty(&self, ino: u64, p: u32) {
         let (w, bit) = self.dirty_word(ino, p);
         if w.load(Ordering::Relaxed) & bit == 0 {
+            self.widen(p, (S_INO_LO, S_INO_HI), ino, ino);
             w.fetch_or(bit, Ordering::AcqRel);
         }
     }
@@ -522,6 +603,7 @@ impl Table {
     pub fn set_dax(&self, ino: u64, p: u32, on: bool) {
         let (w, bit) = self.dax_word(ino, p);
         if on {
+            self.widen(p, (S_INO_LO, S_INO_HI), ino, ino);
             w.fetch_or(bit, Ordering::AcqRel);
         } else {
             w.fetch_and(!bit, Ordering::AcqRel);
@@ -550,6 +632,10 @@ impl Table {
     /// Mark blocks `[start, start + len)` owned by party `p`.
     pub fn set_owner(&self, start: u64, len: u64, p: u32) {
         assert!(start + len <= self.nblocks, "owner range out of the pool");
+        if len > 0 {
+            let chunk = |b: u64| b / SPAN_CHUNK;
+            self.widen(p, (S_CHUNK_LO, S_CHUNK_HI), chunk(start), chunk(start + len - 1));
+        }
         for b in &self.r.owners()[start as usize..(start + len) as usize] {
             b.store(p as u8, Ordering::Release);
         }
@@ -829,6 +915,34 @@ mod tests {
             Err(Error::NoSpace)
         }
         fn give_back(&self, _: &[(u64, u64)]) {}
+    }
+
+    #[test]
+    fn a_party_span_covers_each_mark_and_only_what_it_marked() {
+        let t = Arc::new(Table::create(Box::new(HeapRegion::new(64, 1000)), 64, 1000, &[7; 16]));
+        let (p, q) = (t.claim_party(1).unwrap(), t.claim_party(2).unwrap());
+        // A client that only reads touches nothing.
+        assert_eq!(t.touched(p), (None, None));
+        t.mark_dirty(9, p);
+        assert_eq!(t.touched(p), (Some((9, 9)), None));
+        assert!(t.try_lock(30, p));
+        t.unlock(30, p);
+        t.lock(4, p, None, &|_| Ok(())).unwrap();
+        t.set_dax(40, p, true);
+        t.set_owner(130, 3, p);
+        t.set_owner(700, 1, p);
+        assert_eq!(t.touched(p), (Some((4, 40)), Some((128, 704))));
+        // The last chunk is clipped to the table; the daemon's marks widen nothing.
+        t.set_owner(999, 1, p);
+        t.set_owner(5, 1, DAEMON);
+        t.lock(50, DAEMON, None, &|_| Ok(())).unwrap();
+        assert_eq!(t.touched(p), (Some((4, 40)), Some((128, 1000))));
+        assert_eq!(t.touched(q), (None, None));
+        // A freed and claimed again slot starts empty.
+        t.clear_span(p);
+        t.set_party_state(p, P_FREE);
+        assert_eq!(t.claim_party(3), Some(p));
+        assert_eq!(t.touched(p), (None, None));
     }
 
     #[test]

@@ -140,6 +140,10 @@ pub struct Resolved {
     pub inodes: u64,
     /// Blocks it held that went back to the daemon's allocator.
     pub blocks_returned: u64,
+    /// Inode entries of the table looked at (the party's span of inodes).
+    pub inodes_scanned: u64,
+    /// Block owners looked at (the party's span of blocks in the data area).
+    pub blocks_scanned: u64,
 }
 
 impl<M: Medium> Fs<M> {
@@ -483,14 +487,10 @@ impl<M: Medium> Fs<M> {
             return Err(Error::Disconnected("the pool is not mounted".into()));
         }
         party.check()?;
-        let mut all = crate::alloc::Bitmap::new(geo.ninodes);
-        for i in 0..geo.ninodes {
-            all.set(i);
-        }
         let verified = crate::verify::Verified::new(geo.nblocks);
         Ok(Fs {
             balloc: BlockAlloc::empty(&geo),
-            ialloc: InodeAlloc::from_used(&geo, &all),
+            ialloc: InodeAlloc::full(&geo),
             m,
             sb,
             geo,
@@ -633,7 +633,12 @@ impl<M: Medium> Fs<M> {
                 r?;
             }
         }
-        for ino in 1..=self.geo.ninodes {
+        // Only inside the party's span (share.rs): it was widened before each mark,
+        // so nothing outside it is the party's. A client that only read has none.
+        let (inos, blocks) = t.touched(party);
+        let (first, last) = inos.unwrap_or((1, 0));
+        out.inodes_scanned = (last + 1).saturating_sub(first);
+        for ino in first..=last {
             if !t.is_dirty(ino, party) && t.holder(ino) != Some(party) && !t.has_dax(ino, party) {
                 continue;
             }
@@ -649,12 +654,15 @@ impl<M: Medium> Fs<M> {
             r?;
         }
         // The data area: what the party still owns, no log references.
-        let runs = t.owned_runs(party, self.geo.data_start, self.geo.nblocks);
+        let (start, end) = blocks.map_or((0, 0), |(a, b)| (a.max(self.geo.data_start), b));
+        out.blocks_scanned = end.saturating_sub(start);
+        let runs = if start < end { t.owned_runs(party, start, end) } else { Vec::new() };
         for &(b, n) in &runs {
             t.set_owner(b, n, DAEMON);
             self.poison_on(self.balloc.free(b, n));
             out.blocks_returned += n;
         }
+        t.clear_span(party);
         t.set_party_state(party, P_FREE);
         self.publish_free();
         Ok(out)
