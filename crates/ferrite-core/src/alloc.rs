@@ -49,7 +49,7 @@ impl Bitmap {
     /// `bits` set bits (the bits past `bits` in the last word stay clear).
     pub fn full(bits: u64) -> Bitmap {
         let mut words = vec![!0u64; bits.div_ceil(64) as usize];
-        if let Some(last) = words.last_mut().filter(|_| bits % 64 != 0) {
+        if let Some(last) = words.last_mut().filter(|_| !bits.is_multiple_of(64)) {
             *last = (1u64 << (bits % 64)) - 1;
         }
         Bitmap { words, bits }

@@ -126,6 +126,9 @@ const S_INO_LO: usize = 5;
 const S_INO_HI: usize = 6;
 const S_CHUNK_LO: usize = 7;
 const S_CHUNK_HI: usize = 8;
+/// A range a party may have touched: `(first, last)` inodes or `[start, end)`
+/// blocks ([`Table::touched`]); None for nothing.
+pub type Span = Option<(u64, u64)>;
 /// Blocks per chunk of a party's block span.
 const SPAN_CHUNK: u64 = 64;
 /// Span words saturate here (a pool of more than 2^32 inodes or 2^38 blocks).
@@ -424,7 +427,7 @@ impl Table {
     /// What party `p` may have touched: the inode numbers `[first, last]` it may
     /// have locked, marked written or DAX-mapped, and the blocks `[start, end)` it
     /// may own (clipped to the table). Everything outside is certainly untouched.
-    pub fn touched(&self, p: u32) -> (Option<(u64, u64)>, Option<(u64, u64)>) {
+    pub fn touched(&self, p: u32) -> (Span, Span) {
         let inos = self
             .span(p, (S_INO_LO, S_INO_HI), self.ninodes)
             .map(|(a, b)| (a.max(1), b.min(self.ninodes)))
