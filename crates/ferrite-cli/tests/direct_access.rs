@@ -365,6 +365,62 @@ fn a_copy_from_another_file_system_asks_the_daemon_nothing() {
     assert!(fsck.is_clean(), "{:?}", fsck.errors);
 }
 
+// --------------------------------------------------- the working directory
+
+#[test]
+#[ignore = "run by relative_opens_follow_chdir_and_fchdir"]
+fn child_chdir() {
+    use std::os::fd::AsRawFd;
+    let (inside, outside) = (PathBuf::from(env("FT_PATH")), PathBuf::from(env("FT_OUT")));
+    let n = env_n("FT_N");
+    let write = |name: String| std::fs::write(name, vec![7u8; 4096]).unwrap();
+    // Outside the mount first, so a cached working directory would say so.
+    std::env::set_current_dir(&outside).unwrap();
+    write("outside".into());
+    std::env::set_current_dir(&inside).unwrap();
+    (0..n).for_each(|i| write(format!("a{i}")));
+    // Out again, then back in through a descriptor of a directory of the mount.
+    let sub = std::fs::File::open(inside.join("sub")).unwrap();
+    std::env::set_current_dir(&outside).unwrap();
+    write("outside2".into());
+    // SAFETY: an open directory descriptor.
+    assert_eq!(unsafe { libc::fchdir(sub.as_raw_fd()) }, 0);
+    (0..n).for_each(|i| write(format!("b{i}")));
+    // A thread started now asks on its own.
+    std::thread::spawn(move || (0..n).for_each(|i| write(format!("c{i}")))).join().unwrap();
+}
+
+/// Relative opens name their file from the working directory, which the library
+/// keeps per thread (a getcwd per open before) and asks again after each `chdir`
+/// and `fchdir`. Had it kept an old one, these opens would have been taken for
+/// opens outside the mount and their data written through the kernel.
+#[test]
+fn relative_opens_follow_chdir_and_fchdir() {
+    let mut m = Mount::new("direct-cwd", "64M", "");
+    let inside = m.path("in");
+    std::fs::create_dir_all(inside.join("sub")).unwrap();
+    let outside = m.scratch().join("out");
+    std::fs::create_dir_all(&outside).unwrap();
+    let n = 40u64;
+    run_child(
+        child("child_chdir")
+            .env("FT_PATH", &inside)
+            .env("FT_OUT", &outside)
+            .env("FT_N", n.to_string()),
+        "preloaded child",
+    );
+    for i in 0..n {
+        for p in [inside.join(format!("a{i}")), inside.join(format!("sub/b{i}"))] {
+            assert_eq!(std::fs::read(&p).unwrap(), vec![7u8; 4096], "{}", p.display());
+        }
+        assert_eq!(std::fs::read(inside.join(format!("sub/c{i}"))).unwrap(), vec![7u8; 4096]);
+    }
+    assert!(outside.join("outside").exists() && outside.join("outside2").exists());
+    m.umount();
+    let writes = m.served("write");
+    assert_eq!(writes, 0, "{writes} writes of {} went through the kernel\n{}", 3 * n, m.log_text());
+}
+
 // ------------------------------------------------------- exclusive creates
 
 #[test]

@@ -176,9 +176,11 @@ fn absolute(dirfd: c_int, path: &[u8]) -> Option<Vec<u8>> {
     if path.first() == Some(&b'/') {
         return Some(path.to_vec());
     }
-    let base =
-        if dirfd == libc::AT_FDCWD { std::env::current_dir().ok()? } else { real::fd_path(dirfd)? };
-    let mut v = base.as_os_str().as_bytes().to_vec();
+    let mut v = if dirfd == libc::AT_FDCWD {
+        table::with_ctx(|cx| cx.cwd()).flatten()?
+    } else {
+        real::fd_path(dirfd)?.as_os_str().as_bytes().to_vec()
+    };
     if v.last() != Some(&b'/') {
         v.push(b'/');
     }
@@ -197,7 +199,12 @@ fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_i
     }
     // SAFETY: a non-null C string from the caller.
     let p = unsafe { CStr::from_ptr(path) };
-    let m = {
+    // A directory or a path handle is never served here (`open_direct` keeps only
+    // regular files): no need to name where it is (a readlink of `dirfd` for each
+    // directory `find` or `rm -r` opens below another).
+    let m = if flags & (libc::O_DIRECTORY | libc::O_PATH) != 0 {
+        None
+    } else {
         let Some(_e) = table::enter() else { return plain() };
         absolute(dirfd, p.to_bytes()).and_then(|a| mounts::for_path(&a))
     };
@@ -335,6 +342,22 @@ pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_
 #[no_mangle]
 pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     open_at(dirfd, path, flags, 0)
+}
+
+/// chdir: the kernel's, then every thread's cached working directory is stale.
+#[no_mangle]
+pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
+    let r = forward!(chdir(path), -1);
+    table::CWD_GEN.fetch_add(1, Ordering::AcqRel);
+    r
+}
+
+/// fchdir: as [`chdir`].
+#[no_mangle]
+pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
+    let r = forward!(fchdir(fd), -1);
+    table::CWD_GEN.fetch_add(1, Ordering::AcqRel);
+    r
 }
 
 #[no_mangle]

@@ -102,6 +102,8 @@ reals! {
     execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
     fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
     close_range: fn(c_uint, c_uint, c_int) -> c_int;
+    chdir: fn(*const c_char) -> c_int;
+    fchdir: fn(c_int) -> c_int;
 }
 
 static REAL: OnceLock<Real> = OnceLock::new();

@@ -139,6 +139,9 @@ pub struct Ctx {
     pub counters: Arc<crate::stats::Counters>,
     /// The last descriptor this thread looked up, valid while [`GEN`] is unchanged.
     cache: RefCell<Cached>,
+    /// The working directory as this thread last asked (getcwd), with the
+    /// [`CWD_GEN`] it was asked under.
+    cwd: RefCell<(u64, Vec<u8>)>,
 }
 
 struct Cached {
@@ -156,7 +159,26 @@ impl Ctx {
             busy,
             counters: crate::stats::register(),
             cache: RefCell::new(Cached { fd: -1, gen: 0, desc: None }),
+            cwd: RefCell::new((0, Vec::new())),
         }
+    }
+
+    /// The working directory: asked of the kernel (getcwd) once per thread and per
+    /// change through `chdir` or `fchdir`, which move [`CWD_GEN`]. Relative opens
+    /// (tar, git and make work in their target directory) used to ask every time.
+    /// A directory renamed since stays on the same mount (a rename never crosses
+    /// one), and only the mount of a path is decided from it: the device of what
+    /// an open finds is checked against the mount's (`open_direct`).
+    pub fn cwd(&self) -> Option<Vec<u8>> {
+        use std::os::unix::ffi::OsStrExt;
+        let gen = CWD_GEN.load(Ordering::Acquire);
+        let mut c = self.cwd.borrow_mut();
+        if c.0 != gen {
+            // Read the generation before asking: a change after the answer moves it.
+            let d = std::env::current_dir().ok()?;
+            *c = (gen, d.as_os_str().as_bytes().to_vec());
+        }
+        Some(c.1.clone())
     }
 
     /// Wait at the fork gate, then mark this thread busy.
@@ -189,6 +211,10 @@ pub fn with_ctx<T>(f: impl FnOnce(&Ctx) -> T) -> Option<T> {
 /// Bumped by every change of the table: a thread's cached lookup is valid while
 /// this has not moved since.
 static GEN: AtomicU64 = AtomicU64::new(1);
+
+/// Moved after every `chdir` and `fchdir` of the process (even failed ones), so
+/// that a thread's cached working directory is asked for again; never 0.
+pub static CWD_GEN: AtomicU64 = AtomicU64::new(1);
 
 static FORKING: AtomicBool = AtomicBool::new(false);
 static THREADS: Mutex<Vec<Weak<AtomicBool>>> = Mutex::new(Vec::new());
