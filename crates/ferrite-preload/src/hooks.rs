@@ -16,6 +16,7 @@ use crate::ops::{self, Do, Side, R};
 use crate::real::{self, real, set_errno};
 use crate::table::{self, Desc};
 use crate::{mounts, stats};
+use ferrite_core::Attr;
 use ferrite_direct::Client;
 use libc::{c_char, c_int, c_uint, c_void, iovec, mode_t, off64_t, pid_t, size_t, ssize_t, FILE};
 use std::ffi::CStr;
@@ -983,11 +984,18 @@ pub unsafe extern "C" fn fstatat(
             return r;
         }
     } else if !st.is_null() {
-        if let Some((dev, a)) = path_attr(dirfd, path, flags) {
+        if let Some((dev, a)) = stat_path_pool(dirfd, path, flags) {
             // SAFETY: the caller's stat buffer (checked non-null).
             fill_stat(dev, &a, unsafe { &mut *st });
             return 0;
         }
+        let r = forward!(fstatat64(dirfd, path, st, flags), -1);
+        if r == 0 {
+            // SAFETY: filled by the kernel (checked non-null).
+            let s = unsafe { &*st };
+            note_kernel_stat(s.st_dev, s.st_ino, s.st_mode);
+        }
+        return r;
     }
     forward!(fstatat64(dirfd, path, st, flags), -1)
 }
@@ -1054,11 +1062,19 @@ pub unsafe extern "C" fn statx(
             return int(r);
         }
     } else if !stx.is_null() {
-        if let Some((dev, a)) = path_attr(dirfd, path, flags) {
+        if let Some((dev, a)) = stat_path_pool(dirfd, path, flags) {
             // SAFETY: the caller's statx buffer (checked non-null).
             fill_statx(dev, &a, unsafe { &mut *stx });
             return 0;
         }
+        let r = forward!(statx(dirfd, path, flags, mask, stx), -1);
+        // SAFETY: filled by the kernel (checked non-null).
+        let s = unsafe { &*stx };
+        if r == 0 && s.stx_mask & (libc::STATX_TYPE | libc::STATX_INO) != 0 {
+            let dev = libc::makedev(s.stx_dev_major, s.stx_dev_minor);
+            note_kernel_stat(dev, s.stx_ino, s.stx_mode as u32);
+        }
+        return r;
     }
     forward!(statx(dirfd, path, flags, mask, stx), -1)
 }
@@ -1102,7 +1118,50 @@ fn fill_statx(dev: u64, a: &ferrite_core::Attr, s: &mut libc::statx) {
 /// machine type, where a stat from the caches takes 2). A file no client has open
 /// for writing ([`ferrite_core::share::WRITERS`]) and this process has not loaded
 /// is left to the kernel, whose attributes of it are current then.
-fn path_attr(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<(u64, ferrite_core::Attr)> {
+///
+/// Which goes first is guessed per thread from its last stat by path: a look first
+/// (this) after a file the pool served, the kernel first otherwise, and
+/// [`note_kernel_stat`] tells from the kernel's answer whether the pool would have
+/// served it. Either order answers correctly (the daemon's answers are caught up
+/// with every client's commits); the guess only saves calls. A walk over a tree
+/// (find, git status, a build's stats) made two system calls per entry, the look
+/// and the kernel's stat, at 1.8 times the plain mount's time; it makes one now.
+/// A stat of a file a client writes, after kernel-served ones, pays the round
+/// trip a plain process would.
+fn stat_path_pool(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<(u64, Attr)> {
+    let first = table::with_ctx(|cx| cx.pool_stat.get()).unwrap_or(false);
+    if !first {
+        return None;
+    }
+    let r = path_attr(dirfd, path, flags);
+    if r.is_none() {
+        table::with_ctx(|cx| cx.pool_stat.set(false));
+    }
+    r
+}
+
+/// The kernel answered a stat by path with this file: would the pool have served
+/// it (a regular file of an attached mount that this process loaded, or that a
+/// client has open for writing)? Then the thread's next stat by path looks first.
+fn note_kernel_stat(dev: u64, ino: u64, mode: u32) {
+    if mode & libc::S_IFMT != libc::S_IFREG || ino >= ferrite_direct::ALT_NODE_BASE {
+        return;
+    }
+    let Some(_e) = table::enter() else { return };
+    let served = mounts::mounts()
+        .iter()
+        .filter(|m| m.dev == dev)
+        .find_map(|m| m.attached())
+        .filter(|c| c.usable())
+        .is_some_and(|c| c.fs().is_loaded(ino) || c.party().writers_open(ino));
+    if served {
+        table::with_ctx(|cx| cx.pool_stat.set(true));
+    }
+}
+
+/// The look: the file's type, inode and device from the kernel's caches, then its
+/// attributes from the pool when the pool serves it (see [`stat_path_pool`]).
+fn path_attr(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<(u64, Attr)> {
     if path.is_null() || table::inside() || flags & libc::AT_STATX_FORCE_SYNC != 0 {
         return None;
     }

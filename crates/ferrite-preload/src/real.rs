@@ -209,6 +209,7 @@ pub fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> Result<c_int, c_int> {
 /// FUSE daemon (AT_STATX_DONT_SYNC), only the basic fields.
 pub fn statx_cached(fd: c_int) -> Result<libc::statx, c_int> {
     let f = need!(statx);
+    crate::stats::look();
     // SAFETY: a zeroed statx is valid; the path is the empty C string.
     let mut st: libc::statx = unsafe { std::mem::zeroed() };
     let r = unsafe {
@@ -228,6 +229,7 @@ pub fn statx_cached(fd: c_int) -> Result<libc::statx, c_int> {
 /// AT_SYMLINK_NOFOLLOW.
 pub fn statx_at_cached(dirfd: c_int, path: &CStr, flags: c_int) -> Result<libc::statx, c_int> {
     let f = need!(statx);
+    crate::stats::look();
     // SAFETY: a zeroed statx is valid; `path` is the caller's C string.
     let mut st: libc::statx = unsafe { std::mem::zeroed() };
     let flags = libc::AT_STATX_DONT_SYNC | flags;

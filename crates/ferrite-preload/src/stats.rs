@@ -1,6 +1,8 @@
 //! Counts of calls on FerriteFS files served here (`direct_calls`) and passed to the
-//! kernel (`kernel_calls`); with `FERRITE_DIRECT_STATS=FILE` each process appends one
-//! JSON line to FILE when it exits.
+//! kernel (`kernel_calls`), and of the system calls this library made on its own to
+//! decide where a call goes (`looks`: a cached `statx`); with
+//! `FERRITE_DIRECT_STATS=FILE` each process appends one JSON line to FILE when it
+//! exits.
 //!
 //! Invariants: each thread counts in its own counters (one writer each, no locked
 //! instruction on the hot path); the exit report sums every thread's, live or gone.
@@ -14,6 +16,7 @@ use std::sync::Arc;
 pub struct Counters {
     direct: AtomicU64,
     kernel: AtomicU64,
+    looks: AtomicU64,
 }
 
 impl Counters {
@@ -50,10 +53,16 @@ pub fn kernel() {
     crate::table::with_ctx(|cx| cx.counters.kernel());
 }
 
-/// (direct, kernel) summed over every thread.
-pub fn totals() -> (u64, u64) {
-    ALL.lock().iter().fold((0, 0), |(d, k), c| {
-        (d + c.direct.load(Ordering::Relaxed), k + c.kernel.load(Ordering::Relaxed))
+/// A system call made here to decide where a call goes.
+pub fn look() {
+    crate::table::with_ctx(|cx| bump(&cx.counters.looks));
+}
+
+/// (direct, kernel, looks) summed over every thread.
+pub fn totals() -> (u64, u64, u64) {
+    ALL.lock().iter().fold((0, 0, 0), |(d, k, l), c| {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        (d + get(&c.direct), k + get(&c.kernel), l + get(&c.looks))
     })
 }
 
@@ -63,11 +72,13 @@ pub fn reset_after_fork() {
     for c in ALL.lock().iter() {
         c.direct.store(0, Ordering::Relaxed);
         c.kernel.store(0, Ordering::Relaxed);
+        c.looks.store(0, Ordering::Relaxed);
     }
 }
 
 /// The exit report line.
 pub fn line() -> String {
-    let (d, k) = totals();
-    format!("{{\"pid\":{},\"direct_calls\":{d},\"kernel_calls\":{k}}}\n", std::process::id())
+    let (d, k, l) = totals();
+    let pid = std::process::id();
+    format!("{{\"pid\":{pid},\"direct_calls\":{d},\"kernel_calls\":{k},\"looks\":{l}}}\n")
 }

@@ -142,6 +142,10 @@ pub struct Ctx {
     /// The working directory as this thread last asked (getcwd), with the
     /// [`CWD_GEN`] it was asked under.
     cwd: RefCell<(u64, Vec<u8>)>,
+    /// Was this thread's last stat by path of a file the pool serves (one this
+    /// process loaded, or one a client has open for writing)? Then the next one
+    /// looks first (see `hooks::stat_path`).
+    pub pool_stat: Cell<bool>,
 }
 
 struct Cached {
@@ -160,6 +164,7 @@ impl Ctx {
             counters: crate::stats::register(),
             cache: RefCell::new(Cached { fd: -1, gen: 0, desc: None }),
             cwd: RefCell::new((0, Vec::new())),
+            pool_stat: Cell::new(false),
         }
     }
 

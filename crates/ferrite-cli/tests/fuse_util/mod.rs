@@ -332,6 +332,8 @@ pub struct DirectStats {
     pub direct: u64,
     /// Calls on FerriteFS files passed to the kernel.
     pub kernel: u64,
+    /// System calls the library made to decide where a call goes.
+    pub looks: u64,
 }
 
 /// Every line of a FERRITE_DIRECT_STATS file.
@@ -345,6 +347,7 @@ pub fn direct_stats(path: &Path) -> Vec<DirectStats> {
                 pid: v["pid"].as_u64().expect("pid"),
                 direct: v["direct_calls"].as_u64().expect("direct_calls"),
                 kernel: v["kernel_calls"].as_u64().expect("kernel_calls"),
+                looks: v["looks"].as_u64().expect("looks"),
             }
         })
         .collect()
