@@ -132,6 +132,8 @@ pub struct Health {
     pub poisoned: AtomicBool,
     /// Requests served, per kind (indexed like [`OPS`]).
     pub counts: Vec<AtomicU64>,
+    /// Attribute invalidations sent to the kernel (`inval=N` in the summary).
+    pub invalidations: AtomicU64,
 }
 
 impl Default for Health {
@@ -139,6 +141,7 @@ impl Default for Health {
         Health {
             poisoned: AtomicBool::new(false),
             counts: OPS.iter().map(|_| AtomicU64::new(0)).collect(),
+            invalidations: AtomicU64::new(0),
         }
     }
 }
@@ -146,8 +149,10 @@ impl Default for Health {
 impl Health {
     /// "kind=count" for every kind served at least once.
     pub fn summary(&self) -> String {
+        let inval = [("inval", &self.invalidations)];
         OPS.iter()
             .zip(&self.counts)
+            .chain(inval.iter().map(|(n, c)| (n, *c)))
             .filter_map(|(name, c)| {
                 let n = c.load(Ordering::Relaxed);
                 (n > 0).then(|| format!("{name}={n}"))
@@ -402,6 +407,7 @@ impl FerriteFuse {
             return;
         }
         if let Some(n) = self.notifier.get() {
+            self.health.invalidations.fetch_add(1, Ordering::Relaxed);
             // ENOENT (the kernel does not hold the inode) is no error for fuser.
             if let Err(e) = n.inval_inode(INodeNo(nodeid), -1, 0) {
                 eprintln!("ferrite: invalidating the attributes of node {nodeid}: {e}");
@@ -416,8 +422,15 @@ impl FerriteFuse {
     }
 
     /// Page-cache use of a new handle of file `ino` opened with `flags`: its kind
-    /// and the FOPEN flags of the reply.
-    fn open_kind(&self, ino: u64, nodeid: u64, flags: i32) -> (OpenKind, FopenFlags) {
+    /// and the FOPEN flags of the reply. `created`: the handle comes with a
+    /// CREATE reply, whose entry is a lookup the kernel has not seen yet.
+    fn open_kind(
+        &self,
+        ino: u64,
+        nodeid: u64,
+        flags: i32,
+        created: bool,
+    ) -> (OpenKind, FopenFlags) {
         let Some(d) = &self.direct else { return (OpenKind::Untracked, self.open_flags()) };
         let mut opens = d.opens.lock();
         let c = opens.entry(ino).or_default();
@@ -432,8 +445,15 @@ impl FerriteFuse {
                 }
                 drop(opens);
                 // Counted first, so replies from now on carry no attribute TTL; then
-                // what the kernel cached before goes (it will change under it).
-                self.inval_attrs(nodeid);
+                // what the kernel cached before goes (it will change under it). A
+                // create whose own entry is the node's only lookup, counted after
+                // the writer, has nothing cached to drop: the kernel holds no inode
+                // of the node (each entry reply counts one lookup, and one counted
+                // from now on carries no TTL), so the notification would only come
+                // back ENOENT (one system call per direct create).
+                if !(created && self.nodes.lookups(nodeid) == 1) {
+                    self.inval_attrs(nodeid);
+                }
                 return (OpenKind::DirectWriter, FopenFlags::empty());
             }
             return (OpenKind::Uncached, FopenFlags::empty());
@@ -1066,7 +1086,7 @@ impl Filesystem for FerriteFuse {
                     let _ = self.fs.release(n.ino);
                     return Err(Errno::EISDIR);
                 }
-                let (kind, fl) = self.open_kind(n.ino, ino.0, flags.0);
+                let (kind, fl) = self.open_kind(n.ino, ino.0, flags.0, false);
                 Ok((self.add_handle_kind(n.ino, ino.0, kind), fl))
             });
             match r {
@@ -1390,7 +1410,7 @@ impl Filesystem for FerriteFuse {
             let r = self.create_file(req, parent, name, mode, umask, flags).and_then(|(fa, a)| {
                 match self.fs.open(a.ino) {
                     Ok(_) => {
-                        let (kind, fl) = self.open_kind(a.ino, fa.ino.0, flags);
+                        let (kind, fl) = self.open_kind(a.ino, fa.ino.0, flags, true);
                         Ok((fa, a, self.add_handle_kind(a.ino, fa.ino.0, kind), fl))
                     }
                     Err(e) => {
