@@ -1147,13 +1147,13 @@ fn note_kernel_stat(dev: u64, ino: u64, mode: u32) {
     if mode & libc::S_IFMT != libc::S_IFREG || ino >= ferrite_direct::ALT_NODE_BASE {
         return;
     }
+    // A file of no attached mount (most stats of most programs) enters nothing.
+    let Some(c) = mounts::mounts().iter().filter(|m| m.dev == dev).find_map(|m| m.attached())
+    else {
+        return;
+    };
     let Some(_e) = table::enter() else { return };
-    let served = mounts::mounts()
-        .iter()
-        .filter(|m| m.dev == dev)
-        .find_map(|m| m.attached())
-        .filter(|c| c.usable())
-        .is_some_and(|c| c.fs().is_loaded(ino) || c.party().writers_open(ino));
+    let served = c.usable() && (c.fs().is_loaded(ino) || c.party().writers_open(ino));
     if served {
         table::with_ctx(|cx| cx.pool_stat.set(true));
     }

@@ -144,7 +144,7 @@ pub struct Ctx {
     cwd: RefCell<(u64, Vec<u8>)>,
     /// Was this thread's last stat by path of a file the pool serves (one this
     /// process loaded, or one a client has open for writing)? Then the next one
-    /// looks first (see `hooks::stat_path`).
+    /// looks first (see `hooks::stat_path_pool`).
     pub pool_stat: Cell<bool>,
 }
 
