@@ -331,11 +331,19 @@ fn child_stat_own() {
         f.write_all(&[3u8; 100]).unwrap();
         assert_eq!(std::fs::metadata(&p).unwrap().len(), 100 * (i + 1), "stat {i}");
     }
+    // By a relative path too, from the file's directory.
+    std::env::set_current_dir(p.parent().unwrap()).unwrap();
+    let name = p.file_name().unwrap();
+    for i in 0..n {
+        f.write_all(&[3u8; 100]).unwrap();
+        assert_eq!(std::fs::metadata(name).unwrap().len(), 100 * (n + i + 1), "stat {i}");
+    }
 }
 
-/// A process that stats the file it is writing gets each answer from the pool
-/// after the first (the kernel's attributes of it have no time-to-live: each
-/// kernel stat would be a round trip to the daemon).
+/// A process that stats the file it is writing, by an absolute or a relative
+/// path, gets each answer from the pool after the first (the kernel's attributes
+/// of it have no time-to-live: each kernel stat would be a round trip to the
+/// daemon; relative paths were always the kernel's before).
 #[test]
 fn a_file_this_process_writes_is_stated_from_the_pool() {
     let mut m = Mount::new("direct-stat-own", "64M", "");
@@ -345,10 +353,10 @@ fn a_file_this_process_writes_is_stated_from_the_pool() {
         child("child_stat_own").env("FT_PATH", &p).env("FT_N", n.to_string()),
         "preloaded child",
     );
-    assert_eq!(std::fs::metadata(&p).unwrap().len(), 100 * n);
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 200 * n);
     m.umount();
     let asked = m.served("getattr");
-    assert!(asked < 10, "{asked} GETATTRs for {n} stats\n{}", m.log_text());
+    assert!(asked < 10, "{asked} GETATTRs for {} stats\n{}", 2 * n, m.log_text());
 }
 
 #[test]

@@ -1105,9 +1105,9 @@ fn fill_statx(dev: u64, a: &ferrite_core::Attr, s: &mut libc::statx) {
     s.stx_dev_minor = libc::minor(dev);
 }
 
-/// The attributes of the regular file at the absolute `path` (`AT_*` `flags`)
-/// when it lies on a mount whose pool this process has attached, with its device
-/// number; `None` sends the call to the kernel as before.
+/// The attributes of the regular file at `path` (`AT_*` `flags`) when it lies on
+/// a mount whose pool this process has attached, with its device number; `None`
+/// sends the call to the kernel as before.
 ///
 /// The kernel walks the path from its caches without asking the daemon for the
 /// file's attributes (AT_STATX_DONT_SYNC: the walk itself, and every error, is the
@@ -1171,19 +1171,20 @@ fn path_attr(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<(u64, At
     }
     // SAFETY: a non-null C string from the caller.
     let p = unsafe { CStr::from_ptr(path) };
-    if p.to_bytes().first() != Some(&b'/') {
-        // Naming the directory would cost a system call (getcwd, or a readlink of
-        // the descriptor) on every stat of a relative path, on any file system.
+    // An absolute path names its mount; a relative one is looked at (this is only
+    // reached after a stat the pool served), and the device found tells the mount.
+    let absolute = p.to_bytes().first() == Some(&b'/');
+    if absolute && mounts::for_path(p.to_bytes()).is_none() {
         return None;
     }
     let _e = table::enter()?;
-    let m = mounts::for_path(p.to_bytes())?;
-    let c = m.client().filter(|c| c.usable())?;
     let st = real::statx_at_cached(dirfd, p, flags & libc::AT_SYMLINK_NOFOLLOW).ok()?;
     let dev = libc::makedev(st.stx_dev_major, st.stx_dev_minor);
-    if st.stx_mode as u32 & libc::S_IFMT != libc::S_IFREG || dev != m.dev {
+    if st.stx_mode as u32 & libc::S_IFMT != libc::S_IFREG {
         return None; // only regular files change under the kernel's cache
     }
+    let c = mounts::mounts().iter().filter(|m| m.dev == dev).find_map(|m| m.attached());
+    let c = c.filter(|c| c.usable())?;
     if st.stx_ino >= ferrite_direct::ALT_NODE_BASE {
         return None;
     }
