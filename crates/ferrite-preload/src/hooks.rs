@@ -231,8 +231,9 @@ fn open_direct(
     flags: c_int,
     mode: mode_t,
 ) -> R<c_int> {
-    let client = if flags & libc::O_PATH != 0 { None } else { m.client() };
-    let mut marker = client.is_some() && flags & (libc::O_DIRECT | libc::O_DIRECTORY) == 0;
+    debug_assert!(flags & (libc::O_DIRECTORY | libc::O_PATH) == 0, "open_at keeps these");
+    let client = m.client();
+    let mut marker = client.is_some() && flags & libc::O_DIRECT == 0;
     if marker && !creates_new(flags) {
         // The marker is for regular files. A FIFO's open blocks until its other end
         // opens and only then fails with O_DIRECT, which would leave a writer at the
@@ -253,9 +254,7 @@ fn open_direct(
     }
     let fd = r?;
     table::set(fd, None);
-    // Only regular files are served here: a directory's open needs no look at what
-    // it opened (find, ls -R and rm -r open every directory they pass).
-    if client.is_some() && flags & libc::O_DIRECTORY == 0 {
+    if client.is_some() {
         if let Ok(st) = real::statx_cached(fd) {
             let dev = libc::makedev(st.stx_dev_major, st.stx_dev_minor);
             if st.stx_mode as u32 & libc::S_IFMT == libc::S_IFREG && dev == m.dev {
@@ -1148,15 +1147,18 @@ fn note_kernel_stat(dev: u64, ino: u64, mode: u32) {
         return;
     }
     // A file of no attached mount (most stats of most programs) enters nothing.
-    let Some(c) = mounts::mounts().iter().filter(|m| m.dev == dev).find_map(|m| m.attached())
-    else {
-        return;
-    };
+    let Some(c) = mounts::attached_for_dev(dev) else { return };
     let Some(_e) = table::enter() else { return };
-    let served = c.usable() && (c.fs().is_loaded(ino) || c.party().writers_open(ino));
+    let served = c.usable() && pool_serves(c, ino);
     if served {
         table::with_ctx(|cx| cx.pool_stat.set(true));
     }
+}
+
+/// Does the pool answer a stat by path of regular file `ino` (one this process
+/// loaded, or one a client has open for writing), rather than the kernel?
+fn pool_serves(c: &Client, ino: u64) -> bool {
+    c.fs().is_loaded(ino) || c.party().writers_open(ino)
 }
 
 /// The look: the file's type, inode and device from the kernel's caches, then its
@@ -1183,12 +1185,11 @@ fn path_attr(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<(u64, At
     if st.stx_mode as u32 & libc::S_IFMT != libc::S_IFREG {
         return None; // only regular files change under the kernel's cache
     }
-    let c = mounts::mounts().iter().filter(|m| m.dev == dev).find_map(|m| m.attached());
-    let c = c.filter(|c| c.usable())?;
+    let c = mounts::attached_for_dev(dev).filter(|c| c.usable())?;
     if st.stx_ino >= ferrite_direct::ALT_NODE_BASE {
         return None;
     }
-    if !c.fs().is_loaded(st.stx_ino) && !c.party().writers_open(st.stx_ino) {
+    if !pool_serves(c, st.stx_ino) {
         // No client writes it, so the kernel's attributes are current (or dropped
         // at the last writer's release, and asked for again): let the kernel answer
         // rather than load the inode here (a walk of its log and an index that a
