@@ -360,6 +360,52 @@ fn a_file_this_process_writes_is_stated_from_the_pool() {
 }
 
 #[test]
+#[ignore = "run by the_daemon_keeps_a_thread_waiting_for_the_next_client"]
+fn child_read_once() {
+    let p = PathBuf::from(env("FT_PATH"));
+    assert_eq!(std::fs::read(&p).unwrap(), b"spare");
+}
+
+/// Names of the daemon's threads that serve direct-access connections.
+fn client_threads(pid: i32) -> usize {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("daemon's threads");
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|c| c.trim() == "ferrite-client")
+        .count()
+}
+
+/// A client's attach does not wait for the daemon to make a thread: one waits for
+/// it, made while no client is attached, and the threads of ended clients wait for
+/// the next ones, a few at most (about 65-100 us of each attach on the development
+/// VM went to the thread's start before).
+#[test]
+fn the_daemon_keeps_a_thread_waiting_for_the_next_client() {
+    let mut m = Mount::foreground("direct-spare", "64M", "");
+    let p = m.path("f");
+    std::fs::write(&p, b"spare").unwrap();
+    let waiting = || client_threads(m.pid());
+    assert!(wait_for(10, || waiting() >= 1), "no thread waits before the first client");
+    for i in 0..12 {
+        run_child(child("child_read_once").env("FT_PATH", &p), &format!("client {i}"));
+    }
+    // Concurrent clients each get a thread of their own.
+    let kids: Vec<Child> = (0..6)
+        .map(|_| child("child_read_once").env("FT_PATH", &p).stdout(Stdio::null()).spawn().unwrap())
+        .collect();
+    for (i, k) in kids.into_iter().enumerate() {
+        wait_ok(k, &format!("concurrent client {i}"));
+    }
+    // Each ended client's thread either waits again or ends: between one and five.
+    assert!(
+        wait_for(10, || (1..=5).contains(&waiting())),
+        "{} connection threads after the clients ended",
+        waiting()
+    );
+    m.umount();
+}
+
+#[test]
 #[ignore = "run by a_copy_from_another_file_system_asks_the_daemon_nothing"]
 fn child_cross_copy() {
     use std::os::fd::AsRawFd;
