@@ -118,6 +118,11 @@ pub struct AttrRec {
     pub rdev: u32,
 }
 
+/// Names decoded from DENTRY entries held inline up to this many bytes.
+pub const NAME_INLINE: usize = 32;
+/// A decoded entry name.
+pub type Name = smallvec::SmallVec<[u8; NAME_INLINE]>;
+
 /// A decoded log entry. Variable parts are referenced by offset into the entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Entry {
@@ -189,8 +194,10 @@ pub enum Entry {
         time: Ts,
         /// File type code of the target.
         ftype: u8,
-        /// Name.
-        name: Vec<u8>,
+        /// Name (inline up to [`NAME_INLINE`] bytes: applying a namespace
+        /// operation's own entry, or replaying a directory's log, allocates nothing
+        /// for a typical name).
+        name: Name,
     },
     /// Extended attribute set (value at `value_off`, or in data blocks) or removal.
     Xattr {
@@ -761,7 +768,7 @@ fn decode_body(t: u8, b: &[u8]) -> Result<Entry> {
             if DENTRY_HDR + nl > len || nl == 0 || (ino != 0 && !(3..1 << 62).contains(&cookie)) {
                 return Err(bad());
             }
-            let name = b[DENTRY_HDR..DENTRY_HDR + nl].to_vec();
+            let name = Name::from_slice(&b[DENTRY_HDR..DENTRY_HDR + nl]);
             Entry::Dentry { ino, cookie, time, ftype, name }
         }
         etype::XATTR if len >= XATTR_HDR => {
