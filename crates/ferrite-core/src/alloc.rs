@@ -14,6 +14,11 @@
 //!   overwrite frees and allocates with no extent search); a block is in one of the
 //!   two at most, and `recent` is drained into the extents before they are found
 //!   empty.
+//! - A single-block data allocation takes a `recent` block of any shard of the
+//!   preferred shard's group (the shards of one NUMA node) before it searches
+//!   extents: a block goes back to the shard of its address, which need not be the
+//!   writer's, and an overwrite loop would otherwise free into one shard and take
+//!   fresh blocks from another.
 
 use crate::error::{Error, Result};
 use crate::layout::Geometry;
@@ -333,6 +338,11 @@ pub struct BlockAlloc {
     /// client's grants lie in few shards, so its every allocation used to lock and
     /// search all the empty others first (1.8x the allocator's instructions).
     stocked: Vec<AtomicBool>,
+    /// Shard `s` held `recent` blocks at its last change (as `stocked`).
+    has_recent: Vec<AtomicBool>,
+    /// The group of shard `s` (the shards of its NUMA node): `[lo, hi)`, packed as
+    /// `lo << 32 | hi`. All shards until [`BlockAlloc::set_groups`].
+    group: Vec<AtomicU64>,
     free: AtomicU64,
     reserve: u64,
 }
@@ -362,7 +372,29 @@ impl BlockAlloc {
         }
         let reserve = (geo.nblocks / 512).clamp(8, 1024);
         let stocked = shards.iter().map(|s| AtomicBool::new(!s.lock().is_empty())).collect();
-        BlockAlloc { geo: *geo, shards, stocked, free: AtomicU64::new(free), reserve }
+        BlockAlloc {
+            geo: *geo,
+            shards,
+            stocked,
+            has_recent: (0..geo.nshards).map(|_| AtomicBool::new(false)).collect(),
+            group: Self::one_group(geo.nshards),
+            free: AtomicU64::new(free),
+            reserve,
+        }
+    }
+
+    fn one_group(nshards: u32) -> Vec<AtomicU64> {
+        (0..nshards).map(|_| AtomicU64::new(u64::from(nshards))).collect()
+    }
+
+    /// Group the shards: `group_of(s)` is the range `[lo, hi)` of shards that share
+    /// shard `s`'s NUMA node (it must contain `s`).
+    pub fn set_groups(&self, group_of: impl Fn(u32) -> (u32, u32)) {
+        for s in 0..self.geo.nshards {
+            let (lo, hi) = group_of(s);
+            assert!(lo <= s && s < hi && hi <= self.geo.nshards, "shard {s} outside {lo}..{hi}");
+            self.group[s as usize].store(u64::from(lo) << 32 | u64::from(hi), Ordering::Relaxed);
+        }
     }
 
     /// No free block and no reserve: a direct-access client's allocator, filled by
@@ -370,7 +402,37 @@ impl BlockAlloc {
     pub fn empty(geo: &Geometry) -> Self {
         let shards = (0..geo.nshards).map(|_| Mutex::new(FreeList::default())).collect();
         let stocked = (0..geo.nshards).map(|_| AtomicBool::new(false)).collect();
-        BlockAlloc { geo: *geo, shards, stocked, free: AtomicU64::new(0), reserve: 0 }
+        BlockAlloc {
+            geo: *geo,
+            shards,
+            stocked,
+            has_recent: (0..geo.nshards).map(|_| AtomicBool::new(false)).collect(),
+            group: Self::one_group(geo.nshards),
+            free: AtomicU64::new(0),
+            reserve: 0,
+        }
+    }
+
+    /// A `recent` block of shard `shard`'s group, its own first (see the module's
+    /// invariants); shards without one are skipped without their lock.
+    fn take_recent(&self, shard: u32) -> Option<u64> {
+        let g = self.group[shard as usize].load(Ordering::Relaxed);
+        let (lo, hi) = ((g >> 32) as u32, g as u32);
+        debug_assert!(lo <= shard && shard < hi);
+        for i in 0..hi - lo {
+            let s = lo + (shard - lo + i) % (hi - lo);
+            if !self.has_recent[s as usize].load(Ordering::Acquire) {
+                continue;
+            }
+            let mut fl = self.shards[s as usize].lock();
+            let b = fl.recent.pop();
+            self.has_recent[s as usize].store(!fl.recent.is_empty(), Ordering::Release);
+            self.stocked[s as usize].store(!fl.is_empty(), Ordering::Release);
+            if b.is_some() {
+                return b;
+            }
+        }
+        None
     }
 
     /// Free blocks.
@@ -417,6 +479,12 @@ impl BlockAlloc {
         }
         self.debit(n, use_reserve)?;
         let mut out = Runs::new();
+        if n == 1 && place == Place::Low {
+            if let Some(b) = self.take_recent(shard) {
+                out.push((b, 1));
+                return Ok(out);
+            }
+        }
         let mut need = n;
         let ns = self.geo.nshards;
         // The free counter never exceeds what the lists hold (free() inserts before it
@@ -443,6 +511,7 @@ impl BlockAlloc {
                     }
                 }
                 self.stocked[s as usize].store(!fl.is_empty(), Ordering::Release);
+                self.has_recent[s as usize].store(!fl.recent.is_empty(), Ordering::Release);
                 if need == 0 {
                     break 'passes;
                 }
@@ -507,6 +576,7 @@ impl BlockAlloc {
             match r {
                 Ok(()) => {
                     self.stocked[s as usize].store(true, Ordering::Release);
+                    self.has_recent[s as usize].store(!fl.recent.is_empty(), Ordering::Release);
                     drop(fl);
                     self.free.fetch_add(e - b, Ordering::AcqRel);
                 }
@@ -709,6 +779,38 @@ mod tests {
         }
         let a = BlockAlloc::from_used(&g, &used);
         (g, a)
+    }
+
+    /// Regression: a block goes back to the shard of its address, and a writer on
+    /// another CPU allocates from its own shard first. A direct-access client's 4
+    /// KiB overwrites (its grants spread over the shards) freed into one shard and
+    /// took a fresh block from another's extents every time: no block reused while
+    /// its lines were hot, and extent searches on both sides (99.97% of 300,000
+    /// allocations, counted). A single-block data allocation now takes a recent
+    /// block of any shard of its group first, and none of another group.
+    #[test]
+    fn an_overwrite_reuses_the_block_it_freed_in_any_shard_of_its_node() {
+        let (g, a) = fresh_blocks();
+        let (lo0, _) = g.shard_range(0);
+        let (lo1, _) = g.shard_range(1);
+        let b = a.alloc(0, 1, false).unwrap()[0];
+        assert_eq!(b, (lo0, 1));
+        for _ in 0..3 {
+            // Freed into shard 0; the writer now prefers shard 1, which has extents.
+            a.free_data(b.0, 1).unwrap();
+            assert_eq!(a.alloc(1, 1, false).unwrap()[0], b, "the block just freed");
+        }
+        // Two groups (two nodes): shard 1 keeps to its own extents.
+        a.set_groups(|s| (s, s + 1));
+        a.free_data(b.0, 1).unwrap();
+        assert_eq!(a.alloc(1, 1, false).unwrap()[0], (lo1, 1));
+        assert_eq!(a.alloc(0, 1, false).unwrap()[0], b, "shard 0's own recent block");
+        // Larger and log allocations never look at recent blocks of other shards.
+        a.set_groups(|_| (0, 2));
+        a.free_data(b.0, 1).unwrap();
+        assert_eq!(a.alloc(1, 2, false).unwrap()[0], (lo1 + 1, 2));
+        assert_eq!(a.alloc_placed(1, 1, false, Place::High).unwrap()[0].1, 1);
+        assert_eq!(a.alloc(1, 1, false).unwrap()[0], b);
     }
 
     #[test]

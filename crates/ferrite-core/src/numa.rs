@@ -232,7 +232,21 @@ impl<M: crate::pmem::Medium> crate::fs::Fs<M> {
     /// Use topology `t` for placement from now on (tests, tools).
     pub fn with_topology(mut self, t: Topology) -> Self {
         self.topo = t;
+        self.group_shards();
         self
+    }
+
+    /// Tell the block allocator which shards share a node: a single-block data
+    /// allocation may reuse a block just freed into any shard of its node.
+    pub(crate) fn group_shards(&self) {
+        let (t, ns) = (&self.topo, self.geo.nshards);
+        self.balloc.set_groups(|s| {
+            if t.nodes() <= 1 || ns < t.nodes() {
+                (0, ns)
+            } else {
+                t.node_shards(t.shard_node(s, ns), ns)
+            }
+        });
     }
 
     /// The placement topology.

@@ -283,6 +283,7 @@ impl<M: Medium> Fs<M> {
             topo: crate::numa::Topology::detect(),
             refs: Default::default(),
         };
+        fs.group_shards();
         let root = match fs.inode(ROOT_INO) {
             Ok(r) => r,
             // A checkpoint can say the root is in use while its slot says free.

@@ -488,7 +488,7 @@ impl<M: Medium> Fs<M> {
         }
         party.check()?;
         let verified = crate::verify::Verified::new(geo.nblocks);
-        Ok(Fs {
+        let fs = Fs {
             balloc: BlockAlloc::empty(&geo),
             ialloc: InodeAlloc::full(&geo),
             m,
@@ -516,7 +516,9 @@ impl<M: Medium> Fs<M> {
             pbufs: Default::default(),
             topo: crate::numa::Topology::detect(),
             refs: Default::default(),
-        })
+        };
+        fs.group_shards();
+        Ok(fs)
     }
 
     /// A client's orderly end: its free blocks go back to the daemon.
