@@ -371,20 +371,23 @@ impl BlockAlloc {
             }
         }
         let reserve = (geo.nblocks / 512).clamp(8, 1024);
+        Self::with_lists(geo, shards, free, reserve)
+    }
+
+    /// The allocator of these per-shard lists, holding `free` blocks, all shards in
+    /// one group.
+    fn with_lists(geo: &Geometry, shards: Vec<Mutex<FreeList>>, free: u64, reserve: u64) -> Self {
         let stocked = shards.iter().map(|s| AtomicBool::new(!s.lock().is_empty())).collect();
+        let ns = geo.nshards;
         BlockAlloc {
             geo: *geo,
             shards,
             stocked,
-            has_recent: (0..geo.nshards).map(|_| AtomicBool::new(false)).collect(),
-            group: Self::one_group(geo.nshards),
+            has_recent: (0..ns).map(|_| AtomicBool::new(false)).collect(),
+            group: (0..ns).map(|_| AtomicU64::new(u64::from(ns))).collect(),
             free: AtomicU64::new(free),
             reserve,
         }
-    }
-
-    fn one_group(nshards: u32) -> Vec<AtomicU64> {
-        (0..nshards).map(|_| AtomicU64::new(u64::from(nshards))).collect()
     }
 
     /// Group the shards: `group_of(s)` is the range `[lo, hi)` of shards that share
@@ -401,16 +404,7 @@ impl BlockAlloc {
     /// the daemon's grants (through [`BlockAlloc::free`]).
     pub fn empty(geo: &Geometry) -> Self {
         let shards = (0..geo.nshards).map(|_| Mutex::new(FreeList::default())).collect();
-        let stocked = (0..geo.nshards).map(|_| AtomicBool::new(false)).collect();
-        BlockAlloc {
-            geo: *geo,
-            shards,
-            stocked,
-            has_recent: (0..geo.nshards).map(|_| AtomicBool::new(false)).collect(),
-            group: Self::one_group(geo.nshards),
-            free: AtomicU64::new(0),
-            reserve: 0,
-        }
+        Self::with_lists(geo, shards, 0, 0)
     }
 
     /// A `recent` block of shard `shard`'s group, its own first (see the module's
