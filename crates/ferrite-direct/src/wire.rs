@@ -76,7 +76,8 @@ pub fn send(fd: RawFd, kind: u32, body: &[u8], fds: &[RawFd], dontwait: bool) ->
 /// with no control buffer, takes no descriptors), then it is read into a buffer of
 /// that size. A buffer of [`MAX_MSG`] per message, zeroed, was most of a client's
 /// HELLO round trip: 16 fresh pages faulted in and cleared in every new process
-/// (about 90 us of its attach on the development VM), and the same in each daemon
+/// (about 90 us of its attach on the development VM, estimated from perf's share
+/// of its samples), and the same in each daemon
 /// thread that serves one.
 pub fn recv(fd: RawFd) -> io::Result<Option<Msg>> {
     let mut cmsg = nix::cmsg_space!([RawFd; 4]);

@@ -3,9 +3,10 @@
 //! Invariants:
 //! - Without `-f`, the command re-executes itself as a detached daemon (a process
 //!   group of its own in the caller's session, so it shares the scheduler autogroup
-//!   of the programs that use the mount; cwd `/`) and returns only when the mount is live (exit 0) or has failed (exit 1
-//!   with the daemon's error), so mount(8), fstab and scripts can use the mount point at
-//!   once. The daemon reports readiness on its stdout pipe and never writes there again.
+//!   of the programs that use the mount; cwd `/`) and returns only when the mount is
+//!   live (exit 0) or has failed (exit 1 with the daemon's error), so mount(8), fstab
+//!   and scripts can use the mount point at once. The daemon reports readiness on its
+//!   stdout pipe and never writes there again.
 //! - SIGINT, SIGTERM and SIGHUP are blocked in every serving thread and taken by one
 //!   signal thread, which asks the kernel to unmount (lazily if busy). The session then
 //!   ends like after `fusermount3 -u` or `ferrite umount`, and the daemon writes the
