@@ -1142,7 +1142,7 @@ impl<M: Medium> Fs<M> {
         reserve: bool,
     ) -> Result<log::Appended> {
         let shard = self.shard();
-        let mut taken = Vec::new();
+        let mut taken = log::Pages::new();
         let mut alloc = || self.alloc_log_page(shard, reserve);
         match log::append(&self.m, &st.log, seed, entries, &mut alloc, &mut taken) {
             Ok(a) => Ok(a),
@@ -1376,7 +1376,7 @@ impl<M: Medium> Fs<M> {
         let mut recs: SmallVec<[Record; 6]> = SmallVec::new();
         if let Some(n) = new.as_deref_mut() {
             let shard = self.shard();
-            let mut taken = Vec::new();
+            let mut taken = log::Pages::new();
             let mut alloc = || self.alloc_log_page(shard, reserve);
             let r = log::write_fresh(
                 &self.m,

@@ -191,7 +191,7 @@ impl<M: Medium> Fs<M> {
         let mut entries = snapshot_entries(&self.m, st);
         let shard = self.shard();
         let first = self.alloc_log_page(shard, true)?;
-        let mut taken = Vec::new();
+        let mut taken = log::Pages::new();
         let epoch = logptr::epoch(st.log.tail).wrapping_add(1);
         let mut alloc = || self.alloc_log_page(shard, true);
         let a = match log::write_fresh(
@@ -390,7 +390,7 @@ pub(crate) fn snapshot_entries<M: Medium>(m: &M, st: &InodeState) -> Vec<EntryBu
                     match *op {
                         PageOp::Overlay { loc, data_off, off, len } => {
                             let mut d = vec![0u8; len as usize];
-                            log::read_payload(m, loc, data_off, &mut d);
+                            log::read_payload(m, loc.get(), data_off, &mut d);
                             out.push(EntryBuf::inline(
                                 pg * BLOCK + off as u64,
                                 a.size,

@@ -19,6 +19,7 @@ use crate::pmem::Medium;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 use std::collections::{BTreeMap, HashMap};
+use std::num::NonZeroU64;
 use std::sync::Arc;
 
 /// File type.
@@ -107,8 +108,10 @@ impl FileType {
 pub enum PageOp {
     /// Bytes from an INLINE entry at `loc` (payload at `loc + data_off`).
     Overlay {
-        /// Entry address.
-        loc: u64,
+        /// Entry address (never 0: entries are in data blocks, which lie past the
+        /// superblock; the niche keeps an op at 16 bytes, a page's list of
+        /// [`crate::MAX_PAGE_OPS`] at 256).
+        loc: NonZeroU64,
         /// Payload offset inside the entry.
         data_off: u32,
         /// Offset in the page.
@@ -125,6 +128,8 @@ pub enum PageOp {
     },
 }
 
+const _: () = assert!(std::mem::size_of::<PageOp>() == 16);
+
 pub use crate::extmap::Ext;
 use crate::extmap::{ExtMap, MAX_RUN};
 
@@ -136,7 +141,15 @@ pub struct FileIndex {
     /// Ops per page, in order.
     pub ops: FxHashMap<u64, PageOps>,
     mapped: u64,
+    /// Op lists of pages merged since, kept for the next pages that get ops (at most
+    /// [`SPARE_OPS`]): under steady sub-page writes a page's list comes from here and
+    /// goes back at its merge, so neither allocates (a list's growth and its free
+    /// from another thread's arena were a tenth of a 64 B write's time).
+    spare: Vec<Vec<PageOp>>,
 }
+
+/// Op lists a file keeps for reuse.
+const SPARE_OPS: usize = 4;
 
 /// The ops of one page, in order, and the overlay bytes they carry (kept beside
 /// them so that a write deciding whether to embed reads one hash slot, not the list).
@@ -153,9 +166,10 @@ impl PageOps {
             self.bytes += len as u32;
         }
         if self.ops.len() == self.ops.capacity() {
-            // Grow 8, then to the most a non-last page holds (see `MAX_PAGE_OPS`):
-            // one allocation and one copy for the ops of most pages, not four.
-            let cap = (self.ops.len() * 2).max(8);
+            // At once the most a non-last page holds (`MAX_PAGE_OPS`, 256 bytes):
+            // one allocation for the ops of most pages, where 8 and then 16 ops of
+            // 24 bytes took two (and 384 bytes); a last page's appends double it.
+            let cap = (self.ops.len() * 2).max(crate::MAX_PAGE_OPS);
             self.ops.reserve_exact(cap - self.ops.len());
         }
         self.ops.push(op);
@@ -196,6 +210,24 @@ pub type Piece = (u64, Ext); // (first page, run)
 pub type Pieces = SmallVec<[Piece; 2]>;
 
 impl FileIndex {
+    /// The ops of page `pg`, an empty list (a spare one if kept) when it has none.
+    fn ops_mut(&mut self, pg: u64) -> &mut PageOps {
+        let FileIndex { ops, spare, .. } = self;
+        ops.entry(pg).or_insert_with(|| PageOps { ops: spare.pop().unwrap_or_default(), bytes: 0 })
+    }
+
+    /// Keep a removed page's op list for reuse, if it has room and there is a slot.
+    fn recycle(&mut self, mut ops: PageOps) {
+        if ops.ops.capacity() == 0 || self.spare.len() >= SPARE_OPS {
+            return;
+        }
+        if self.spare.capacity() == 0 {
+            self.spare.reserve_exact(SPARE_OPS);
+        }
+        ops.ops.clear();
+        self.spare.push(ops.ops);
+    }
+
     /// Pages mapped by runs.
     pub fn mapped_pages(&self) -> u64 {
         self.mapped
@@ -513,7 +545,7 @@ fn compose<M: Medium + ?Sized>(m: &M, base: Option<(u64, u64)>, ops: &[PageOp], 
         match *op {
             PageOp::Overlay { loc, data_off, off, len } => {
                 let o = off as usize;
-                m.read(loc + data_off as u64, &mut page[o..o + len as usize]);
+                m.read(loc.get() + data_off as u64, &mut page[o..o + len as usize]);
             }
             PageOp::Zero { off, len } => page[off as usize..off as usize + len as usize].fill(0),
         }
@@ -606,14 +638,15 @@ impl InodeState {
     }
 
     fn clear_ops(&mut self, pg: u64) {
-        let ops = match &mut self.body {
-            Body::File(f) => f.ops.remove(&pg),
-            Body::Dir(_) => None,
-        };
-        for op in ops.unwrap_or_default() {
-            if let PageOp::Overlay { loc, .. } = op {
-                self.dec(loc, 1);
+        let Body::File(f) = &mut self.body else { return };
+        let Some(ops) = f.ops.remove(&pg) else { return };
+        for op in &ops {
+            if let PageOp::Overlay { loc, .. } = *op {
+                self.dec(loc.get(), 1);
             }
+        }
+        if let Body::File(f) = &mut self.body {
+            f.recycle(ops);
         }
     }
 
@@ -645,10 +678,7 @@ impl InodeState {
         let mut partial = |pg: u64, a: u64, b: u64| {
             if let Body::File(f) = &mut self.body {
                 if f.lookup(pg).is_some() || f.ops.contains_key(&pg) {
-                    f.ops
-                        .entry(pg)
-                        .or_default()
-                        .push(PageOp::Zero { off: a as u16, len: (b - a) as u16 });
+                    f.ops_mut(pg).push(PageOp::Zero { off: a as u16, len: (b - a) as u16 });
                 }
             }
         };
@@ -763,8 +793,8 @@ impl InodeState {
             }
             Entry::Inline { off, size, mtime, dlen, data_off } => {
                 if let Body::File(f) = &mut self.body {
-                    f.ops.entry(off / BLOCK).or_default().push(PageOp::Overlay {
-                        loc,
+                    f.ops_mut(off / BLOCK).push(PageOp::Overlay {
+                        loc: NonZeroU64::new(loc).expect("an entry lies in a data block"),
                         data_off: *data_off,
                         off: (off % BLOCK) as u16,
                         len: *dlen as u16,

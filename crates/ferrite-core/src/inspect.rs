@@ -55,7 +55,7 @@ impl<M: Medium> Fs<M> {
                 if let PageOp::Overlay { loc, data_off, off, len } = *op {
                     out.push(MapExtent {
                         file_offset: pg * BLOCK + off as u64,
-                        pool_offset: loc + data_off as u64,
+                        pool_offset: loc.get() + data_off as u64,
                         len: len as u64,
                         kind: ExtentKind::Embedded,
                     });

@@ -268,6 +268,10 @@ pub const ENTRY_INLINE: usize = 128;
 /// of a name up to 72 bytes), so building one allocates nothing.
 pub type EntryBytes = smallvec::SmallVec<[u8; ENTRY_INLINE]>;
 
+/// Log pages an append took (inline: a commit that starts a page allocates nothing
+/// for the list; one took two `Vec`s, a third of a 64 B write's allocations).
+pub type Pages = smallvec::SmallVec<[u64; 2]>;
+
 /// An encoded entry waiting to be appended (seq and crc are filled in then).
 #[derive(Clone, Debug)]
 pub struct EntryBuf {
@@ -1154,7 +1158,7 @@ pub struct Appended {
     /// Next sequence number after these entries.
     pub next_seq: u64,
     /// Log pages allocated for them.
-    pub new_pages: Vec<u64>,
+    pub new_pages: Pages,
     /// Address of each appended entry (same order as given).
     pub locs: smallvec::SmallVec<[u64; 4]>,
 }
@@ -1169,7 +1173,7 @@ pub fn append<M: Medium + ?Sized>(
     seed: u32,
     entries: &mut [EntryBuf],
     alloc_page: &mut dyn FnMut() -> Result<u64>,
-    taken: &mut Vec<u64>,
+    taken: &mut Pages,
 ) -> Result<Appended> {
     use crate::layout::logptr;
     let epoch = logptr::epoch(st.tail);
@@ -1240,7 +1244,7 @@ pub fn append_in_page<M: Medium + ?Sized>(
     Appended {
         new_tail: logptr::make(logptr::epoch(st.tail), pos),
         next_seq: seq,
-        new_pages: Vec::new(),
+        new_pages: Pages::new(),
         locs,
     }
 }
@@ -1256,7 +1260,7 @@ pub fn write_fresh<M: Medium + ?Sized>(
     seed: u32,
     entries: &mut [EntryBuf],
     alloc_page: &mut dyn FnMut() -> Result<u64>,
-    taken: &mut Vec<u64>,
+    taken: &mut Pages,
 ) -> Result<Appended> {
     use crate::layout::logptr;
     crate::pmem::persist_u64(m, page + LOG_DATA_END, 0);
@@ -1289,7 +1293,7 @@ mod tests {
             Ok((next - 1) * BLOCK)
         };
         let s = seed(&[0; 16], 5, 1);
-        let mut taken = vec![];
+        let mut taken = Pages::new();
         let mut es: Vec<EntryBuf> = (0..200)
             .map(|i| EntryBuf::dentry(i + 10, i + 3, Ts::default(), 1, format!("f{i}").as_bytes()))
             .collect();
@@ -1320,9 +1324,10 @@ mod tests {
             EntryBuf::write(0, b0, 1, BLOCK, Ts::default(), Some(crc_of(&[page(1)]))),
             EntryBuf::write(1, b1, 1, 2 * BLOCK, Ts::default(), Some(crc_of(&[page(2)]))),
         ];
-        let a = write_fresh(&m, 0, 1, first, s, &mut es[..1], &mut none, &mut vec![]).unwrap();
+        let a =
+            write_fresh(&m, 0, 1, first, s, &mut es[..1], &mut none, &mut Pages::new()).unwrap();
         let st = LogState { tail: a.new_tail, next_seq: a.next_seq, ..Default::default() };
-        let b = append(&m, &st, s, &mut es[1..], &mut none, &mut vec![]).unwrap();
+        let b = append(&m, &st, s, &mut es[1..], &mut none, &mut Pages::new()).unwrap();
         let tail = crate::layout::logptr::addr(b.new_tail);
         // Both operations' data is on media: everything is kept.
         let w = walk_apply_checking(&m, &g, s, first, tail, true, &mut |_, _| {}).unwrap();
@@ -1395,7 +1400,7 @@ mod tests {
         let s = seed(&[0; 16], 9, 1);
         let mut none = || Err(Error::NoSpace);
         let mut es = vec![EntryBuf::punch(0, 1, Ts::default())];
-        let a = write_fresh(&m, 0, 1, first, s, &mut es, &mut none, &mut vec![]).unwrap();
+        let a = write_fresh(&m, 0, 1, first, s, &mut es, &mut none, &mut Pages::new()).unwrap();
         // Claim a tail 64 bytes further than anything written.
         let w = walk(&m, &g, s, first, a.new_tail + 64).unwrap();
         assert!(w.torn);

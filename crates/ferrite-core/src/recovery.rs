@@ -178,7 +178,16 @@ impl<M: Medium> Fs<M> {
         };
         let mut entries = vec![EntryBuf::setattr(&attr, false)];
         let mut none = || Err(Error::NoSpace);
-        let a = log::write_fresh(&m, 0, 1, root_page, seed, &mut entries, &mut none, &mut vec![])?;
+        let a = log::write_fresh(
+            &m,
+            0,
+            1,
+            root_page,
+            seed,
+            &mut entries,
+            &mut none,
+            &mut log::Pages::new(),
+        )?;
         let slot = InodeSlot {
             state: 1,
             head: logptr::make(0, root_page),
