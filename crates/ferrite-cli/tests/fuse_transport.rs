@@ -238,3 +238,51 @@ fn an_unusable_io_uring_is_never_asked_for() {
     assert!(m.log_text().contains("requests over /dev/fuse"), "{}", m.log_text());
     assert_eq!(m.served("uring"), 0);
 }
+
+/// The scheduling policy of each request-serving thread of daemon `pid` (the ring
+/// threads `fuse-ring-N` and the classic `fuser-N`): (name, policy number from
+/// /proc/PID/task/TID/stat, field 41).
+fn serving_policies(pid: i32) -> Vec<(String, u32)> {
+    let mut out = Vec::new();
+    for t in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let comm = fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let comm = comm.trim().to_string();
+        if !(comm.starts_with("fuse-ring-") || comm.starts_with("fuser-")) || comm == "fuser-bg" {
+            continue;
+        }
+        let stat = fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // Fields after the command (which may hold spaces) start at the last ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
+        // `rest` starts with field 3 (state): field 41 is its 39th.
+        let policy = rest.split_whitespace().nth(38).and_then(|f| f.parse().ok());
+        out.push((comm, policy.expect("policy field")));
+    }
+    out
+}
+
+/// Serving threads run under SCHED_IDLE by default (a reply then wakes its caller on
+/// the caller's own CPU instead of moving it to an idle one: docs/FUSE.md, "Where a
+/// caller wakes"), and under the normal policy with `-o nosched_idle`.
+#[test]
+fn serving_threads_take_sched_idle_unless_told_not_to() {
+    let _one = one_at_a_time();
+    const SCHED_OTHER: u32 = 0;
+    const SCHED_IDLE: u32 = 5;
+    for (opts, want) in [("", SCHED_IDLE), ("nosched_idle", SCHED_OTHER)] {
+        let mut m = Mount::foreground(&format!("policy-{want}"), "64M", opts);
+        fs::write(m.path("f"), b"x").unwrap();
+        let pid = m.pid();
+        // The threads set their policy as they start, after the mount is ready.
+        let ok = fuse_util::wait_for(20, || {
+            let p = serving_policies(pid);
+            !p.is_empty() && p.iter().all(|&(_, pol)| pol == want)
+        });
+        let p = serving_policies(pid);
+        assert!(ok, "-o '{opts}': serving threads and policies {p:?}, expected {want}");
+        let ring_on = fs::read_to_string(ENABLE_URING).is_ok_and(|v| v.trim() == "Y");
+        if ring_on {
+            assert!(p.iter().any(|(n, _)| n.starts_with("fuse-ring-")), "{p:?}");
+        }
+        m.umount();
+    }
+}

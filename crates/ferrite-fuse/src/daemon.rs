@@ -506,6 +506,9 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
         durability.describe(),
         if server.is_some() { "offered" } else { "off" }
     ));
+    // Serving threads under SCHED_IDLE, so that a caller wakes on its own CPU
+    // (docs/FUSE.md, "Where a caller wakes").
+    fuser::set_idle_serving(p.opts.idle_serving);
     let mut res = session.run();
     // After an unmount (a lazy one ends when the last file closes) the kernel may
     // end the session with ECONNABORTED instead of ENODEV: with the mount gone that

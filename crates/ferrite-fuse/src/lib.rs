@@ -50,6 +50,8 @@ Options for -o (comma-separated; also what fstab and `mount -t fuse.ferrite` pas
   uring                  serve requests over io_uring (Linux 6.14+; turns the fuse module's
                          enable_uring on, root only); the default when that switch is on
   nouring                serve requests over /dev/fuse only
+  nosched_idle           serve requests from normal-policy threads (the default,
+                         sched_idle, uses SCHED_IDLE so callers wake on their own CPU)
   msync                  msync at every commit (power-loss durability on non-DAX files)
   direct_io              no kernel page cache for file data
   nodirect               offer no direct access (processes under `ferrite run` use FUSE)

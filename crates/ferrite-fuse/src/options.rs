@@ -47,6 +47,10 @@ pub struct Options {
     pub verify: ferrite_core::VerifyMode,
     /// How requests travel between the kernel and the daemon (`uring`, `nouring`).
     pub transport: Transport,
+    /// `sched_idle` (default) / `nosched_idle`: request-serving threads run under
+    /// the `SCHED_IDLE` policy, so a caller wakes on its own CPU (docs/FUSE.md,
+    /// "Where a caller wakes").
+    pub idle_serving: bool,
 }
 
 /// The kernel-daemon transport (docs/FUSE.md, "FUSE over io_uring").
@@ -83,6 +87,7 @@ impl Default for Options {
             atime: ferrite_core::AtimeMode::Relative,
             verify: ferrite_core::VerifyMode::FirstTouch,
             transport: Transport::Auto,
+            idle_serving: true,
         }
     }
 }
@@ -240,6 +245,14 @@ pub fn parse(lists: &[String]) -> Result<Options, String> {
                 novalue()?;
                 o.transport = Transport::Classic;
             }
+            "sched_idle" => {
+                novalue()?;
+                o.idle_serving = true;
+            }
+            "nosched_idle" => {
+                novalue()?;
+                o.idle_serving = false;
+            }
             "create" => o.create = Some(parse_size(&need(val)?)?),
             k if IGNORED.contains(&k) => {}
             k if k.starts_with("x-") || k == "comment" => {}
@@ -331,6 +344,10 @@ mod tests {
         assert_eq!(p("uring").unwrap().transport, Transport::Uring);
         assert_eq!(p("nouring").unwrap().transport, Transport::Classic);
         assert_eq!(p("uring,nouring").unwrap().transport, Transport::Classic);
+        assert!(p("rw").unwrap().idle_serving);
+        assert!(!p("nosched_idle").unwrap().idle_serving);
+        assert!(p("nosched_idle,sched_idle").unwrap().idle_serving);
+        assert!(p("sched_idle=1").is_err());
         assert!(p("uring=1").is_err());
     }
 

@@ -112,6 +112,10 @@ pub use crate::uring::requests_served as uring_requests_served;
 /// `uring::usable`); ask before requesting `FUSE_OVER_IO_URING`.
 #[cfg(target_os = "linux")]
 pub use crate::uring::usable as uring_usable;
+/// FerriteFS addition: serve requests from `SCHED_IDLE` threads (see
+/// `uring::set_idle_serving`); set before the session runs.
+#[cfg(target_os = "linux")]
+pub use crate::uring::set_idle_serving;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]
