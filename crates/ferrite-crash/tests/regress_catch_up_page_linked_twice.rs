@@ -66,7 +66,8 @@ fn a_page_linked_back_into_the_chain_is_a_corrupt_log_not_a_panic() {
     assert_ne!(logptr::addr(tail) & !4095, first, "the tail is past the first page");
     let st = LogState { head, tail, next_seq: w.next_seq, pages: Default::default() };
     let mut es = [EntryBuf::inline(0, 4000, Ts::default(), &[9u8; 3900])];
-    let a = log::append(&*m, &st, seed, &mut es, &mut || Ok(first), &mut log::Pages::new()).unwrap();
+    let a =
+        log::append(&*m, &st, seed, &mut es, &mut || Ok(first), &mut log::Pages::new()).unwrap();
     m.store_u64(slot + SLOT_TAIL, a.new_tail);
     // The daemon walks from the head: a cycle, an error.
     // The client catches up from its tail: the first page again, an error too.
