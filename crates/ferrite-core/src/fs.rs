@@ -1,7 +1,7 @@
 //! The file system object: inode cache, commit paths and public types.
 //!
 //! Invariants:
-//! - An inode's [`InodeState`] is guarded by its `RwLock`; the log of an inode is
+//! - An inode's [`InodeState`] is guarded by its state lock (`locks::StateLock`); the log of an inode is
 //!   appended only under the write lock. Operations on several inodes take their
 //!   locks in ascending inode order (renames first take the global rename lock).
 //! - A single-inode operation commits with one 8-byte tail store and one fence when
@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::index::{FileType, Freed, InodeState};
 use crate::journal::{self, Record};
 use crate::layout::{logptr, Geometry, InodeSlot, Superblock, BLOCK, SLOT_STATE, SLOT_TAIL};
+use crate::locks::{RangeLock, StateLock};
 use crate::log::{self, AttrRec, EntryBuf, Ts};
 use crate::pmem::{persist_u64, Medium};
 use crate::share::Party;
@@ -31,7 +32,7 @@ use crate::sharing::Hold;
 use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
 use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Test-only faults in the core's persist order, for proving that the crash
@@ -401,7 +402,7 @@ pub struct Inode {
     pub(crate) ino: u64,
     pub(crate) state_word: u64,
     pub(crate) seed: u32,
-    pub(crate) st: RwLock<InodeState>,
+    pub(crate) st: StateLock<InodeState>,
     pub(crate) open: AtomicU32,
     pub(crate) ranges: RangeLock,
     /// Other processes may write this inode (a regular file on a shared pool): its
@@ -434,7 +435,7 @@ impl Inode {
             ino,
             state_word,
             seed,
-            st: RwLock::new(st),
+            st: StateLock::new(st),
             open: AtomicU32::new(0),
             ranges: RangeLock::default(),
             shared,
@@ -446,50 +447,6 @@ impl Inode {
             ftype: st_ftype,
             unfenced: AtomicBool::new(false),
         }
-    }
-}
-
-/// Byte-range (page-range) lock for writers of one file.
-#[derive(Default)]
-pub(crate) struct RangeLock {
-    held: Mutex<Vec<(u64, u64)>>,
-    cv: parking_lot::Condvar,
-    /// Ranges held, as last stored under `held`'s mutex (a plain store): a hint
-    /// for a writer choosing how to commit, read without the mutex.
-    count: AtomicUsize,
-}
-
-pub(crate) struct RangeGuard<'a> {
-    lock: &'a RangeLock,
-    r: (u64, u64),
-}
-
-impl RangeLock {
-    pub(crate) fn lock(&self, a: u64, b: u64) -> RangeGuard<'_> {
-        let mut h = self.held.lock();
-        while h.iter().any(|&(x, y)| x < b && a < y) {
-            self.cv.wait(&mut h);
-        }
-        h.push((a, b));
-        self.count.store(h.len(), Ordering::Relaxed);
-        RangeGuard { lock: self, r: (a, b) }
-    }
-
-    /// Ranges held at the last lock or unlock (the caller's own among them, if it
-    /// holds one); may be stale by the time it is used.
-    pub(crate) fn held_hint(&self) -> usize {
-        self.count.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for RangeGuard<'_> {
-    fn drop(&mut self) {
-        let mut h = self.lock.held.lock();
-        if let Some(i) = h.iter().position(|&r| r == self.r) {
-            h.swap_remove(i);
-        }
-        self.lock.count.store(h.len(), Ordering::Relaxed);
-        self.lock.cv.notify_all();
     }
 }
 

@@ -25,6 +25,7 @@ pub mod inspect;
 pub mod integrity;
 pub mod journal;
 pub mod layout;
+mod locks;
 pub mod log;
 mod mapping;
 pub mod numa;

@@ -34,7 +34,7 @@
 
 use crate::pmem::{line_span, Durability, Medium, PersistStats, CACHE_LINE};
 use parking_lot::Mutex;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -42,6 +42,34 @@ use std::sync::Arc;
 thread_local! {
     static SIM_THREAD: Cell<u32> = const { Cell::new(0) };
     static STEP: Cell<Step> = const { Cell::new(Step::Store) };
+    static WAIT_HOOK: RefCell<Option<WaitHook>> = const { RefCell::new(None) };
+}
+
+/// What a thread scheduled by a simulator does instead of blocking on a lock
+/// another thread holds (see [`set_wait_hook`]).
+pub type WaitHook = Arc<dyn Fn() + Send + Sync>;
+
+/// Make the calling thread's waits for the locks a file's writers hold across
+/// medium steps (an inode's state lock, its page-range lock) scheduling points:
+/// where the lock is taken, the thread calls `hook` and tries again instead of
+/// blocking, so a deterministic scheduler that parks threads at medium steps can
+/// run the holder meanwhile (the crash simulator's token scheduler hands its token
+/// to another thread in it). `None` restores blocking. Threads that never call
+/// this block as usual; nothing else changes for them.
+pub fn set_wait_hook(hook: Option<WaitHook>) {
+    WAIT_HOOK.with(|h| *h.borrow_mut() = hook);
+}
+
+/// The calling thread wants a lock another thread holds: run its wait hook and
+/// return true (the caller tries the lock again), or return false at once when it
+/// has none (the caller blocks). The hook runs with [`step_kind`] = [`Step::Wait`].
+pub(crate) fn wait_turn() -> bool {
+    let Some(h) = WAIT_HOOK.with(|h| h.borrow().clone()) else {
+        return false;
+    };
+    STEP.with(|c| c.set(Step::Wait));
+    h();
+    true
 }
 
 /// What a simulated thread is doing at a step (see [`StepHook`]).
@@ -53,7 +81,8 @@ pub enum Step {
     Flush,
     /// A fence.
     Fence,
-    /// A turn of a wait for another thread's fence ([`Medium::wait_point`]).
+    /// A turn of a wait for another thread: for its fence ([`Medium::wait_point`]),
+    /// or for a lock it holds (a thread's wait hook, [`set_wait_hook`]).
     Wait,
 }
 

@@ -330,6 +330,8 @@ fn run_inject(a: &CrashArgs, kind: &str) -> i32 {
         "client-death"
     } else if a.workload == "all" && kind == "gc-referenced-page" {
         "mt-gc,client-gc,gc"
+    } else if a.workload == "all" && kind == "tail-before-prev-fence" {
+        "mt-shared-file"
     } else {
         a.workload.as_str()
     };

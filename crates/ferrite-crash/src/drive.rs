@@ -19,10 +19,12 @@
 //!   the round, file by file.
 
 use crate::exec::{exec, live_canon, sync_from_live, Handles};
-use crate::model::{Canon, Model, Op};
+use crate::model::{CNode, Canon, Model, Op};
 use crate::sched::{RoundTag, Sched};
 use crate::workloads::{groupable, Workload};
-use ferrite_core::sim::{set_sim_thread, FenceHook, FencePoint, InFlight, SimFault};
+use ferrite_core::sim::{
+    set_sim_thread, set_wait_hook, step_kind, FenceHook, FencePoint, InFlight, SimFault, Step,
+};
 use ferrite_core::{AtimeMode, CoreFault, Fs, MkfsOptions, MountOptions, SimMedium};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -226,6 +228,9 @@ pub struct Driven {
     pub thread_fences: Vec<u64>,
     /// Concurrent workloads: token hand-overs between threads at medium steps.
     pub switches: u64,
+    /// Concurrent workloads: hand-overs by threads that waited for another thread
+    /// of their round (its state or page lock, or its fence).
+    pub waits: u64,
     /// Client workloads: clients that died inside an operation.
     pub deaths: u64,
     /// Client workloads: fsck runs of the live daemon (after rounds that leave no
@@ -483,6 +488,7 @@ pub(crate) fn finish(
         geo: None,
         thread_fences: Vec::new(),
         switches: 0,
+        waits: 0,
         deaths: 0,
         live_fscks: 0,
         leaks: Vec::new(),
@@ -517,6 +523,17 @@ pub(crate) fn merge(before: &Canon, after: &Canon, files: &[&str]) -> Result<Can
             })
             .collect();
     Ok(Canon { nodes })
+}
+
+/// Files that several operations of `round` change (writes of disjoint ranges of
+/// one file: see [`crate::workloads::commute`]).
+fn shared_files<'a>(w: &'a Workload, round: &[usize]) -> Vec<&'a str> {
+    let files: Vec<&str> = round.iter().filter_map(|&k| groupable(&w.ops[k - 1])).collect();
+    let mut shared: Vec<&str> =
+        files.iter().copied().filter(|f| files.iter().filter(|g| *g == f).count() > 1).collect();
+    shared.sort_unstable();
+    shared.dedup();
+    shared
 }
 
 /// Drive a concurrent workload (its [`crate::workloads::MtPlan`]): rounds of
@@ -565,7 +582,12 @@ pub fn drive_mt(
         m.set_fault(Some(f));
     }
     let sc = sched.clone();
-    m.set_step_hook(Some(Arc::new(move || sc.step())));
+    // A turn of a wait for another thread's fence gives the token away (the thread
+    // waited for must run); every other step may keep it.
+    m.set_step_hook(Some(Arc::new(move || match step_kind() {
+        Step::Wait => sc.wait(),
+        _ => sc.step(),
+    })));
     let mut model = Model::new();
     sync_from_live(&mut model, &fs).map_err(|e| fail(0, e))?;
     let s0 = Arc::new(model.canon(true));
@@ -598,6 +620,10 @@ pub fn drive_mt(
                 let op = &w.ops[k - 1];
                 sc.spawn(move || {
                     set_sim_thread(t);
+                    // Waits for a lock another thread of the round holds give the
+                    // token away instead of blocking (operations on one file).
+                    let s2 = Arc::clone(sched);
+                    set_wait_hook(Some(Arc::new(move || s2.wait())));
                     sched.arrive(t);
                     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         if solo {
@@ -620,6 +646,7 @@ pub fn drive_mt(
                             *lock(panicked) = Some((k, msg));
                         }
                     }
+                    set_wait_hook(None);
                     sched.done(t);
                 });
             }
@@ -647,7 +674,10 @@ pub fn drive_mt(
             return Err(fail(k, format!("op {k} ({}) panicked: {msg}", w.ops[k - 1])));
         }
         let before = states.last().expect("state 0").clone();
+        let model_before = model.clone();
         let results = std::mem::take(&mut *lock(&results));
+        let succeeded: Vec<usize> =
+            results.iter().filter(|(_, r)| r.is_ok()).map(|(&k, _)| k).collect();
         for &k in round {
             let live = results.get(&k).expect("every operation of the round returned");
             check_outcome(k, &w.ops[k - 1], live, &mut model, w.nospc)?;
@@ -663,9 +693,16 @@ pub fn drive_mt(
             let ops: Vec<String> = round.iter().map(|&k| desc(k)).collect();
             return Err(fail(last_k, format!("after round {round:?} ({}) the file system differs from the model (model left, fs right): {d}", ops.join("; "))));
         }
-        // The state of the round with a subset of its operations applied.
+        // The state of the round with a subset of its operations applied: a file one
+        // operation of the round changed is as before or after the round; a file
+        // several changed (writes of disjoint ranges, which commute) is the model's
+        // before the round with those of the subset applied, its times left open.
+        let shared = shared_files(w, round);
         let files = |set: &[usize]| -> Vec<&str> {
-            set.iter().filter_map(|&k| groupable(&w.ops[k - 1])).collect()
+            set.iter()
+                .filter_map(|&k| groupable(&w.ops[k - 1]))
+                .filter(|f| !shared.contains(f))
+                .collect()
         };
         let with = |set: &[usize]| -> Result<Arc<Canon>, Functional> {
             if solo {
@@ -674,7 +711,31 @@ pub fn drive_mt(
             if set.len() == round.len() {
                 return Ok(after.clone());
             }
-            merge(&before, &after, &files(set)).map(Arc::new).map_err(|e| fail(last_k, e))
+            let mut c = merge(&before, &after, &files(set)).map_err(|e| fail(last_k, e))?;
+            if !shared.is_empty() {
+                let mut m = model_before.clone();
+                // Operations that failed (the model agreed: check_outcome) changed
+                // nothing; the others apply as they did after the round.
+                for &k in set.iter().filter(|&&k| succeeded.contains(&k)) {
+                    if groupable(&w.ops[k - 1]).is_some_and(|f| shared.contains(&f)) {
+                        m.apply(&w.ops[k - 1]).map_err(|e| {
+                            fail(
+                                k,
+                                format!("the model refused op {k} of a shared round: errno {e}"),
+                            )
+                        })?;
+                    }
+                }
+                let composed = m.canon(true);
+                for n in c.nodes.iter_mut() {
+                    if shared.iter().any(|f| f.as_bytes() == &n.path[..]) {
+                        let p = composed.nodes.iter().find(|x| x.path == n.path);
+                        let p = p.ok_or_else(|| fail(last_k, "a shared file vanished".into()))?;
+                        *n = CNode { times: None, ..p.clone() };
+                    }
+                }
+            }
+            Ok(Arc::new(c))
         };
         for (i, _) in round.iter().enumerate() {
             states.push(with(&round[..=i])?);
@@ -700,6 +761,7 @@ pub fn drive_mt(
     d.geo = Some(*fs.geometry());
     d.thread_fences = thread_fences;
     d.switches = sched.switches.load(std::sync::atomic::Ordering::Relaxed);
+    d.waits = sched.waits.load(std::sync::atomic::Ordering::Relaxed);
     Ok(d)
 }
 

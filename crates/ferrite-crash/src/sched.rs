@@ -46,7 +46,14 @@ struct St {
     returned: Vec<usize>,
     /// Threads of the round not finished.
     live: usize,
+    /// Waits (hand-overs by threads that cannot go on) since a thread last made
+    /// progress: bounds a round whose threads all wait for each other.
+    idle_waits: u64,
 }
+
+/// Waits in a row, with no thread making progress, after which a round counts as
+/// deadlocked (every thread wants something another waiting thread holds).
+const DEADLOCK_WAITS: u64 = 100_000;
 
 /// The round's status at one moment: what a crash then may or must contain.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -66,6 +73,8 @@ pub struct Sched {
     pub steps: AtomicU64,
     /// Token hand-overs between threads.
     pub switches: AtomicU64,
+    /// Hand-overs by threads that waited for a lock or a fence of another thread.
+    pub waits: AtomicU64,
 }
 
 fn lk(m: &Mutex<St>) -> MutexGuard<'_, St> {
@@ -81,6 +90,7 @@ impl Sched {
             rng: Mutex::new(rng),
             steps: AtomicU64::new(0),
             switches: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
         }
     }
 
@@ -144,6 +154,7 @@ impl Sched {
             return;
         }
         self.steps.fetch_add(1, Ordering::Relaxed);
+        s.idle_waits = 0;
         if s.parked.is_empty() {
             return;
         }
@@ -157,6 +168,44 @@ impl Sched {
         drop(self.wait_for_token(s, t));
     }
 
+    /// The calling thread holds the token and cannot go on until another thread of
+    /// the round moves: it wants a lock another holds, or waits for another's fence
+    /// (a [`ferrite_core::sim::Step::Wait`] step, or its wait hook,
+    /// [`ferrite_core::sim::set_wait_hook`]). It hands the token to a waiting
+    /// thread drawn from the generator (never keeps it, which would spin) and waits
+    /// for it to come back; the caller then looks again. Panics when no other
+    /// thread of the round is waiting, or after [`DEADLOCK_WAITS`] waits in a row
+    /// without progress: the threads wait for each other (the worker reports it).
+    pub fn wait(&self) {
+        let t = sim_thread();
+        let mut s = lk(&self.st);
+        if t == 0 || s.token != t {
+            return;
+        }
+        s.idle_waits += 1;
+        let stuck = s.idle_waits > DEADLOCK_WAITS;
+        if s.parked.is_empty() || stuck {
+            let op = s.op_of[&t];
+            drop(s);
+            panic!(
+                "deadlock in the round: op {op} (thread {t}) waits for a lock or a fence, \
+                 and {}",
+                if stuck {
+                    "every other thread of the round waits too"
+                } else {
+                    "no other thread can run"
+                }
+            );
+        }
+        self.steps.fetch_add(1, Ordering::Relaxed);
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        let v: Vec<u32> = s.parked.iter().copied().collect();
+        let who = v[self.draw(v.len())];
+        s.parked.insert(t);
+        self.hand_to(&mut s, who);
+        drop(self.wait_for_token(s, t));
+    }
+
     /// The token holder's operation returned: record it and pass the token on.
     pub fn done(&self, t: u32) {
         let mut s = lk(&self.st);
@@ -166,6 +215,7 @@ impl Sched {
         s.returned.push(op);
         s.live -= 1;
         s.token = 0;
+        s.idle_waits = 0;
         self.steps.fetch_add(1, Ordering::Relaxed);
         if !s.parked.is_empty() {
             let v: Vec<u32> = s.parked.iter().copied().collect();

@@ -19,6 +19,7 @@ fn plan(kind: &str) -> (&'static str, usize, u64) {
         "client-stale-lease" => ("client-revoke", 1, 1000),
         "tail-before-other-data" => ("client-death", 1, 3000),
         "gc-referenced-page" => ("mt-gc,client-gc", 1, 1500),
+        "tail-before-prev-fence" => ("mt-shared-file", 1, 3000),
         other => panic!("fault kind {other} has no detection test: add it here"),
     }
 }

@@ -10,6 +10,7 @@
 
 use ferrite_crash::drive::Fault;
 use ferrite_crash::explore::{self, Config};
+use ferrite_crash::model::Op;
 use ferrite_crash::workloads::{self, Workload};
 use std::collections::BTreeSet;
 
@@ -93,4 +94,29 @@ fn per_thread_fences_catch_what_a_global_fence_hides() {
     eprintln!("detected only with per-thread fences: {only:?}");
     assert!(glob.is_subset(&per), "global-only detections: {:?}", glob.difference(&per));
     assert!(!only.is_empty(), "per-thread fences found nothing a global fence hides");
+}
+
+/// Writes of disjoint ranges of one file share rounds and wait for each other's
+/// locks and fences through the scheduler (before, every operation on one file ran
+/// alone in its round); the skipped wait for the previous commit's fence is caught.
+#[test]
+fn writers_of_one_file_interleave_and_a_skipped_fence_wait_is_caught() {
+    let w = mt("mt-shared-file");
+    let plan = w.mt.as_ref().unwrap();
+    let shared = plan
+        .rounds
+        .iter()
+        .filter(|r| {
+            r.len() > 1
+                && r.iter()
+                    .all(|&k| matches!(&w.ops[k - 1], Op::Write { path, .. } if path == "/s"))
+        })
+        .count();
+    assert!(shared >= 3, "rounds of several writes of /s: {shared} in {:?}", plan.rounds);
+    let d = explore::survey(&w, None).unwrap();
+    eprintln!("mt-shared-file: {} switches, {} waits", d.switches, d.waits);
+    assert!(d.waits > 0, "no thread waited for another's lock or fence");
+    let cfg = Config { states: 3000, ..Config::default() };
+    let rep = explore::run_suite(std::slice::from_ref(&w), &cfg, None, &mut |_| {});
+    assert_eq!(rep.workloads[0].tally.failure_count, 0);
 }
