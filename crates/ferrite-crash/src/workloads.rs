@@ -65,10 +65,16 @@ pub fn groupable(op: &Op) -> Option<&str> {
 
 /// May `a` and `b` (of different threads, on one file) share a round: writes of
 /// disjoint byte ranges, whose result is the same in either order (contents, and a
-/// size that is the largest end), so a crash state is the state before the round
-/// with any subset of them applied. Neighbours in one page serialize on the page
+/// size that is the largest end), or any single-inode operation beside a
+/// compaction or an fsync (which change nothing visible), so a crash state is the
+/// state before the round with any subset of them applied. Neighbours in one page serialize on the page
 /// lock; others copy their data in parallel and commit one after the other.
 pub fn commute(a: &Op, b: &Op) -> bool {
+    let visible = |o: &Op| !matches!(o, Op::Compact { .. } | Op::Fsync { .. });
+    if groupable(a).is_some() && groupable(b).is_some() && (!visible(a) || !visible(b)) {
+        // Compaction (thorough GC of the log) and fsync change nothing visible.
+        return true;
+    }
     match (a, b) {
         (Op::Write { path: p, off: o, len: l, .. }, Op::Write { path: q, off: x, len: n, .. }) => {
             p == q && (o + l <= *x || x + n <= *o)

@@ -120,3 +120,21 @@ fn writers_of_one_file_interleave_and_a_skipped_fence_wait_is_caught() {
     let rep = explore::run_suite(std::slice::from_ref(&w), &cfg, None, &mut |_| {});
     assert_eq!(rep.workloads[0].tally.failure_count, 0);
 }
+
+/// A compaction of a file shares rounds with writes of that file (it changes
+/// nothing visible), so thorough GC runs beside its writers at every step.
+#[test]
+fn compaction_runs_beside_writers_of_its_file() {
+    let w = mt("mt-gc");
+    let plan = w.mt.as_ref().unwrap();
+    let beside = plan.rounds.iter().any(|r| {
+        r.iter().any(|&k| {
+            let Op::Compact { path } = &w.ops[k - 1] else { return false };
+            r.iter().any(|&j| matches!(&w.ops[j - 1], Op::Write { path: p, .. } if p == path))
+        })
+    });
+    assert!(beside, "no round compacts a file beside its writer: {:?}", plan.rounds);
+    let d = explore::survey(&w, None).unwrap();
+    eprintln!("mt-gc: {} switches, {} waits", d.switches, d.waits);
+    assert!(d.waits > 0, "no thread waited for another's lock or fence");
+}
