@@ -30,34 +30,33 @@ impl<T> StateLock<T> {
 
     #[inline]
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, T> {
-        if let Some(g) = self.0.try_read() {
-            return g;
-        }
-        while crate::sim::wait_turn() {
-            if let Some(g) = self.0.try_read() {
-                return g;
-            }
-        }
-        self.0.read()
+        acquire(|| self.0.try_read(), || self.0.read())
     }
 
     #[inline]
     pub(crate) fn write(&self) -> RwLockWriteGuard<'_, T> {
-        if let Some(g) = self.0.try_write() {
-            return g;
-        }
-        while crate::sim::wait_turn() {
-            if let Some(g) = self.0.try_write() {
-                return g;
-            }
-        }
-        self.0.write()
+        acquire(|| self.0.try_write(), || self.0.write())
     }
 
     #[inline]
     pub(crate) fn try_write(&self) -> Option<RwLockWriteGuard<'_, T>> {
         self.0.try_write()
     }
+}
+
+/// Take a lock: one try; then, for a thread with a wait hook, its hook and another
+/// try until one succeeds; for any other thread, `block`.
+#[inline]
+fn acquire<G>(try_once: impl Fn() -> Option<G>, block: impl FnOnce() -> G) -> G {
+    if let Some(g) = try_once() {
+        return g;
+    }
+    while crate::sim::wait_turn() {
+        if let Some(g) = try_once() {
+            return g;
+        }
+    }
+    block()
 }
 
 /// Byte-range (page-range) lock for writers of one file.
