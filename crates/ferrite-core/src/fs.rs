@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::index::{FileType, Freed, InodeState};
 use crate::journal::{self, Record};
 use crate::layout::{logptr, Geometry, InodeSlot, Superblock, BLOCK, SLOT_STATE, SLOT_TAIL};
-use crate::locks::{RangeLock, StateLock};
+use crate::locks::{RangeLock, StateLock, StepMutex};
 use crate::log::{self, AttrRec, EntryBuf, Ts};
 use crate::pmem::{persist_u64, Medium};
 use crate::share::Party;
@@ -497,8 +497,8 @@ pub struct Fs<M: Medium> {
     pub(crate) balloc: BlockAlloc,
     pub(crate) ialloc: InodeAlloc,
     pub(crate) cache: Vec<RwLock<HashMap<u64, Arc<Inode>>>>,
-    pub(crate) txids: Vec<Mutex<u64>>,
-    pub(crate) rename_lock: Mutex<()>,
+    pub(crate) txids: Vec<StepMutex<u64>>,
+    pub(crate) rename_lock: StepMutex<()>,
     pub(crate) read_only: bool,
     pub(crate) fault: Option<CoreFault>,
     pub(crate) generation: u64,

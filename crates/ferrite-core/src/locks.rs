@@ -1,6 +1,7 @@
-//! The two locks one file's writers hold across medium steps: the inode's state
-//! lock ([`StateLock`], held through a commit's log appends and tail store) and its
-//! page-range lock ([`RangeLock`], held through a write's data copy).
+//! The locks held across medium steps: an inode's state lock ([`StateLock`], held
+//! through a commit's log appends and tail store), its page-range lock
+//! ([`RangeLock`], held through a write's data copy), and the process's journal
+//! and rename locks ([`StepMutex`], held through a multi-inode commit).
 //!
 //! Invariants:
 //! - Both behave as plain blocking locks for every thread without a wait hook
@@ -41,6 +42,21 @@ impl<T> StateLock<T> {
     #[inline]
     pub(crate) fn try_write(&self) -> Option<RwLockWriteGuard<'_, T>> {
         self.0.try_write()
+    }
+}
+
+/// A mutex whose waits are scheduling points for a thread with a wait hook (see the
+/// module's invariants).
+pub(crate) struct StepMutex<T>(Mutex<T>);
+
+impl<T> StepMutex<T> {
+    pub(crate) fn new(v: T) -> StepMutex<T> {
+        StepMutex(Mutex::new(v))
+    }
+
+    #[inline]
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+        acquire(|| self.0.try_lock(), || self.0.lock())
     }
 }
 

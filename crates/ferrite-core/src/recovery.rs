@@ -256,7 +256,9 @@ impl<M: Medium> Fs<M> {
             }
         };
         report.shared_blocks = refs.len() as u64;
-        let txids = (0..geo.nshards).map(|s| Mutex::new(journal::read(&m, &geo, s).0)).collect();
+        let txids = (0..geo.nshards)
+            .map(|s| crate::locks::StepMutex::new(journal::read(&m, &geo, s).0))
+            .collect();
         if !opts.read_only {
             repair_superblock_copies(&m, &sb);
             persist_u64(&m, MOUNT_STATE_OFF, (generation + 1) << 2);
@@ -271,7 +273,7 @@ impl<M: Medium> Fs<M> {
             geo,
             cache: Fs::<M>::new_cache(),
             txids,
-            rename_lock: Mutex::new(()),
+            rename_lock: crate::locks::StepMutex::new(()),
             read_only: opts.read_only,
             fault: opts.fault,
             generation: generation + 1,

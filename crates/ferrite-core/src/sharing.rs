@@ -496,7 +496,7 @@ impl<M: Medium> Fs<M> {
             geo,
             cache: Fs::<M>::new_cache(),
             txids: Vec::new(),
-            rename_lock: Mutex::new(()),
+            rename_lock: crate::locks::StepMutex::new(()),
             read_only: false,
             fault: None,
             generation: state >> 2,

@@ -21,7 +21,7 @@
 use crate::exec::{exec, live_canon, sync_from_live, Handles};
 use crate::model::{CNode, Canon, Model, Op};
 use crate::sched::{RoundTag, Sched};
-use crate::workloads::{groupable, Workload};
+use crate::workloads::{groupable, names_of, Workload};
 use ferrite_core::sim::{
     set_sim_thread, set_wait_hook, step_kind, FenceHook, FencePoint, InFlight, SimFault, Step,
 };
@@ -698,6 +698,33 @@ pub fn drive_mt(
         // several changed (writes of disjoint ranges, which commute) is the model's
         // before the round with those of the subset applied, its times left open.
         let shared = shared_files(w, round);
+        // Namespace operations in the round (mt-dir): every state is the model's tree
+        // before the round with the subset applied, the times of what the round
+        // touched (names and their directories) left open.
+        let names_round = !solo && round.iter().any(|&k| names_of(&w.ops[k - 1]).is_some());
+        let loose: Vec<&str> = round
+            .iter()
+            .flat_map(|&k| {
+                let op = &w.ops[k - 1];
+                names_of(op).unwrap_or_else(|| groupable(op).into_iter().collect())
+            })
+            .flat_map(|p| [p, crate::model::split_path(p).0])
+            .collect();
+        let compose = |set: &[usize]| -> Result<Canon, Functional> {
+            let mut m = model_before.clone();
+            for &k in set.iter().filter(|&&k| succeeded.contains(&k)) {
+                m.apply(&w.ops[k - 1]).map_err(|e| {
+                    fail(k, format!("the model refused op {k} of a shared round: errno {e}"))
+                })?;
+            }
+            let mut c = m.canon(true);
+            for n in c.nodes.iter_mut() {
+                if loose.iter().any(|p| p.as_bytes() == &n.path[..]) {
+                    n.times = None;
+                }
+            }
+            Ok(c)
+        };
         let files = |set: &[usize]| -> Vec<&str> {
             set.iter()
                 .filter_map(|&k| groupable(&w.ops[k - 1]))
@@ -711,22 +738,12 @@ pub fn drive_mt(
             if set.len() == round.len() {
                 return Ok(after.clone());
             }
+            if names_round {
+                return compose(set).map(Arc::new);
+            }
             let mut c = merge(&before, &after, &files(set)).map_err(|e| fail(last_k, e))?;
             if !shared.is_empty() {
-                let mut m = model_before.clone();
-                // Operations that failed (the model agreed: check_outcome) changed
-                // nothing; the others apply as they did after the round.
-                for &k in set.iter().filter(|&&k| succeeded.contains(&k)) {
-                    if groupable(&w.ops[k - 1]).is_some_and(|f| shared.contains(&f)) {
-                        m.apply(&w.ops[k - 1]).map_err(|e| {
-                            fail(
-                                k,
-                                format!("the model refused op {k} of a shared round: errno {e}"),
-                            )
-                        })?;
-                    }
-                }
-                let composed = m.canon(true);
+                let composed = compose(set)?;
                 for n in c.nodes.iter_mut() {
                     if shared.iter().any(|f| f.as_bytes() == &n.path[..]) {
                         let p = composed.nodes.iter().find(|x| x.path == n.path);

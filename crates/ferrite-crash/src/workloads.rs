@@ -8,17 +8,17 @@
 //!
 //! Concurrent workloads (`mt-*`) add an [`MtPlan`]: each operation belongs to a
 //! simulated thread, and the operations run in *rounds* fixed up front from the
-//! seed. A round holds either one operation (any kind) or several single-inode
-//! operations of different threads ([`groupable`]) on different files, or on one
-//! file when they commute (writes of disjoint byte ranges, [`commute`]), which the
-//! step scheduler ([`crate::sched`]) interleaves at every store, flush and fence. A
-//! thread that wants a file's state or range lock while another thread of the round
-//! holds it gives the scheduler's token away instead of blocking
-//! (`ferrite_core::sim::set_wait_hook`). Operations that touch several inodes, and
-//! same-file operations that do not commute, never share a round: the first take
-//! the journal and rename locks, which are not made waits of the scheduler, and the
-//! second would need the order of their commits to build the states a crash may
-//! leave; they interleave with the others at operation boundaries only.
+//! seed. A round holds either one operation (any kind) or several operations of
+//! different threads that may share it ([`may_share`]): single-inode operations
+//! ([`groupable`]) on different files, or on one file when they commute ([`commute`]),
+//! and, in a workload that groups names (`mt-dir`), namespace operations
+//! ([`names_of`]) none of whose names is another's or above it. The step scheduler
+//! ([`crate::sched`]) interleaves them at every store, flush and fence; a thread
+//! that wants a lock another thread of the round holds across medium steps (an
+//! inode's state or range lock, the journal or rename lock) gives the scheduler's
+//! token away instead of blocking (`ferrite_core::sim::set_wait_hook`). Operations
+//! whose crash states would depend on the order of their commits never share a
+//! round: they interleave with the others at operation boundaries only.
 
 use crate::gen::{generate, GenConfig};
 use crate::model::{Op, RenameKind, XattrHow};
@@ -83,10 +83,51 @@ pub fn commute(a: &Op, b: &Op) -> bool {
     }
 }
 
+/// The names a namespace operation may share a round by (with a workload that
+/// groups them, `mt-dir`): creates, mkdirs, unlinks, rmdirs and renames.
+pub fn names_of(op: &Op) -> Option<Vec<&str>> {
+    match op {
+        Op::Create { path, .. } | Op::Mkdir { path, .. } => Some(vec![path]),
+        Op::Unlink { path } | Op::Rmdir { path } => Some(vec![path]),
+        Op::Rename { from, to, .. } => Some(vec![from, to]),
+        _ => None,
+    }
+}
+
+/// Paths an operation that may share a round names (its file, or its names).
+fn touched(op: &Op) -> Vec<&str> {
+    names_of(op).unwrap_or_else(|| groupable(op).into_iter().collect())
+}
+
+/// `a` is `b` or one of its ancestors.
+fn covers(a: &str, b: &str) -> bool {
+    b.strip_prefix(a).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// May operations `a` and `b` of different threads share a round? Single-inode
+/// operations of different files, or of one file when they [`commute`]; namespace
+/// operations ([`names_of`]) when no name of either is a name of the other or
+/// above it (their results then do not depend on their order: each changes its own
+/// names, and the link counts they move add up).
+pub fn may_share(a: &Op, b: &Op) -> bool {
+    if names_of(a).is_none() && names_of(b).is_none() {
+        return groupable(a) != groupable(b) || commute(a, b);
+    }
+    let (x, y) = (touched(a), touched(b));
+    x.iter().all(|p| y.iter().all(|q| !covers(p, q) && !covers(q, p)))
+}
+
 /// A concurrent workload: the operations of each thread, in its order, interleaved
 /// into rounds drawn from `seed` (with `group`, groupable operations of different
 /// threads on different files share rounds; without, every round is one operation).
-fn mt(name: &str, about: &str, per_thread: Vec<Vec<Op>>, seed: u64, group: bool) -> Workload {
+fn mt(
+    name: &str,
+    about: &str,
+    per_thread: Vec<Vec<Op>>,
+    seed: u64,
+    group: bool,
+    names: bool,
+) -> Workload {
     let mut rng = Rng::derive(seed, name.bytes().fold(0u64, |h, b| h.wrapping_mul(131) ^ b as u64));
     let n = per_thread.len();
     let mut next = vec![0usize; n];
@@ -106,15 +147,15 @@ fn mt(name: &str, about: &str, per_thread: Vec<Vec<Op>>, seed: u64, group: bool)
         let mut taken: Vec<&Op> = Vec::new();
         for t in avail {
             let op = &per_thread[t][next[t]];
-            let g = groupable(op).filter(|_| group);
+            let shareable = group && (groupable(op).is_some() || (names && names_of(op).is_some()));
             if round.is_empty() {
                 round.push(t);
                 taken.push(op);
-                if g.is_none() {
+                if !shareable {
                     break;
                 }
-            } else if let Some(f) = g {
-                let fits = taken.iter().all(|o| groupable(o) != Some(f) || commute(o, op));
+            } else if shareable {
+                let fits = taken.iter().all(|o| may_share(o, op));
                 if fits && rng.chance(3, 4) {
                     round.push(t);
                     taken.push(op);
@@ -267,10 +308,10 @@ pub fn mt_suite(seed: u64) -> Vec<Workload> {
         global_fence: false,
     });
     vec![
-        mt("mt-private", "3 threads on private files, interleaved at every store/flush/fence", private, seed, true),
-        mt("mt-shared-file", "3 threads on one file: disjoint writes in shared rounds, overlapping ones, O_APPEND appends, truncate", shared, seed, true),
-        mt("mt-dir", "3 threads in one directory: create / rename-over / unlink / mkdir / rmdir storms", dir, seed, true),
-        mt("mt-gc", "2 writers whose overwrites feed fast GC, a third thread compacting their logs beside them", gc, seed, true),
+        mt("mt-private", "3 threads on private files, interleaved at every store/flush/fence", private, seed, true, false),
+        mt("mt-shared-file", "3 threads on one file: disjoint writes in shared rounds, overlapping ones, O_APPEND appends, truncate", shared, seed, true, false),
+        mt("mt-dir", "3 threads in one directory: create / rename-over / unlink / mkdir / rmdir storms, those of distinct names in shared rounds", dir, seed, true, true),
+        mt("mt-gc", "2 writers whose overwrites feed fast GC, a third thread compacting their logs beside them", gc, seed, true, false),
         rnd,
     ]
 }

@@ -138,3 +138,19 @@ fn compaction_runs_beside_writers_of_its_file() {
     eprintln!("mt-gc: {} switches, {} waits", d.switches, d.waits);
     assert!(d.waits > 0, "no thread waited for another's lock or fence");
 }
+
+/// Namespace operations of distinct names share rounds in `mt-dir` (creates,
+/// renames, unlinks, mkdirs and rmdirs of one directory, each holding the
+/// directory's lock and the journal's through its fences), and wait for each other
+/// through the scheduler.
+#[test]
+fn directory_operations_of_distinct_names_interleave() {
+    let w = mt("mt-dir");
+    let plan = w.mt.as_ref().unwrap();
+    let names = |k: usize| workloads::names_of(&w.ops[k - 1]).is_some();
+    let rounds = plan.rounds.iter().filter(|r| r.len() > 1 && r.iter().all(|&k| names(k))).count();
+    assert!(rounds >= 3, "rounds of several namespace operations: {rounds} in {:?}", plan.rounds);
+    let d = explore::survey(&w, None).unwrap();
+    eprintln!("mt-dir: {} switches, {} waits", d.switches, d.waits);
+    assert!(d.waits > 0, "no thread waited for another's lock or fence");
+}
