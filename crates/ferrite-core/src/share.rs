@@ -664,6 +664,9 @@ fn lock_word(
     let mut want = me;
     let mut spins = 0u32;
     let mut slept = 0u32;
+    // A thread the crash simulator schedules does not spin (the holder cannot run);
+    // asked once, when the lock is first found held.
+    let mut sim = None;
     loop {
         let cur = w.load(Ordering::Relaxed);
         if cur & HOLDER_MASK == 0 {
@@ -686,7 +689,7 @@ fn lock_word(
             continue;
         }
         spins += 1;
-        if spins < 100 {
+        if spins < 100 && !*sim.get_or_insert_with(crate::sim::has_wait_hook) {
             std::hint::spin_loop();
             continue;
         }
@@ -696,7 +699,12 @@ fn lock_word(
             continue;
         }
         want = me | WAITERS;
-        futex::wait(w, cur | WAITERS, WAIT_SLICE);
+        // A party scheduled by the crash simulator lets the holder run instead of
+        // sleeping (the waiters bit is set first, as before a sleep: the holder
+        // then gives the lock back at the end of its operation, lease or not).
+        if !crate::sim::wait_turn() {
+            futex::wait(w, cur | WAITERS, WAIT_SLICE);
+        }
         slept += 1;
         alive(slept)?;
     }

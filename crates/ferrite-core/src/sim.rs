@@ -60,6 +60,11 @@ pub fn set_wait_hook(hook: Option<WaitHook>) {
     WAIT_HOOK.with(|h| *h.borrow_mut() = hook);
 }
 
+/// Has the calling thread a wait hook ([`set_wait_hook`])?
+pub(crate) fn has_wait_hook() -> bool {
+    WAIT_HOOK.with(|h| h.borrow().is_some())
+}
+
 /// The calling thread wants a lock another thread holds: run its wait hook and
 /// return true (the caller tries the lock again), or return false at once when it
 /// has none (the caller blocks). The hook runs with [`step_kind`] = [`Step::Wait`].

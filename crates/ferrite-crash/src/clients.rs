@@ -34,9 +34,9 @@
 //!   party's lock on its source.
 
 use crate::drive::{
-    check_outcome, describe, end_point, finish, group_by_tag, lock, make_hook, merge,
-    push_distinct, tag_states, Capture, Driven, Expect, Fault, FenceRec, Functional, HookState,
-    STALL, UUID,
+    apply_subset, check_outcome, describe, end_point, finish, group_by_tag, lock, make_hook, merge,
+    push_distinct, shared_files, tag_states, with_shared, Capture, Driven, Expect, Fault, FenceRec,
+    Functional, HookState, STALL, UUID,
 };
 use crate::exec::{exec, live_canon, sync_from_live, Handles};
 use crate::model::{pattern, Canon, Model, Op};
@@ -44,7 +44,7 @@ use crate::rng::Rng;
 use crate::sched::Sched;
 use crate::workloads::{w, Workload};
 use ferrite_core::share::{HeapRegion, P_REVOKED};
-use ferrite_core::sim::set_sim_thread;
+use ferrite_core::sim::{set_sim_thread, set_wait_hook, step_kind, Step as SimStep};
 use ferrite_core::{
     AtimeMode, BlockSource, Error, FallocMode, Fs, MkfsOptions, MountOptions, Party, SetAttr,
     Shift, SimMedium, Table,
@@ -260,6 +260,40 @@ pub fn client_suite(seed: u64) -> Vec<Workload> {
         1,
         seed,
         true,
+    ));
+
+    // Two clients and the daemon write disjoint ranges of one file in the same
+    // rounds: each takes the file's cross-process lock in turn (a waiting party
+    // gives the scheduler's token away), catches up with the others' commits and
+    // commits its own; neighbours in one page, a write past the end, a compaction.
+    let mut p = Plan::new();
+    p.one(op(0, create("/s")))
+        .one(op(0, write("/s", 0, 20000, 1)))
+        .one(Step::Attach(1))
+        .one(Step::Attach(2))
+        .par(vec![op(1, write("/s", 0, 4096, 2)), op(2, write("/s", 8192, 4096, 3))])
+        .par(vec![
+            op(1, write("/s", 100, 200, 4)),
+            op(2, write("/s", 400, 300, 5)),
+            op(0, write("/s", 12288, 4096, 6)),
+        ])
+        .par(vec![op(1, write("/s", 16384, 8192, 7)), op(2, write("/s", 4096, 100, 8))])
+        .par(vec![
+            op(0, write("/s", 1000, 50, 9)),
+            op(1, write("/s", 2000, 3000, 10)),
+            op(2, write("/s", 30000, 500, 11)),
+        ])
+        .par(vec![op(2, Op::Compact { path: "/s".into() }), op(1, write("/s", 6000, 100, 12))])
+        .one(Step::Detach(1))
+        .one(Step::Detach(2))
+        .one(op(0, write("/s", 0, 100, 13)));
+    v.push(p.build(
+        "client-shared-file",
+        "two clients and the daemon write disjoint ranges of one file in shared rounds, \
+         taking its cross-process lock in turn",
+        2,
+        seed,
+        false,
     ));
 
     // Clients die in the middle of operations; the daemon takes their files back.
@@ -798,9 +832,14 @@ pub fn drive_clients(
         m.set_fault(sim_fault);
     }
     let sc = sched.clone();
-    m.set_step_hook(Some(Arc::new(move || {
-        maybe_die();
-        sc.step()
+    // A turn of a wait for another party (its lock, its fence) gives the token away
+    // and is no medium step of the waiter's (no death point).
+    m.set_step_hook(Some(Arc::new(move || match step_kind() {
+        SimStep::Wait => sc.wait(),
+        _ => {
+            maybe_die();
+            sc.step()
+        }
     })));
     let cleanup = |m: &SimMedium| {
         m.set_fence_hook(None);
@@ -871,10 +910,15 @@ pub fn drive_clients(
                 let step_inos: &[u64] = inos.get(&k).map_or(&[], Vec::as_slice);
                 s.spawn(move || {
                     set_sim_thread(t);
+                    // Waits for another party's lock of a file both write in this
+                    // round give the token away instead of sleeping.
+                    let s2 = Arc::clone(sched);
+                    set_wait_hook(Some(Arc::new(move || s2.wait())));
                     sched.arrive(t);
                     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         world.run(step, step_inos)
                     }));
+                    set_wait_hook(None);
                     match r {
                         Ok(Outcome::Died) => {
                             lock(results).insert(k, Outcome::Died);
@@ -920,7 +964,15 @@ pub fn drive_clients(
             return Err(fail(k, format!("op {k} ({}) panicked: {msg}", desc(k))));
         }
         let before = states.last().expect("state 0").clone();
+        let model_before = model.clone();
         let results = std::mem::take(&mut *lock(&results));
+        let succeeded: Vec<usize> = results
+            .iter()
+            .filter(|(k, r)| {
+                matches!(r, Outcome::Done(Ok(()))) && matches!(plan.steps[**k - 1], Step::Op(..))
+            })
+            .map(|(&k, _)| k)
+            .collect();
         let mut dead_op: Option<usize> = None;
         for &k in round {
             let step = &plan.steps[k - 1];
@@ -1052,8 +1104,17 @@ pub fn drive_clients(
                 ));
             }
         }
+        // A file several operations of the round changed (parties writing disjoint
+        // ranges of it) is composed from the model, as in drive_mt.
+        let round_files: Vec<&str> =
+            round.iter().filter_map(|&k| plan.steps[k - 1].file()).collect();
+        let shared = shared_files(&round_files);
+        let op_of = |k: usize| plan.steps[k - 1].model_op();
         let files = |set: &[usize]| -> Vec<&str> {
-            set.iter().filter_map(|&k| plan.steps[k - 1].file()).collect()
+            set.iter()
+                .filter_map(|&k| plan.steps[k - 1].file())
+                .filter(|f| !shared.contains(f))
+                .collect()
         };
         let with = |set: &[usize]| -> Result<Arc<Canon>, Functional> {
             if solo {
@@ -1062,7 +1123,12 @@ pub fn drive_clients(
             if set.len() == round.len() {
                 return Ok(after.clone());
             }
-            merge(&before, &after, &files(set)).map(Arc::new).map_err(|e| fail(last_k, e))
+            let c = merge(&before, &after, &files(set)).map_err(|e| fail(last_k, e))?;
+            if shared.is_empty() {
+                return Ok(Arc::new(c));
+            }
+            let composed = apply_subset(&model_before, set, &succeeded, &op_of, &[])?;
+            with_shared(c, &composed, &shared).map(Arc::new).map_err(|e| fail(last_k, e))
         };
         for (i, _) in round.iter().enumerate() {
             states.push(with(&round[..=i])?);
@@ -1113,6 +1179,7 @@ pub fn drive_clients(
     dr.geo = Some(*world.d.geometry());
     dr.thread_fences = thread_fences;
     dr.switches = sched.switches.load(std::sync::atomic::Ordering::Relaxed);
+    dr.waits = sched.waits.load(std::sync::atomic::Ordering::Relaxed);
     dr.deaths = deaths;
     dr.live_fscks = live_fscks;
     dr.leaks = leaks;

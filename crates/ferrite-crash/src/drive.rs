@@ -525,15 +525,56 @@ pub(crate) fn merge(before: &Canon, after: &Canon, files: &[&str]) -> Result<Can
     Ok(Canon { nodes })
 }
 
-/// Files that several operations of `round` change (writes of disjoint ranges of
-/// one file: see [`crate::workloads::commute`]).
-fn shared_files<'a>(w: &'a Workload, round: &[usize]) -> Vec<&'a str> {
-    let files: Vec<&str> = round.iter().filter_map(|&k| groupable(&w.ops[k - 1])).collect();
+/// Files that several operations of a round change (`files`: the file of each of
+/// its single-file operations; see [`crate::workloads::commute`]).
+pub(crate) fn shared_files<'a>(files: &[&'a str]) -> Vec<&'a str> {
     let mut shared: Vec<&str> =
         files.iter().copied().filter(|f| files.iter().filter(|g| *g == f).count() > 1).collect();
     shared.sort_unstable();
     shared.dedup();
     shared
+}
+
+/// The model's tree before a round (`before`) with the operations of `set` that
+/// succeeded (`ok`) applied: the state a crash leaves when exactly those took
+/// effect, for operations that commute. Nodes named in `loose` get no times.
+pub(crate) fn apply_subset(
+    before: &Model,
+    set: &[usize],
+    ok: &[usize],
+    op: &dyn Fn(usize) -> Op,
+    loose: &[&str],
+) -> Result<Canon, Functional> {
+    let mut m = before.clone();
+    for &k in set.iter().filter(|&&k| ok.contains(&k)) {
+        m.apply(&op(k)).map_err(|e| Functional {
+            op: k,
+            message: format!("the model refused op {k} of a shared round: errno {e}"),
+        })?;
+    }
+    let mut c = m.canon(true);
+    for n in c.nodes.iter_mut() {
+        if loose.iter().any(|p| p.as_bytes() == &n.path[..]) {
+            n.times = None;
+        }
+    }
+    Ok(c)
+}
+
+/// `merged` (the round's state file by file) with each file of `shared` taken
+/// from `composed` ([`apply_subset`]), its times left open.
+pub(crate) fn with_shared(
+    mut merged: Canon,
+    composed: &Canon,
+    shared: &[&str],
+) -> Result<Canon, String> {
+    for n in merged.nodes.iter_mut() {
+        if shared.iter().any(|f| f.as_bytes() == &n.path[..]) {
+            let p = composed.nodes.iter().find(|x| x.path == n.path);
+            *n = CNode { times: None, ..p.ok_or("a shared file vanished")?.clone() };
+        }
+    }
+    Ok(merged)
 }
 
 /// Drive a concurrent workload (its [`crate::workloads::MtPlan`]): rounds of
@@ -697,7 +738,9 @@ pub fn drive_mt(
         // operation of the round changed is as before or after the round; a file
         // several changed (writes of disjoint ranges, which commute) is the model's
         // before the round with those of the subset applied, its times left open.
-        let shared = shared_files(w, round);
+        let round_files: Vec<&str> =
+            round.iter().filter_map(|&k| groupable(&w.ops[k - 1])).collect();
+        let shared = shared_files(&round_files);
         // Namespace operations in the round (mt-dir): every state is the model's tree
         // before the round with the subset applied, the times of what the round
         // touched (names and their directories) left open.
@@ -710,21 +753,7 @@ pub fn drive_mt(
             })
             .flat_map(|p| [p, crate::model::split_path(p).0])
             .collect();
-        let compose = |set: &[usize]| -> Result<Canon, Functional> {
-            let mut m = model_before.clone();
-            for &k in set.iter().filter(|&&k| succeeded.contains(&k)) {
-                m.apply(&w.ops[k - 1]).map_err(|e| {
-                    fail(k, format!("the model refused op {k} of a shared round: errno {e}"))
-                })?;
-            }
-            let mut c = m.canon(true);
-            for n in c.nodes.iter_mut() {
-                if loose.iter().any(|p| p.as_bytes() == &n.path[..]) {
-                    n.times = None;
-                }
-            }
-            Ok(c)
-        };
+        let op_of = |k: usize| w.ops[k - 1].clone();
         let files = |set: &[usize]| -> Vec<&str> {
             set.iter()
                 .filter_map(|&k| groupable(&w.ops[k - 1]))
@@ -739,20 +768,14 @@ pub fn drive_mt(
                 return Ok(after.clone());
             }
             if names_round {
-                return compose(set).map(Arc::new);
+                return apply_subset(&model_before, set, &succeeded, &op_of, &loose).map(Arc::new);
             }
-            let mut c = merge(&before, &after, &files(set)).map_err(|e| fail(last_k, e))?;
-            if !shared.is_empty() {
-                let composed = compose(set)?;
-                for n in c.nodes.iter_mut() {
-                    if shared.iter().any(|f| f.as_bytes() == &n.path[..]) {
-                        let p = composed.nodes.iter().find(|x| x.path == n.path);
-                        let p = p.ok_or_else(|| fail(last_k, "a shared file vanished".into()))?;
-                        *n = CNode { times: None, ..p.clone() };
-                    }
-                }
+            let c = merge(&before, &after, &files(set)).map_err(|e| fail(last_k, e))?;
+            if shared.is_empty() {
+                return Ok(Arc::new(c));
             }
-            Ok(Arc::new(c))
+            let composed = apply_subset(&model_before, set, &succeeded, &op_of, &[])?;
+            with_shared(c, &composed, &shared).map(Arc::new).map_err(|e| fail(last_k, e))
         };
         for (i, _) in round.iter().enumerate() {
             states.push(with(&round[..=i])?);

@@ -209,3 +209,30 @@ fn a_fence_dropped_on_a_clients_thread_is_detected() {
     }
     assert!(detected > 0, "no dropped client fence was detected");
 }
+
+/// Two clients and the daemon write disjoint ranges of one file in one round: a
+/// party that finds the file's cross-process lock held gives the scheduler's token
+/// away (before, no party of a round could wait for another's lock), every crash
+/// state passes, the run repeats from its seed, and a fence a party drops is caught.
+#[test]
+fn parties_writing_one_file_take_its_lock_in_turn() {
+    let w = &workloads::select("client-shared-file", 1).unwrap()[0];
+    let a = explore::survey(w, None).unwrap_or_else(|f| panic!("{}", f.message));
+    eprintln!("client-shared-file: {} switches, {} waits", a.switches, a.waits);
+    assert!(a.waits > 0, "no party waited for another's lock");
+    let b = explore::survey(w, None).unwrap();
+    let key = |d: &ferrite_crash::drive::Driven| {
+        d.survey.iter().map(|p| (p.fence, p.op, p.words)).collect::<Vec<_>>()
+    };
+    assert_eq!(key(&a), key(&b));
+    assert_eq!(a.waits, b.waits);
+    let cfg = Config { states: 3000, ..Config::default() };
+    let rep = run_suite(std::slice::from_ref(w), &cfg, None, &mut |_| {});
+    assert!(rep.workloads[0].functional.is_none(), "{:?}", rep.workloads[0].functional);
+    assert_eq!(rep.workloads[0].tally.failure_count, 0);
+    let cfg = Config { states: 400, ..Config::default() };
+    let rep = explore::inject("skip-thread-fence", std::slice::from_ref(w), 12, &cfg).unwrap();
+    let n = rep.variants.iter().filter(|v| v.detected.is_some()).count();
+    eprintln!("skip-thread-fence on client-shared-file: {n} of {} detected", rep.variants.len());
+    assert!(n > 0, "a party's dropped fence went unnoticed");
+}
