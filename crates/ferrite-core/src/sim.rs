@@ -49,8 +49,9 @@ thread_local! {
 /// another thread holds (see [`set_wait_hook`]).
 pub type WaitHook = Arc<dyn Fn() + Send + Sync>;
 
-/// Make the calling thread's waits for the locks a file's writers hold across
-/// medium steps (an inode's state lock, its page-range lock) scheduling points:
+/// Make the calling thread's waits for the locks held across medium steps (an
+/// inode's state and page-range locks, the journal and rename locks, the
+/// cross-process lock of a file on a shared pool: see `locks`) scheduling points:
 /// where the lock is taken, the thread calls `hook` and tries again instead of
 /// blocking, so a deterministic scheduler that parks threads at medium steps can
 /// run the holder meanwhile (the crash simulator's token scheduler hands its token
