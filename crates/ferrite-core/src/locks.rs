@@ -4,17 +4,19 @@
 //! and rename locks ([`StepMutex`], held through a multi-inode commit).
 //!
 //! Invariants:
-//! - Both behave as plain blocking locks for every thread without a wait hook
-//!   ([`crate::sim::set_wait_hook`]): the uncontended path is one try of the lock
-//!   (the same atomic operation a blocking acquire starts with), and a contended
-//!   one blocks as before.
+//! - All of them behave as plain blocking locks for every thread without a wait
+//!   hook ([`crate::sim::set_wait_hook`]): the uncontended path is one try of the
+//!   lock (the same atomic operation a blocking acquire starts with), and a
+//!   contended one blocks as before.
 //! - A thread with a wait hook never blocks on them: while the lock is held it runs
-//!   its hook (holding neither lock's internal mutex) and tries again. The crash
+//!   its hook (holding no internal mutex of the lock) and tries again. The crash
 //!   simulator's token scheduler gives its token to another thread in the hook, so
-//!   two operations on one file can run in one round, interleaved at every store,
-//!   flush and fence, and the run stays a function of the seed (whether a try
-//!   succeeds depends only on what the threads did before it).
-//! - Locks that are never held across a medium step (the allocator's, the inode
+//!   operations on one file or one directory can run in one round, interleaved at
+//!   every store, flush and fence, and the run stays a function of the seed
+//!   (whether a try succeeds depends only on what the threads did before it). The
+//!   cross-process lock of a file on a shared pool does the same (`share.rs`,
+//!   `lock_word`).
+//! - Locks that are never held across a medium step (the allocators', the inode
 //!   cache's) need no hook: a thread parked at a step never holds one.
 
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};

@@ -67,8 +67,9 @@ pub fn groupable(op: &Op) -> Option<&str> {
 /// disjoint byte ranges, whose result is the same in either order (contents, and a
 /// size that is the largest end), or any single-inode operation beside a
 /// compaction or an fsync (which change nothing visible), so a crash state is the
-/// state before the round with any subset of them applied. Neighbours in one page serialize on the page
-/// lock; others copy their data in parallel and commit one after the other.
+/// state before the round with any subset of them applied. Neighbours in one page
+/// serialize on the page lock; others copy their data in parallel and commit one
+/// after the other.
 pub fn commute(a: &Op, b: &Op) -> bool {
     let visible = |o: &Op| !matches!(o, Op::Compact { .. } | Op::Fsync { .. });
     if groupable(a).is_some() && groupable(b).is_some() && (!visible(a) || !visible(b)) {
@@ -118,8 +119,9 @@ pub fn may_share(a: &Op, b: &Op) -> bool {
 }
 
 /// A concurrent workload: the operations of each thread, in its order, interleaved
-/// into rounds drawn from `seed` (with `group`, groupable operations of different
-/// threads on different files share rounds; without, every round is one operation).
+/// into rounds drawn from `seed` (with `group`, operations of different threads
+/// that [`may_share`] share rounds, namespace operations only with `names`;
+/// without `group`, every round is one operation).
 fn mt(
     name: &str,
     about: &str,
