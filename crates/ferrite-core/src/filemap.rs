@@ -107,10 +107,48 @@ struct AtomicMap {
     len: usize,
     ino: u64,
     off: u64,
-    /// The range as last committed (or read): what a page is compared with to
-    /// know whether the program changed it. Also serializes commits of the map.
-    shadow: parking_lot::Mutex<Vec<u8>>,
+    /// What a commit needs to find changed pages; its lock serializes commits.
+    state: parking_lot::Mutex<AtomicState>,
 }
+
+/// How an atomic mapping finds the pages the program changed: by asking the
+/// kernel which pages were stored to (`wtrack`), while that costs less than
+/// comparing every page with the shadow; else by comparing.
+struct AtomicState {
+    /// The range as last committed (or read): what a page is compared with to
+    /// know whether the program changed it (also a page the kernel reports as
+    /// stored to: a store of the same bytes changes nothing).
+    shadow: Vec<u8>,
+    /// The kernel's write tracking of the whole mapping, while it is on.
+    track: Option<crate::wtrack::Tracker>,
+    /// Whether tracking may be turned on (a writable mapping, a kernel that
+    /// allowed it, this process's own mapping).
+    can_track: bool,
+    /// Pages the last comparing commit found changed, and the pages it compared.
+    last_compare: (usize, usize),
+    /// Commits in the current stretch of tracking.
+    tracked_commits: u32,
+    /// Qualifying comparing commits still to wait before tracking is tried again,
+    /// and the wait set at the next turning off (doubled each time a stretch of
+    /// tracking ends early: a program that stores the bytes its pages already
+    /// hold looks unchanged to the comparison, but costs a fault per page when
+    /// tracked, and must not make the mapping flip between the two).
+    wait: (u32, u32),
+}
+
+/// Atomic mappings of fewer pages always compare (a few microseconds at most).
+const TRACK_MIN_PAGES: usize = 32;
+/// A tracked commit that finds more than one page in this many of its range stored
+/// to turns tracking off: each such page cost a fault of about a microsecond, and
+/// comparing costs about 0.1 us a page (docs/DIRECT-ACCESS.md).
+const TRACK_OFF_SHARE: usize = 16;
+/// A comparing commit that found at most one page in this many changed turns
+/// tracking back on for the next (hysteresis against flapping).
+const TRACK_ON_SHARE: usize = 32;
+/// A stretch of tracking this many commits long resets the wait before the next.
+const TRACK_PAID_OFF: u32 = 16;
+/// The longest wait, in qualifying comparing commits, before tracking is tried again.
+const TRACK_WAIT_MAX: u32 = 1024;
 
 fn os_err(what: &str) -> Error {
     let err = std::io::Error::last_os_error();
@@ -655,6 +693,68 @@ fn sync_pages(a: usize, b: usize) {
     unsafe { libc::syscall(libc::SYS_msync, a0, b - a0, libc::MS_SYNC) };
 }
 
+/// The pages `[first, last)` of `m` (indexes from its start) that a commit must
+/// compare with the shadow: those the kernel saw stored to, while tracking is on
+/// (`Some`); all of them otherwise (`None`). Turns tracking off when it costs more
+/// than comparing, or fails, and back on when the last comparison found few
+/// changes; turning on happens only in a commit of the whole mapping, before its
+/// comparison of every page, so a store is either compared then or reported later.
+fn candidate_pages(
+    m: &AtomicMap,
+    st: &mut AtomicState,
+    first: usize,
+    last: usize,
+) -> Option<Vec<usize>> {
+    let pg = BLOCK as usize;
+    if st.track.as_ref().is_some_and(|t| !t.owned()) {
+        // A forked child: the descriptors scan the parent's memory.
+        st.track = None;
+        st.can_track = false;
+    }
+    let (changed, compared) = st.last_compare;
+    // Only a commit of the whole mapping turns tracking on: the protection covers
+    // every page, and a page outside the range changed before it would then never
+    // be reported.
+    let whole = first == 0 && last * pg == m.len;
+    if st.track.is_none()
+        && st.can_track
+        && whole
+        && compared > 0
+        && changed * TRACK_ON_SHARE <= compared
+    {
+        if st.wait.0 > 0 {
+            st.wait.0 -= 1;
+            return None;
+        }
+        match crate::wtrack::Tracker::new(m.base, m.len) {
+            Ok(t) => {
+                st.track = Some(t);
+                st.tracked_commits = 0;
+            }
+            Err(_) => st.can_track = false,
+        }
+        return None; // compare all once: stores before the protection
+    }
+    let t = st.track.as_ref()?;
+    let mut written = Vec::new();
+    let (a, b) = (m.base + first * pg, m.base + last * pg);
+    if t.take_written(a, b, &mut written).is_err() {
+        // The program remapped part of the range, or the kernel refused: compare
+        // from now on.
+        st.track = None;
+        st.can_track = false;
+        return None;
+    }
+    st.tracked_commits = st.tracked_commits.saturating_add(1);
+    if written.len() * TRACK_OFF_SHARE > (last - first).max(TRACK_MIN_PAGES) {
+        st.track = None;
+        // A long stretch paid off: try again soon. A short one: wait twice as long.
+        let next = if st.tracked_commits >= TRACK_PAID_OFF { 1 } else { st.wait.1 };
+        st.wait = (next, (next * 2).min(TRACK_WAIT_MAX));
+    }
+    Some(written.into_iter().map(|p| (p - m.base) / pg).collect())
+}
+
 impl<M: crate::pmem::Medium> Fs<M> {
     /// An atomic mapping of `len` bytes of regular file `ino` from `off` (a
     /// multiple of 4096; the range inside the file's pages): the process's private
@@ -692,6 +792,9 @@ impl<M: crate::pmem::Medium> Fs<M> {
         if base == libc::MAP_FAILED as usize {
             return Err(os_err("atomic mapping"));
         }
+        // Small pages only: write tracking reports whole huge pages otherwise.
+        // SAFETY: advice on the mapping made above; no byte changes.
+        unsafe { libc::syscall(libc::SYS_madvise, base, len, libc::MADV_NOHUGEPAGE) };
         // SAFETY: the mapping made above, `len` bytes, not yet known to anyone.
         let view = unsafe { std::slice::from_raw_parts_mut(base as *mut u8, len) };
         let copied = self.read(ino, off, view).map(|_| view.to_vec());
@@ -707,7 +810,18 @@ impl<M: crate::pmem::Medium> Fs<M> {
             // SAFETY: protection of the mapping made above.
             unsafe { libc::syscall(libc::SYS_mprotect, base, len, prot) };
         }
-        let m = AtomicMap { base, len, ino, off, shadow: parking_lot::Mutex::new(shadow) };
+        // Comparing at first: tracking is turned on by a commit that found few
+        // pages changed (a program that changes most pages never pays its faults).
+        let can_track = prot & libc::PROT_WRITE != 0 && len / BLOCK as usize >= TRACK_MIN_PAGES;
+        let state = AtomicState {
+            shadow,
+            can_track,
+            track: None,
+            last_compare: (0, 0),
+            tracked_commits: 0,
+            wait: (0, 1),
+        };
+        let m = AtomicMap { base, len, ino, off, state: parking_lot::Mutex::new(state) };
         self.atomics.all.lock().push(std::sync::Arc::new(m));
         Ok(base)
     }
@@ -726,19 +840,24 @@ impl<M: crate::pmem::Medium> Fs<M> {
             }
             m
         };
-        let mut shadow = m.shadow.lock();
+        let mut st = m.state.lock();
+        let st = &mut *st;
         let pg = BLOCK as usize;
         let (first, last) = ((addr - m.base) / pg, (end - m.base).div_ceil(pg));
+        let candidates = candidate_pages(&m, st, first, last);
         // The program's pages as they are now (a store racing this commit lands in
         // this one or the next).
         let mut dirty: Vec<(u64, Vec<u8>)> = Vec::new();
-        for k in first..last {
+        for k in candidates.unwrap_or_else(|| (first..last).collect()) {
             // SAFETY: page k of the live mapping (the registry holds it until it
             // is unmapped through `munmap_file`).
             let now = unsafe { std::slice::from_raw_parts((m.base + k * pg) as *const u8, pg) };
-            if now != &shadow[k * pg..(k + 1) * pg] {
+            if now != &st.shadow[k * pg..(k + 1) * pg] {
                 dirty.push((m.off / BLOCK + k as u64, now.to_vec()));
             }
+        }
+        if st.track.is_none() {
+            st.last_compare = (dirty.len(), last - first);
         }
         let refs: Vec<(u64, &[u8])> = dirty.iter().map(|(p, d)| (*p, &d[..])).collect();
         if let Err(e) = self.write_pages_atomic(m.ino, &refs) {
@@ -746,9 +865,19 @@ impl<M: crate::pmem::Medium> Fs<M> {
         }
         for (p, d) in &dirty {
             let k = (p - m.off / BLOCK) as usize;
-            shadow[k * pg..(k + 1) * pg].copy_from_slice(d);
+            st.shadow[k * pg..(k + 1) * pg].copy_from_slice(d);
         }
         Some(Ok(()))
+    }
+
+    /// Is the kernel tracking the stores to the atomic mapping at `addr` (so its
+    /// next commit compares only the pages stored to)? `None` when `addr` is in no
+    /// atomic mapping.
+    pub fn atomic_tracked(&self, addr: usize) -> Option<bool> {
+        let all = self.atomics.all.lock();
+        let m = all.iter().find(|m| m.base <= addr && addr < m.base + m.len)?;
+        let st = m.state.lock();
+        Some(st.track.as_ref().is_some_and(|t| t.owned()))
     }
 
     /// munmap of whole atomic mappings in `[addr, addr + len)`: `None` when it

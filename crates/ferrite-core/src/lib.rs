@@ -43,6 +43,7 @@ pub mod share;
 mod sharing;
 pub mod sim;
 pub mod verify;
+mod wtrack;
 
 pub use dax::{MapOptions, MmapMedium};
 pub use error::{Error, Result};

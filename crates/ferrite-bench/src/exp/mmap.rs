@@ -94,6 +94,9 @@ fn store_cell(t: &dyn Target, cfg: &Config, cap: Duration) -> TResult<Phase> {
     ph
 }
 
+/// Runs of [`msync_cell`] so far (its stored values' high half).
+static MSYNC_NONCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// Change `pages` pages spread over the mapped store file, then persist all of
 /// it at once: an atomic mapping's commit (library targets) or msync of a shared
 /// mapping (file systems). Hardware targets have no such case.
@@ -110,9 +113,15 @@ fn msync_cell(t: &dyn Target, pages: u64, cfg: &Config, cap: Duration) -> TResul
             },
         };
         let stride = (STORE_FILE / 4096 / pages) as usize * 4096;
+        // Values no earlier run stored at the same places: a store of the bytes a
+        // page already holds changes nothing, and an atomic commit writes nothing
+        // for it (until 2026-11-28 each repetition stored the values of the one
+        // before, so the library's cells after the first measured comparisons alone).
+        let nonce = MSYNC_NONCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) << 32;
         timed_ops(gate, ops, cap, 1, pages * 4096, |i| {
+            let v = nonce | i;
             for k in 0..pages as usize {
-                r.store(k * stride + (i as usize % 500) * 8, &i.to_le_bytes());
+                r.store(k * stride + (i as usize % 500) * 8, &v.to_le_bytes());
             }
             r.persist(0, len)
         })
