@@ -861,6 +861,9 @@ impl<M: crate::pmem::Medium> Fs<M> {
         }
         let refs: Vec<(u64, &[u8])> = dirty.iter().map(|(p, d)| (*p, &d[..])).collect();
         if let Err(e) = self.write_pages_atomic(m.ino, &refs) {
+            // The scan protected these pages again, so no later scan would report
+            // them: the next commit compares every page, and finds them.
+            st.track = None;
             return Some(Err(e));
         }
         for (p, d) in &dirty {

@@ -187,3 +187,24 @@ fn storing_unchanged_bytes_everywhere_does_not_flip_tracking_at_each_commit() {
     assert!(fs.read_all(f).unwrap() == content, "nothing changed");
     fs.munmap_file(a, pages * PG).unwrap().unwrap();
 }
+
+/// A tracked commit that fails (here EBUSY: the file is DAX-mapped, its blocks may
+/// not move) has protected its pages again; the next commit must still find them.
+/// Regression: it kept tracking, no later scan reported the pages, and the store
+/// was never committed.
+#[test]
+fn a_failed_tracked_commit_leaves_its_pages_for_the_next() {
+    let (_d, fs) = shm_pool(64 << 20);
+    let pages = 64;
+    let (f, a, mut model) = mapped(&fs, pages);
+    tracking_on(&fs, a, pages);
+    slice(a + 5 * PG + 8, 4).copy_from_slice(b"kept");
+    fs.dax_pin(f, 0, PG as u64).unwrap();
+    let busy = fs.persist_atomic(a, pages * PG).unwrap();
+    assert_eq!(busy.err().map(|e| e.errno()), Some(libc::EBUSY), "the file is DAX-mapped");
+    fs.dax_unpin(f).unwrap();
+    fs.persist_atomic(a, pages * PG).unwrap().unwrap();
+    model[5 * PG + 8..5 * PG + 12].copy_from_slice(b"kept");
+    assert!(fs.read_all(f).unwrap() == model, "the store reached the file");
+    fs.munmap_file(a, pages * PG).unwrap().unwrap();
+}
