@@ -159,34 +159,16 @@ impl Tracker {
         }
         // SAFETY: a descriptor the call above made, owned by nobody else.
         let uffd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        // One handshake: asynchronous write protection came with Linux 6.7, after
+        // write protection of unpopulated pages (6.5), so a kernel that refuses
+        // both has neither.
         let want = UFFD_FEATURE_WP_ASYNC | UFFD_FEATURE_WP_UNPOPULATED;
         let mut api = UffdioApi { api: UFFD_API, features: want, ioctls: 0 };
         // SAFETY: UFFDIO_API reads and writes a `struct uffdio_api`.
-        if unsafe { ioctl(&uffd, UFFDIO_API, &mut api, "UFFDIO_API") }.is_err() {
-            // An older kernel refuses unknown features as a whole: try without
-            // the optional one (the range is populated anyway).
-            let mut api = UffdioApi { api: UFFD_API, features: UFFD_FEATURE_WP_ASYNC, ioctls: 0 };
-            // SAFETY: as above, on a second descriptor (the API handshake is once
-            // per descriptor).
-            let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
-            if fd < 0 {
-                return Err(last_err("userfaultfd"));
-            }
-            // SAFETY: a fresh descriptor from the call above.
-            let uffd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-            // SAFETY: UFFDIO_API reads and writes a `struct uffdio_api`.
-            unsafe {
-                ioctl(&uffd, UFFDIO_API, &mut api, "UFFDIO_API (asynchronous write protection)")?
-            };
-            return Self::with(uffd, base, len);
-        }
+        unsafe { ioctl(&uffd, UFFDIO_API, &mut api, "UFFDIO_API")? };
         if api.features & UFFD_FEATURE_WP_ASYNC == 0 {
             return Err(std::io::Error::other("no asynchronous write protection"));
         }
-        Self::with(uffd, base, len)
-    }
-
-    fn with(uffd: OwnedFd, base: usize, len: usize) -> std::io::Result<Tracker> {
         let pagemap = std::fs::File::open("/proc/self/pagemap")
             .map_err(|e| std::io::Error::new(e.kind(), format!("/proc/self/pagemap: {e}")))?;
         let range = UffdioRange { start: base as u64, len: len as u64 };
