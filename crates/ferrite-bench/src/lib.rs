@@ -40,7 +40,7 @@ use results::{Results, TargetStatus};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use target::dir::{fs_type, DirTarget};
-use target::hw::HwTarget;
+use target::hw::{HwMode, HwTarget};
 use target::lib::{LibTarget, MediumFactory};
 use target::{TResult, Target};
 
@@ -181,12 +181,12 @@ fn build_targets(cfg: &Config, direct_skip: Option<String>) -> Built {
     }
     if cfg.wants("hw") {
         let region = (2 * cfg.file_size).max(cfg.rep_bytes).max(cfg.circ_region);
-        for nt in [false, true] {
-            let name = if nt { "hw-ntstore" } else { "hw-memcpy" };
+        for mode in HwMode::ALL {
+            let name = mode.name();
             let path = w.join(format!("{name}.map"));
             add(
                 name,
-                HwTarget::new(path, region, 4, nt)
+                HwTarget::new(path, region, 4, mode)
                     .map(|t| Box::new(t) as Box<dyn Target>)
                     .map_err(|e| e.to_string()),
             );
@@ -285,7 +285,9 @@ fn method_notes(cfg: &Config) -> Vec<String> {
         "Durability: every FerriteFS operation is durable and atomic when it returns (one fence \
          per write; fsync then has nothing to do and issues no fence); tmpfs keeps everything in DRAM (fsync does nothing); ext4 commits its journal on \
          fsync, through a loop device to a /dev/shm file. hw-memcpy moves bytes with no flush; \
-         hw-ntstore uses non-temporal stores and a fence per fsync."
+         hw-ntstore uses non-temporal stores and a fence per fsync; hw-clwb uses plain stores, \
+         flushes each written line and fences per fsync (the floor of a program's own stores: \
+         a DAX mapping's store + msync, a persistent buffer's filling)."
             .into(),
         "The machine has no persistent memory: pools live in /dev/shm, so stores reach DRAM. \
          Emulation profiles (--emulate) add delays per fence, per written cache line and per read."

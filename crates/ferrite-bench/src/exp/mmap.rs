@@ -60,12 +60,16 @@ pub fn append_key(size: u64) -> String {
 
 /// Does `case` apply to `t`? Stores and appends: file systems that map files,
 /// and the hardware targets (their limit); msync cases: FerriteFS's library
-/// targets (atomic mappings) and file systems that map files.
+/// targets (atomic mappings) and file systems that map files; buffer writes:
+/// every target (plain writes where there are no persistent buffers).
 fn applies(t: &dyn Target, case: Case) -> bool {
     let hw = t.kind() == Kind::Hardware;
     match case {
         Case::Store | Case::Append(_) => hw || t.dir().is_some(),
-        Case::Msync(_) | Case::Buf(_) => !hw,
+        Case::Msync(_) => !hw,
+        // A hardware target writes (and fences) plainly: its flavours side by side
+        // are the floors of a buffer write and of a plain one.
+        Case::Buf(_) => true,
     }
 }
 

@@ -1,11 +1,17 @@
 //! The hardware limit: raw copies into a shared mapping of a /dev/shm file, with no
 //! file system at all. A "file" is a fixed-size region of the mapping.
 //!
-//! Two flavours:
+//! Three flavours:
 //! - `hw-memcpy`: cached stores (a plain memcpy), `fsync` does nothing: the speed of
 //!   light for moving bytes, with no durability.
 //! - `hw-ntstore`: non-temporal stores, `fsync` is a store fence: the least work that
 //!   makes a write persistent on real persistent memory.
+//! - `hw-clwb`: cached stores, each written line flushed (the persistence module's
+//!   flush instruction, `clwb` where the CPU has it), `fsync` is a store fence: the
+//!   least work that makes a program's *own* stores persistent, which is what a
+//!   store into a DAX mapping followed by msync, or the filling of a persistent
+//!   buffer, must pay. On a CPU whose flush evicts the line, this floor is far above
+//!   `hw-ntstore`'s.
 //!
 //! Invariants: every store goes through `MmapMedium` (bounds-checked, counted); a
 //! write past a region's capacity fails with `NoSpace`; metadata operations are
@@ -26,10 +32,34 @@ pub struct Region {
     len: AtomicU64,
 }
 
+/// How a hardware-limit target stores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HwMode {
+    /// Plain memcpy, no flush, no fence (`hw-memcpy`).
+    Memcpy,
+    /// Non-temporal stores, a fence per fsync (`hw-ntstore`).
+    NtStore,
+    /// Plain stores, each written line flushed, a fence per fsync (`hw-clwb`).
+    Flush,
+}
+
+impl HwMode {
+    /// Every flavour, in report order.
+    pub const ALL: [HwMode; 3] = [HwMode::Memcpy, HwMode::NtStore, HwMode::Flush];
+
+    /// The target's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            HwMode::Memcpy => "hw-memcpy",
+            HwMode::NtStore => "hw-ntstore",
+            HwMode::Flush => "hw-clwb",
+        }
+    }
+}
+
 /// The hardware-limit target.
 pub struct HwTarget {
-    name: String,
-    nt: bool,
+    mode: HwMode,
     path: PathBuf,
     region: u64,
     nregions: u64,
@@ -38,19 +68,12 @@ pub struct HwTarget {
 }
 
 impl HwTarget {
-    /// A mapping of `nregions` regions of `region` bytes at `path`; `nt`: non-temporal
-    /// stores and a fence per fsync, else plain memcpy.
-    pub fn new(path: PathBuf, region: u64, nregions: u64, nt: bool) -> TResult<Self> {
+    /// A mapping of `nregions` regions of `region` bytes at `path`, stored to as
+    /// `mode` says.
+    pub fn new(path: PathBuf, region: u64, nregions: u64, mode: HwMode) -> TResult<Self> {
         let region = region.div_ceil(4096) * 4096;
-        let mut t = HwTarget {
-            name: if nt { "hw-ntstore".into() } else { "hw-memcpy".into() },
-            nt,
-            path,
-            region,
-            nregions,
-            m: None,
-            files: Mutex::new(HashMap::new()),
-        };
+        let mut t =
+            HwTarget { mode, path, region, nregions, m: None, files: Mutex::new(HashMap::new()) };
         t.reset()?;
         Ok(t)
     }
@@ -93,10 +116,13 @@ impl HwTarget {
             return Err(TargetError::NoSpace(format!("region holds {} bytes", r.cap)));
         }
         let m = self.m()?;
-        if self.nt {
-            m.write_nt(r.base + off, data);
-        } else {
-            m.write(r.base + off, data);
+        match self.mode {
+            HwMode::NtStore => m.write_nt(r.base + off, data),
+            HwMode::Memcpy => m.write(r.base + off, data),
+            HwMode::Flush => {
+                m.write(r.base + off, data);
+                m.flush(r.base + off, data.len() as u64);
+            }
         }
         r.len.fetch_max(end, Ordering::AcqRel);
         Ok(())
@@ -112,14 +138,23 @@ impl Drop for HwTarget {
 
 impl Target for HwTarget {
     fn name(&self) -> &str {
-        &self.name
+        self.mode.name()
     }
 
     fn describe(&self) -> String {
-        if self.nt {
-            "hardware limit: non-temporal stores into a /dev/shm mapping, fsync = sfence".into()
-        } else {
-            "hardware limit: memcpy into a /dev/shm mapping, no flush, fsync does nothing".into()
+        match self.mode {
+            HwMode::NtStore => {
+                "hardware limit: non-temporal stores into a /dev/shm mapping, fsync = sfence".into()
+            }
+            HwMode::Memcpy => {
+                "hardware limit: memcpy into a /dev/shm mapping, no flush, fsync does nothing"
+                    .into()
+            }
+            HwMode::Flush => format!(
+                "hardware limit of a program's own stores: memcpy into a /dev/shm mapping, \
+                 each written line flushed ({:?}), fsync = sfence",
+                ferrite_core::pmem::config().flush
+            ),
         }
     }
 
@@ -176,7 +211,7 @@ impl Target for HwTarget {
     }
 
     fn fsync(&self, _h: &Handle) -> TResult<()> {
-        if self.nt {
+        if self.mode != HwMode::Memcpy {
             self.m()?.fence();
         }
         Ok(())
@@ -212,7 +247,7 @@ impl Target for HwTarget {
 
     fn persist_counters(&self) -> Option<StatsSnapshot> {
         // Plain memcpy is neither flushed nor fenced: nothing to count.
-        self.m.as_ref().filter(|_| self.nt).map(|m| m.stats().snapshot())
+        self.m.as_ref().filter(|_| self.mode != HwMode::Memcpy).map(|m| m.stats().snapshot())
     }
 }
 
@@ -223,8 +258,9 @@ mod tests {
     #[test]
     fn regions_write_read_append_and_bounds() {
         let dir = tempfile::tempdir().unwrap();
-        for nt in [false, true] {
-            let t = HwTarget::new(dir.path().join(format!("hw{nt}")), 8192, 2, nt).unwrap();
+        for mode in HwMode::ALL {
+            let t = HwTarget::new(dir.path().join(mode.name()), 8192, 2, mode).unwrap();
+            let persists = mode != HwMode::Memcpy;
             let f0 = t.persist_counters().map(|c| c.fences);
             let h = t.create("a", false).unwrap();
             t.write_at(&h, 100, b"xyz").unwrap();
@@ -239,7 +275,15 @@ mod tests {
             assert!(matches!(t.create("c", false), Err(TargetError::NoSpace(_))));
             assert!(matches!(t.rename("a", "b"), Err(TargetError::Unsupported(_))));
             let f1 = t.persist_counters().map(|c| c.fences);
-            assert_eq!(f1.zip(f0).map(|(a, b)| a - b), nt.then_some(1));
+            assert_eq!(f1.zip(f0).map(|(a, b)| a - b), persists.then_some(1));
+            // The flushing flavour flushed the lines it wrote (4 bytes in one line,
+            // then one more byte in the same line), the others none.
+            let flushed = t.persist_counters().map(|c| c.flushed_bytes);
+            match mode {
+                HwMode::Flush => assert_eq!(flushed, Some(128)),
+                HwMode::NtStore => assert_eq!(flushed, Some(0)),
+                HwMode::Memcpy => assert_eq!(flushed, None),
+            }
         }
     }
 }
