@@ -493,14 +493,14 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
         )
     };
     notify.ready(&format!(
-        "mounted {} at {} ({} threads, {}; pool {how} in {} us; {}; direct access {})",
+        "mounted {} at {} ({}; pool {how} in {} us; {}; direct access {})",
         p.pool.display(),
         p.mountpoint.display(),
-        p.threads,
+        // Over io_uring one classic thread takes the forgets beside the ring threads.
         if uring.load(Ordering::Relaxed) {
-            "requests over io_uring"
+            "requests over io_uring".to_string()
         } else {
-            "requests over /dev/fuse"
+            format!("{} threads, requests over /dev/fuse", p.threads)
         },
         report.micros,
         durability.describe(),
@@ -521,11 +521,13 @@ fn serve(p: &Plan, notify: Notify) -> i32 {
             eprintln!("ferrite: session ended with an error: {e}");
         }
     }
-    // `uring=N`: how many of them came over io_uring (the rest over /dev/fuse).
+    // `uring=N`: how many of them came over io_uring (the rest over /dev/fuse);
+    // `forget_wakeups=N`: reads of forgets after which the /dev/fuse thread lingered.
     eprintln!(
-        "ferrite: requests served: {} uring={}",
+        "ferrite: requests served: {} uring={} forget_wakeups={}",
         health.summary(),
-        fuser::uring_requests_served()
+        fuser::uring_requests_served(),
+        fuser::forget_lingers()
     );
     if let Some(srv) = server {
         // Every client finishes the operation it is in and commits nothing more;

@@ -116,6 +116,9 @@ pub use crate::uring::usable as uring_usable;
 /// `uring::set_idle_serving`); set before the session runs.
 #[cfg(target_os = "linux")]
 pub use crate::uring::set_idle_serving;
+/// FerriteFS addition: times the classic thread of an io_uring session lingered after
+/// forgets (`session::FORGET_LINGER`).
+pub use crate::session::forget_lingers;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]

@@ -260,7 +260,11 @@ impl<FS: Filesystem> Session<FS> {
             uring_payload,
         } = self;
 
-        let n_threads = config.n_threads.unwrap_or(1);
+        // Over io_uring every request but FORGET and INTERRUPT travels in the rings
+        // once they are registered: one classic thread is enough, and it lingers
+        // after forgets (see `SessionEventLoop::forget_linger`).
+        let n_threads = if uring_payload.is_some() { 1 } else { config.n_threads.unwrap_or(1) };
+        let forget_linger = uring_payload.map(|_| FORGET_LINGER);
 
         if !cfg!(target_os = "linux") && n_threads != 1 {
             // TODO: check whether it works on macOS/FreeBSD and enable if it works.
@@ -306,6 +310,7 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
+                forget_linger,
             };
             threads.push(
                 thread::Builder::new()
@@ -325,6 +330,7 @@ impl<FS: Filesystem> Session<FS> {
                     ch: ring_ch.clone(),
                     allowed,
                     session_owner,
+                    forget_linger: None,
                 };
                 crate::uring::start(&ring_ch, make, max_payload, stop.clone())?
             }
@@ -566,6 +572,25 @@ impl SessionUnmounter {
     }
 }
 
+/// How long the classic thread of an io_uring session waits after serving a FORGET
+/// before it reads `/dev/fuse` again. The kernel wakes a reader waiting on the
+/// device for every inode it evicts (`fuse_dev_queue_forget`): an `rm -rf` paid
+/// that wakeup (an interprocessor interrupt on a VM) at every unlink. While the
+/// thread lingers no reader waits, so forgets queue without a wakeup and the next
+/// read takes them as one batch. A forget only drops lookup counts (the space of an
+/// unlinked file returns at its last one), so it may wait; an INTERRUPT behind it
+/// waits as long.
+pub(crate) const FORGET_LINGER: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Times a classic thread lingered after forgets (see [`FORGET_LINGER`]).
+static FORGET_LINGERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Times this process's classic threads lingered after forgets: each is one wakeup
+/// for any number of forgets queued meanwhile.
+pub fn forget_lingers() -> u64 {
+    FORGET_LINGERS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 pub(crate) struct SessionEventLoop<FS: Filesystem> {
     /// Cache thread name for faster `debug!`.
     pub(crate) thread_name: String,
@@ -573,6 +598,9 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    /// Sleep this long after serving a FORGET or BATCH_FORGET (the classic thread of
+    /// an io_uring session: [`FORGET_LINGER`]); `None` everywhere else.
+    pub(crate) forget_linger: Option<std::time::Duration>,
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
@@ -590,11 +618,17 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {
-                        if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                        let op = req.request.operation();
+                        if let Ok(Operation::Destroy(_)) = op {
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
-                        } else {
-                            req.dispatch(self)
+                        }
+                        let forget =
+                            matches!(op, Ok(Operation::Forget(_) | Operation::BatchForget(_)));
+                        req.dispatch(self);
+                        if let Some(d) = self.forget_linger.filter(|_| forget) {
+                            FORGET_LINGERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            thread::sleep(d);
                         }
                     }
                     // Quit loop on illegal request
