@@ -97,8 +97,12 @@ impl RangeLock {
         let mut h = self.held.lock();
         while h.iter().any(|&(x, y)| x < b && a < y) {
             // A thread with a wait hook runs it with the mutex let go, then looks
-            // again; any other thread sleeps until a range is given back.
-            if !MutexGuard::unlocked(&mut h, crate::sim::wait_turn) {
+            // again; any other thread sleeps until a range is given back. (The
+            // mutex is let go only for a hook: a range given back while it was let
+            // go notifies nobody, and a sleep after that would never end.)
+            if crate::sim::has_wait_hook() {
+                MutexGuard::unlocked(&mut h, crate::sim::wait_turn);
+            } else {
                 self.cv.wait(&mut h);
             }
         }
@@ -166,5 +170,55 @@ mod tests {
         assert_eq!(*st.read(), 1);
         assert!(turns.load(Ordering::SeqCst) >= 6);
         assert_eq!(ranges.held_hint(), 0);
+    }
+
+    /// Bug (found when CI hung in the benchmark's smoke run: a direct-access
+    /// client's append waited on the range lock of a file nobody held): a waiter
+    /// let the mutex go to ask for a wait hook, took it back and went to sleep
+    /// without looking again; a range given back in that window had notified nobody,
+    /// so the waiter slept forever with no range held (unless another range came
+    /// and went). Each trial here has exactly one give-back, at a varying moment
+    /// after the waiter starts: a lost wakeup stops the trials, which the watchdog
+    /// reports (its limit detects a hang; a run takes about a second).
+    #[test]
+    fn a_range_given_back_while_a_waiter_looks_for_a_hook_wakes_it() {
+        const TRIALS: u64 = 20_000;
+        let ranges = Arc::new(RangeLock::default());
+        let trials = Arc::new(AtomicU32::new(0));
+        let go = Arc::new(std::sync::Barrier::new(2));
+        let (r2, t2, g2) = (ranges.clone(), trials.clone(), go.clone());
+        let holder = std::thread::spawn(move || {
+            for i in 0..TRIALS {
+                let g = r2.lock(0, 8);
+                g2.wait(); // the waiter starts now
+                for _ in 0..(i * 7919) % 600 {
+                    std::hint::spin_loop();
+                }
+                drop(g);
+                g2.wait(); // the waiter got its range
+            }
+        });
+        let waiter = std::thread::spawn(move || {
+            for _ in 0..TRIALS {
+                go.wait();
+                drop(ranges.lock(4, 5));
+                t2.fetch_add(1, Ordering::SeqCst);
+                go.wait();
+            }
+        });
+        let (mut last, mut since) = (0, std::time::Instant::now());
+        while trials.load(Ordering::SeqCst) < TRIALS as u32 {
+            let now = trials.load(Ordering::SeqCst);
+            if now != last {
+                (last, since) = (now, std::time::Instant::now());
+            }
+            assert!(
+                since.elapsed() < std::time::Duration::from_secs(60),
+                "the waiter of trial {last} never woke although the range was given back"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        holder.join().unwrap();
+        waiter.join().unwrap();
     }
 }
