@@ -58,7 +58,7 @@ pub const OWN_STORES_FLOOR: &str = "hw-clwb";
 /// A missed goal `g` whose ratio (throughput of `case` over `floor_peer`'s, at least
 /// `min`) the floor [`OWN_STORES_FLOOR`] misses too on this machine: its row says
 /// so, with the floor's ratio. The goal stays missed; the note tells a reader that
-/// this machine's flush instruction, not the software, sets the limit.
+/// this machine's stores and flushes, not the software, set the limit.
 fn note_floor(
     mut g: Goal,
     res: &mut Results,

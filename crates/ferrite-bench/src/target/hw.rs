@@ -10,8 +10,9 @@
 //!   flush instruction, `clwb` where the CPU has it), `fsync` is a store fence: the
 //!   least work that makes a program's *own* stores persistent, which is what a
 //!   store into a DAX mapping followed by msync, or the filling of a persistent
-//!   buffer, must pay. On a CPU whose flush evicts the line, this floor is far above
-//!   `hw-ntstore`'s.
+//!   buffer, must pay. A cached store needs its line in the cache (read from memory
+//!   when it is not there) and then a flush; a non-temporal store needs neither, so
+//!   this floor sits above `hw-ntstore`'s.
 //!
 //! Invariants: every store goes through `MmapMedium` (bounds-checked, counted); a
 //! write past a region's capacity fails with `NoSpace`; metadata operations are
