@@ -21,7 +21,7 @@ use ferrite_core::{
 use ferrite_direct::Client;
 use parking_lot::Mutex;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -218,20 +218,16 @@ impl Handle {
         let (readable, writable) = (acc != libc::O_WRONLY, acc != libc::O_RDONLY);
         let append = flags & libc::O_APPEND != 0;
         if let Some(mp) = self.mount_path(path)? {
-            let known =
-                libc::O_ACCMODE | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_APPEND;
-            let mut o = std::fs::OpenOptions::new();
-            o.read(readable).write(writable && !append).append(append);
-            o.custom_flags((flags & !known) | libc::O_DIRECT | libc::O_CLOEXEC);
-            if flags & libc::O_CREAT != 0 {
-                if flags & libc::O_EXCL != 0 {
-                    o.create_new(true);
-                } else {
-                    o.create(true);
-                }
-            }
-            o.truncate(flags & libc::O_TRUNC != 0).mode(mode);
-            let f = o.open(&mp).map_err(io)?;
+            // The caller's flags go to open(2) as they are (with O_DIRECT: data the
+            // kernel writes skips the page cache). Not through std's OpenOptions:
+            // it refuses O_TRUNC with O_APPEND, which open(2) takes, with an error
+            // that has no errno (the caller saw EIO).
+            let oflags = rustix::fs::OFlags::from_bits_retain(flags as u32)
+                | rustix::fs::OFlags::DIRECT
+                | rustix::fs::OFlags::CLOEXEC;
+            let fd = rustix::fs::open(&mp, oflags, rustix::fs::Mode::from_raw_mode(mode))
+                .map_err(|x| x.raw_os_error())?;
+            let f = std::fs::File::from(fd);
             let st = rustix::fs::statx(
                 &f,
                 "",

@@ -207,7 +207,9 @@ impl<M: Medium> Fs<M> {
             t if t.is_special() => return Err(Error::SpecialFile),
             _ => {}
         }
-        if flags.truncate && flags.write && a.ftype == FileType::Regular && a.size > 0 {
+        // O_TRUNC truncates whatever the access mode, as Linux's open(2) does (it
+        // asks for write permission instead; POSIX leaves O_RDONLY | O_TRUNC open).
+        if flags.truncate && a.ftype == FileType::Regular && a.size > 0 {
             let t = crate::fs::SetAttr { size: Some(0), ..Default::default() };
             match self.setattr(found, &t) {
                 Err(Error::NotFound) if raced => return Ok(None),
