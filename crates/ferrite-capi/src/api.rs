@@ -423,6 +423,11 @@ impl Handle {
 
     /// Write at `off`, or append; returns the count and where it ended.
     fn write_at(&self, f: &OpenFile, data: &[u8], off: Option<u64>) -> R<(usize, u64)> {
+        if data.is_empty() {
+            // As write(2): nothing written, and an O_APPEND descriptor's offset
+            // does not move to the end.
+            return Ok((0, off.unwrap_or(0)));
+        }
         if let Some(k) = self.through_kernel(f) {
             if f.append {
                 use std::io::{Seek, Write};

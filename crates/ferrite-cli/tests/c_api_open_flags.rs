@@ -2,7 +2,10 @@
 //! O_CREAT, O_EXCL, O_TRUNC and O_APPEND, on a missing and on an existing file, gives
 //! the result open(2) gives on tmpfs (success, or the same errno), the same size
 //! after the open, and the same size after a write through the descriptor; for a
-//! handle attached to a mount and for a pool the process opened alone.
+//! handle attached to a mount and for a pool the process opened alone. And seeded
+//! random sequences of descriptor calls (read, write, pread, pwrite, lseek,
+//! ftruncate, fstat) through two descriptors of one file give what the same calls
+//! give on tmpfs, call by call and byte by byte.
 //!
 //! Regressions: an attached handle opened its kernel descriptor through std's
 //! `OpenOptions`, which refuses O_TRUNC with O_APPEND, and O_CREAT or O_TRUNC with
@@ -136,6 +139,192 @@ fn ferrite_open_takes_every_flag_combination_open_takes() {
     let f = unsafe { ffi::ferrite_attach(cm.as_ptr()) };
     assert!(!f.is_null(), "ferrite_attach: errno {}", errno());
     same_as_open(f, "attached", model.path());
+    // SAFETY: the handle, released once.
+    assert_eq!(unsafe { ffi::ferrite_release(f) }, 0);
+}
+
+/// One call of a random sequence, applied to C API descriptor `d` of handle `f`,
+/// or to kernel descriptor `d`; the result as (return value or -errno, bytes read).
+#[derive(Clone, Debug)]
+enum Call {
+    Read(usize),
+    Write(Vec<u8>),
+    Pread(usize, i64),
+    Pwrite(Vec<u8>, i64),
+    Lseek(i64, i32),
+    Ftruncate(i64),
+    Size,
+}
+
+/// A call without its data, for a failure message.
+fn brief(c: &Call) -> String {
+    match c {
+        Call::Write(d) => format!("write({})", d.len()),
+        Call::Pwrite(d, o) => format!("pwrite({},{o})", d.len()),
+        c => format!("{c:?}").to_lowercase(),
+    }
+}
+
+fn random_call(r: &mut Rng) -> Call {
+    let len = |r: &mut Rng| *r.pick(&[0usize, 1, 63, 64, 100, 4095, 4096, 4097, 9000]);
+    let off = |r: &mut Rng| *r.pick(&[-1i64, 0, 1, 4095, 4096, 5000, 8191, 20000]);
+    match r.below(7) {
+        0 => Call::Read(len(r)),
+        1 => {
+            let n = len(r);
+            Call::Write(r.bytes(n))
+        }
+        2 => Call::Pread(len(r), off(r)),
+        3 => {
+            let n = len(r);
+            Call::Pwrite(r.bytes(n), off(r))
+        }
+        4 => Call::Lseek(off(r), *r.pick(&[libc::SEEK_SET, libc::SEEK_CUR, libc::SEEK_END, 7])),
+        5 => Call::Ftruncate(off(r)),
+        _ => Call::Size,
+    }
+}
+
+type Got = (i64, Vec<u8>);
+
+fn ret(v: i64) -> i64 {
+    if v < 0 {
+        -i64::from(errno())
+    } else {
+        v
+    }
+}
+
+fn on_kernel(fd: i32, c: &Call) -> Got {
+    let mut buf = Vec::new();
+    // SAFETY: a live descriptor and buffers of the lengths passed.
+    let v = unsafe {
+        match c {
+            Call::Read(n) => {
+                buf.resize(*n, 0);
+                libc::read(fd, buf.as_mut_ptr().cast(), *n) as i64
+            }
+            Call::Write(d) => libc::write(fd, d.as_ptr().cast(), d.len()) as i64,
+            Call::Pread(n, o) => {
+                buf.resize(*n, 0);
+                libc::pread(fd, buf.as_mut_ptr().cast(), *n, *o) as i64
+            }
+            Call::Pwrite(d, o) => libc::pwrite(fd, d.as_ptr().cast(), d.len(), *o) as i64,
+            Call::Lseek(o, w) => libc::lseek(fd, *o, *w),
+            Call::Ftruncate(l) => i64::from(libc::ftruncate(fd, *l)),
+            Call::Size => {
+                let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+                let r = libc::fstat(fd, st.as_mut_ptr());
+                if r < 0 {
+                    i64::from(r)
+                } else {
+                    st.assume_init().st_size
+                }
+            }
+        }
+    };
+    let v = ret(v);
+    buf.truncate(v.max(0) as usize);
+    (v, buf)
+}
+
+fn on_capi(f: *mut ffi::ferrite, fd: i32, c: &Call) -> Got {
+    let mut buf = Vec::new();
+    // SAFETY: a live handle and descriptor, and buffers of the lengths passed.
+    let v = unsafe {
+        match c {
+            Call::Read(n) => {
+                buf.resize(*n, 0);
+                ffi::ferrite_read(f, fd, buf.as_mut_ptr().cast(), *n) as i64
+            }
+            Call::Write(d) => ffi::ferrite_write(f, fd, d.as_ptr().cast(), d.len()) as i64,
+            Call::Pread(n, o) => {
+                buf.resize(*n, 0);
+                ffi::ferrite_pread(f, fd, buf.as_mut_ptr().cast(), *n, *o) as i64
+            }
+            Call::Pwrite(d, o) => ffi::ferrite_pwrite(f, fd, d.as_ptr().cast(), d.len(), *o) as i64,
+            Call::Lseek(o, w) => ffi::ferrite_lseek(f, fd, *o, *w),
+            Call::Ftruncate(l) => i64::from(ffi::ferrite_ftruncate(f, fd, *l)),
+            Call::Size => {
+                let mut st = std::mem::MaybeUninit::<ferrite::ferrite_stat>::zeroed();
+                let r = ffi::ferrite_fstat(f, fd, st.as_mut_ptr());
+                if r < 0 {
+                    i64::from(r)
+                } else {
+                    st.assume_init().size as i64
+                }
+            }
+        }
+    };
+    let v = ret(v);
+    buf.truncate(v.max(0) as usize);
+    (v, buf)
+}
+
+/// `seeds` random sequences on handle `f` against the kernel in `model`.
+fn sequences_match(f: *mut ffi::ferrite, tag: &str, model: &Path, seeds: std::ops::Range<u64>) {
+    // Two descriptors each side: one plain read-write, one O_APPEND read-write.
+    let modes = [libc::O_RDWR, libc::O_RDWR | libc::O_APPEND];
+    for seed in seeds {
+        let name = format!("{tag}-seq{seed}");
+        let kpath = model.join(&name);
+        let cname = CString::new(format!("/{name}")).expect("name");
+        let kc = CString::new(kpath.as_os_str().as_encoded_bytes()).expect("path");
+        let mut kfd = [0; 2];
+        let mut cfd = [0; 2];
+        for (i, m) in modes.iter().enumerate() {
+            // SAFETY: NUL-terminated paths; descriptors closed below.
+            kfd[i] = unsafe { libc::open(kc.as_ptr(), m | libc::O_CREAT, 0o644) };
+            cfd[i] = unsafe { ffi::ferrite_open(f, cname.as_ptr(), m | libc::O_CREAT, 0o644) };
+            assert!(kfd[i] >= 0 && cfd[i] >= 0, "opening {name}: errno {}", errno());
+        }
+        let mut r = Rng(seed);
+        let mut done = Vec::new();
+        for _ in 0..300 {
+            let which = r.below(2) as usize;
+            let call = random_call(&mut r);
+            let want = on_kernel(kfd[which], &call);
+            let got = on_capi(f, cfd[which], &call);
+            done.push(format!("{which}:{}", brief(&call)));
+            assert!(
+                got == want,
+                "{tag}, seed {seed}: call {} gave {:?}, open(2) on tmpfs {:?} (return value, \
+                 bytes read); calls (descriptor:call): {}",
+                done.len(),
+                (got.0, got.1.len()),
+                (want.0, want.1.len()),
+                done.join(" ")
+            );
+        }
+        for i in 0..2 {
+            // SAFETY: our descriptors.
+            unsafe {
+                libc::close(kfd[i]);
+                ffi::ferrite_close(f, cfd[i]);
+            }
+        }
+    }
+}
+
+#[test]
+fn random_descriptor_calls_do_what_they_do_on_tmpfs() {
+    let model = tempfile::tempdir_in("/dev/shm").expect("model dir");
+    let pool = format!("/dev/shm/{}.pool", unique("capi-seq"));
+    let cpool = CString::new(pool.as_str()).expect("pool");
+    // SAFETY: a NUL-terminated path.
+    let f = unsafe { ffi::ferrite_open_pool(cpool.as_ptr(), 64 << 20) };
+    assert!(!f.is_null(), "ferrite_open_pool: errno {}", errno());
+    sequences_match(f, "own", model.path(), 0..60);
+    // SAFETY: the handle, released once.
+    assert_eq!(unsafe { ffi::ferrite_release(f) }, 0);
+    let _ = std::fs::remove_file(&pool);
+
+    let m = Mount::new("capi-seq", "64M", "");
+    let cm = CString::new(m.mnt.as_os_str().as_encoded_bytes()).expect("mount");
+    // SAFETY: a NUL-terminated path.
+    let f = unsafe { ffi::ferrite_attach(cm.as_ptr()) };
+    assert!(!f.is_null(), "ferrite_attach: errno {}", errno());
+    sequences_match(f, "attached", model.path(), 1000..1060);
     // SAFETY: the handle, released once.
     assert_eq!(unsafe { ffi::ferrite_release(f) }, 0);
 }

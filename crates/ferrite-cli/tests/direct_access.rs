@@ -178,6 +178,50 @@ fn preloaded_process_reads_and_writes_directly() {
     assert!(fsck.is_clean(), "{:?}", fsck.errors);
 }
 
+#[test]
+#[ignore = "run by an_empty_write_leaves_an_append_offset_where_it_was"]
+fn child_empty_append() {
+    use std::os::fd::AsRawFd;
+    let p = PathBuf::from(env("FT_PATH"));
+    let f = std::fs::OpenOptions::new().read(true).append(true).create(true).open(&p).unwrap();
+    // Once on the descriptor alone, once with a duplicate (the offset is then the
+    // kernel's, shared between the two).
+    for round in 0..2 {
+        let dup = (round == 1).then(|| f.try_clone().unwrap());
+        let fd = f.as_raw_fd();
+        // SAFETY: a live descriptor, a buffer of the length given, and no buffer.
+        unsafe {
+            assert_eq!(libc::write(fd, b"abcdef".as_ptr().cast(), 6), 6);
+            assert_eq!(libc::lseek(fd, 2, libc::SEEK_SET), 2);
+            assert_eq!(libc::write(fd, std::ptr::null(), 0), 0, "round {round}");
+            assert_eq!(libc::lseek(fd, 0, libc::SEEK_CUR), 2, "round {round}: the offset moved");
+            let mut b = [0u8; 2];
+            assert_eq!(libc::read(fd, b.as_mut_ptr().cast(), 2), 2);
+            assert_eq!(&b, b"cd", "round {round}");
+        }
+        drop(dup);
+    }
+}
+
+/// Regression: under the preload library, write(2) of zero bytes on an O_APPEND
+/// descriptor moved its offset to the end of the file (the core's append of
+/// nothing returns the end, which the library took as the new offset); the kernel
+/// writes nothing and moves nothing. Found by the conformance test's sequences once
+/// they had empty writes (seed 30).
+#[test]
+fn an_empty_write_leaves_an_append_offset_where_it_was() {
+    let m = Mount::new("direct-empty-append", "64M", "");
+    let stats = m.scratch().join("stats");
+    let p = m.path("log");
+    run_child(
+        child("child_empty_append").env("FT_PATH", &p).env("FERRITE_DIRECT_STATS", &stats),
+        "preloaded child",
+    );
+    assert_eq!(std::fs::read(&p).unwrap(), b"abcdefabcdef");
+    let s = direct_stats(&stats);
+    assert!(s.len() == 1 && s[0].direct >= 8, "the calls were served directly: {s:?}");
+}
+
 // ------------------------------------------------- inode numbers used again
 
 #[test]

@@ -118,6 +118,11 @@ pub fn write(c: &Client, d: &Desc, fd: i32, data: &[u8]) -> R<Do<usize>> {
     }
     let fs = c.fs();
     let n = data.len();
+    if n == 0 {
+        // As write(2): nothing written, and an O_APPEND descriptor's offset does
+        // not move to the end.
+        return Ok(Do::Done(0));
+    }
     let append = d.append();
     if d.shared.load(Ordering::Acquire) {
         if !writes_direct(d, c) {
