@@ -67,8 +67,10 @@ struct ferrite *ferrite_open_pool(const char *pool, uint64_t create_size);
 // open files are closed. 0, or -1 and errno.
 int ferrite_release(struct ferrite *f);
 
-// Open a regular file (`flags` and `mode` as open(2); O_CREAT, O_EXCL, O_TRUNC,
-// O_APPEND and the access mode are understood). A descriptor of this handle, or -1.
+// Open a regular file (`flags` and `mode` as open(2), with open(2)'s errors; O_CREAT,
+// O_EXCL, O_TRUNC, O_APPEND and the access mode are understood; the process's
+// umask applies to a file it creates). A directory fails with EISDIR, a FIFO,
+// socket or device with ENXIO (without blocking). A descriptor of this handle, or -1.
 int ferrite_open(struct ferrite *f, const char *path, int flags, unsigned int mode);
 
 // Close a descriptor.
@@ -170,11 +172,12 @@ int ferrite_fstat(struct ferrite *f, int fd, struct ferrite_stat *st);
 int ferrite_stat(struct ferrite *f, const char *path, struct ferrite_stat *st);
 
 // mknod(2): a FIFO, socket, character or block device (`dev` as makedev
-// gives it) or a regular file. Only a process that opens the node through a
-// mount gets the pipe, socket or device; ferrite_open of one fails with ENXIO.
+// gives it) or a regular file; the process's umask applies. Only a process that
+// opens the node through a mount gets the pipe, socket or device; ferrite_open of
+// one fails with ENXIO.
 int ferrite_mknod(struct ferrite *f, const char *path, unsigned int mode, uint64_t dev);
 
-// mkdir(2).
+// mkdir(2) (the process's umask applies).
 int ferrite_mkdir(struct ferrite *f, const char *path, unsigned int mode);
 
 // unlink(2).

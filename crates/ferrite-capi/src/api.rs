@@ -16,7 +16,7 @@
 use ferrite_core::privs::self_lacks_cap_fsetid;
 use ferrite_core::{
     encode_rdev, FallocMode, FileType, Fs, MapOptions, MkfsOptions, MmapMedium, NewNode, OpenFlags,
-    SetAttr,
+    SetAttr, SlashCall,
 };
 use ferrite_direct::Client;
 use parking_lot::Mutex;
@@ -30,6 +30,19 @@ pub type R<T> = Result<T, i32>;
 
 fn e(err: ferrite_core::Error) -> i32 {
     err.errno()
+}
+
+/// The process's file mode creation mask, which a pool opened alone applies to
+/// the files and directories it makes, as the kernel does (from /proc/self/status:
+/// umask(2) can only read it by changing it, which other threads would see; 022,
+/// the usual mask, when /proc is not there).
+fn umask() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        .unwrap_or(0o022)
 }
 
 fn io(err: std::io::Error) -> i32 {
@@ -222,9 +235,14 @@ impl Handle {
             // kernel writes skips the page cache). Not through std's OpenOptions:
             // it refuses O_TRUNC with O_APPEND, which open(2) takes, with an error
             // that has no errno (the caller saw EIO).
-            let oflags = rustix::fs::OFlags::from_bits_retain(flags as u32)
-                | rustix::fs::OFlags::DIRECT
-                | rustix::fs::OFlags::CLOEXEC;
+            // O_NONBLOCK for the open itself: a FIFO must not block it (one opened
+            // for writing with no reader fails ENXIO, as this call promises for
+            // special files); a regular file's descriptor gets the caller's flags back.
+            use rustix::fs::OFlags;
+            let oflags = OFlags::from_bits_retain(flags as u32)
+                | OFlags::DIRECT
+                | OFlags::CLOEXEC
+                | OFlags::NONBLOCK;
             let fd = rustix::fs::open(&mp, oflags, rustix::fs::Mode::from_raw_mode(mode))
                 .map_err(|x| x.raw_os_error())?;
             let f = std::fs::File::from(fd);
@@ -235,8 +253,14 @@ impl Handle {
                 rustix::fs::StatxFlags::TYPE | rustix::fs::StatxFlags::INO,
             )
             .map_err(|x| x.raw_os_error())?;
-            if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
-                return Err(libc::EISDIR);
+            match u32::from(st.stx_mode) & libc::S_IFMT {
+                libc::S_IFREG => {}
+                libc::S_IFDIR => return Err(libc::EISDIR),
+                _ => return Err(libc::ENXIO),
+            }
+            if flags & libc::O_NONBLOCK == 0 {
+                let fl = rustix::fs::fcntl_getfl(&f).map_err(|x| x.raw_os_error())?;
+                rustix::fs::fcntl_setfl(&f, fl - OFlags::NONBLOCK).map_err(|x| x.raw_os_error())?;
             }
             let pos = if append { f.metadata().map(|m| m.len()).unwrap_or(0) } else { 0 };
             return Ok(self.add(OpenFile {
@@ -258,7 +282,9 @@ impl Handle {
             uid: rustix::process::geteuid().as_raw(),
             gid: rustix::process::getegid().as_raw(),
         };
-        let a = self.fs().open_path(&core_path(path)?, fl, mode & 0o7777).map_err(e)?;
+        // (The mask is read only when the call may create.)
+        let perm = if fl.create { mode & 0o7777 & !umask() } else { 0 };
+        let a = self.fs().open_path(&core_path(path)?, fl, perm).map_err(e)?;
         if a.ftype != FileType::Regular {
             let _ = self.fs().release(a.ino);
             return Err(libc::EISDIR);
@@ -608,11 +634,13 @@ impl Handle {
         let cp = core_path(path)?;
         let (p, name) = fs.resolve_parent(&cp).map_err(e)?;
         let (uid, gid) = (rustix::process::geteuid(), rustix::process::getegid());
-        fs.mkdir(p, name, mode & 0o7777, uid.as_raw(), gid.as_raw()).map(|_| ()).map_err(e)
+        let perm = mode & 0o7777 & !umask();
+        fs.mkdir(p, name, perm, uid.as_raw(), gid.as_raw()).map(|_| ()).map_err(e)
     }
 
     /// mknod(2): a FIFO, socket, device node (`dev` as makedev gives it) or
-    /// regular file; the caller's umask is not applied (as for mkdir here).
+    /// regular file; the process's umask applies, as it does to mkdir and to
+    /// ferrite_open's O_CREAT.
     pub fn mknod(&self, path: &[u8], mode: u32, dev: u64) -> R<()> {
         let t =
             FileType::from_mode(if mode & libc::S_IFMT == 0 { mode | libc::S_IFREG } else { mode });
@@ -634,10 +662,11 @@ impl Handle {
         let fs = self.fs();
         let cp = core_path(path)?;
         let (parent, name) = fs.resolve_parent(&cp).map_err(e)?;
+        fs.check_slash(&cp, parent, name, SlashCall::Make).map_err(e)?;
         let (uid, gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
         let node = NewNode { parent, name, dir: false, uid, gid };
         let rdev = encode_rdev(rustix::fs::major(dev), rustix::fs::minor(dev));
-        fs.mknod(node, t, mode & 0o7777, rdev, 0).map(|_| ()).map_err(e)
+        fs.mknod(node, t, mode & 0o7777 & !umask(), rdev, 0).map(|_| ()).map_err(e)
     }
 
     /// unlink(2).
@@ -648,6 +677,7 @@ impl Handle {
         let fs = self.fs();
         let cp = core_path(path)?;
         let (p, name) = fs.resolve_parent(&cp).map_err(e)?;
+        fs.check_slash(&cp, p, name, SlashCall::Unlink).map_err(e)?;
         fs.unlink(p, name).map_err(e)
     }
 
@@ -671,13 +701,23 @@ impl Handle {
         let (a, b) = (core_path(from)?, core_path(to)?);
         let (sp, sn) = fs.resolve_parent(&a).map_err(e)?;
         let (dp, dn) = fs.resolve_parent(&b).map_err(e)?;
+        // A slash on either name asks for a directory: the source must be one ("."
+        // and ".." are refused by the rename itself, with EBUSY, before that).
+        let dots = |n: &[u8]| n == b"." || n == b"..";
+        if !dots(sn) && !dots(dn) {
+            let mut src = a.clone();
+            if b.ends_with(b"/") && !src.ends_with(b"/") {
+                src.push(b'/');
+            }
+            fs.check_slash(&src, sp, sn, SlashCall::Rename).map_err(e)?;
+        }
         fs.rename(sp, sn, dp, dn, Default::default()).map_err(e)
     }
 
     /// The entries of a directory (without "." and ".."): (name, inode, d_type).
     pub fn readdir(&self, path: &[u8]) -> R<Vec<(Vec<u8>, u64, u8)>> {
         if let Some(mp) = self.mount_path(path)? {
-            use std::os::unix::fs::DirEntryExt;
+            use std::os::unix::fs::{DirEntryExt, FileTypeExt};
             let mut v = Vec::new();
             for ent in std::fs::read_dir(&mp).map_err(io)? {
                 let ent = ent.map_err(io)?;
@@ -686,6 +726,14 @@ impl Handle {
                     libc::DT_DIR
                 } else if t.is_symlink() {
                     libc::DT_LNK
+                } else if t.is_fifo() {
+                    libc::DT_FIFO
+                } else if t.is_socket() {
+                    libc::DT_SOCK
+                } else if t.is_char_device() {
+                    libc::DT_CHR
+                } else if t.is_block_device() {
+                    libc::DT_BLK
                 } else {
                     libc::DT_REG
                 };

@@ -116,8 +116,10 @@ pub unsafe extern "C" fn ferrite_release(f: *mut ferrite) -> c_int {
     })
 }
 
-/// Open a regular file (`flags` and `mode` as open(2); O_CREAT, O_EXCL, O_TRUNC,
-/// O_APPEND and the access mode are understood). A descriptor of this handle, or -1.
+/// Open a regular file (`flags` and `mode` as open(2), with open(2)'s errors; O_CREAT,
+/// O_EXCL, O_TRUNC, O_APPEND and the access mode are understood; the process's
+/// umask applies to a file it creates). A directory fails with EISDIR, a FIFO,
+/// socket or device with ENXIO (without blocking). A descriptor of this handle, or -1.
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_open(
     f: *mut ferrite,
@@ -382,8 +384,9 @@ pub unsafe extern "C" fn ferrite_stat(
 }
 
 /// mknod(2): a FIFO, socket, character or block device (`dev` as makedev
-/// gives it) or a regular file. Only a process that opens the node through a
-/// mount gets the pipe, socket or device; ferrite_open of one fails with ENXIO.
+/// gives it) or a regular file; the process's umask applies. Only a process that
+/// opens the node through a mount gets the pipe, socket or device; ferrite_open of
+/// one fails with ENXIO.
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_mknod(
     f: *mut ferrite,
@@ -395,7 +398,7 @@ pub unsafe extern "C" fn ferrite_mknod(
     guard(-1, || unsafe { handle(f)?.mknod(cstr(path)?, mode, dev).map(|()| 0) })
 }
 
-/// mkdir(2).
+/// mkdir(2) (the process's umask applies).
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_mkdir(
     f: *mut ferrite,

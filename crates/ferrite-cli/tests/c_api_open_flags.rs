@@ -328,3 +328,217 @@ fn random_descriptor_calls_do_what_they_do_on_tmpfs() {
     // SAFETY: the handle, released once.
     assert_eq!(unsafe { ffi::ferrite_release(f) }, 0);
 }
+
+/// Paths of the namespace sequences: names, nested names, and the awkward ones
+/// (".", "..", trailing slashes, a file used as a directory).
+const NS_PATHS: &[&str] = &[
+    "a", "b", "d", "e", "d/a", "d/b", "d/e", "d/e/a", "e/a", "a/", "d/", "d/.", "d/..", "a/x",
+    "nope/a", ".",
+];
+
+#[derive(Clone, Debug)]
+enum NsCall {
+    Mkdir(&'static str),
+    Rmdir(&'static str),
+    Unlink(&'static str),
+    Rename(&'static str, &'static str),
+    Create(&'static str),
+    Fifo(&'static str),
+    Stat(&'static str),
+    List(&'static str),
+}
+
+fn random_ns_call(r: &mut Rng) -> NsCall {
+    let p = |r: &mut Rng| *r.pick(NS_PATHS);
+    match r.below(8) {
+        0 => NsCall::Mkdir(p(r)),
+        1 => NsCall::Rmdir(p(r)),
+        2 => NsCall::Unlink(p(r)),
+        3 => NsCall::Rename(p(r), p(r)),
+        4 => NsCall::Create(p(r)),
+        5 => NsCall::Fifo(p(r)),
+        6 => NsCall::Stat(p(r)),
+        _ => NsCall::List(p(r)),
+    }
+}
+
+/// A result as text: "ok", "errno N", a stat's type, permission bits, size and
+/// links, or a sorted listing with d_types.
+fn ns_kernel(root: &Path, c: &NsCall) -> String {
+    use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt};
+    let j = |p: &str| root.join(p);
+    let err = |e: std::io::Error| format!("errno {}", e.raw_os_error().unwrap_or(0));
+    let unit = |r: std::io::Result<()>| r.map_or_else(err, |()| "ok".to_string());
+    match c {
+        NsCall::Mkdir(p) => unit(std::fs::DirBuilder::new().mode(0o777).create(j(p))),
+        NsCall::Rmdir(p) => unit(std::fs::remove_dir(j(p))),
+        NsCall::Unlink(p) => unit(std::fs::remove_file(j(p))),
+        NsCall::Rename(a, b) => unit(std::fs::rename(j(a), j(b))),
+        NsCall::Create(p) => {
+            let c = CString::new(j(p).as_os_str().as_encoded_bytes()).expect("path");
+            // (O_NONBLOCK: a FIFO with no reader fails ENXIO instead of blocking.)
+            let fl = libc::O_CREAT | libc::O_WRONLY | libc::O_NONBLOCK;
+            // SAFETY: a NUL-terminated path; the descriptor is closed at once.
+            let fd = unsafe { libc::open(c.as_ptr(), fl, 0o666) };
+            if fd < 0 {
+                return format!("errno {}", errno());
+            }
+            // SAFETY: our descriptor.
+            unsafe { libc::close(fd) };
+            "ok".into()
+        }
+        NsCall::Fifo(p) => {
+            let r = rustix::fs::mknodat(
+                rustix::fs::CWD,
+                j(p),
+                rustix::fs::FileType::Fifo,
+                rustix::fs::Mode::from_raw_mode(0o666),
+                0,
+            );
+            r.map_or_else(|e| format!("errno {}", e.raw_os_error()), |()| "ok".into())
+        }
+        NsCall::Stat(p) => match std::fs::metadata(j(p)) {
+            Ok(m) => format!("mode {:o} size {} nlink {}", m.mode(), m.size(), m.nlink()),
+            Err(e) => err(e),
+        },
+        NsCall::List(p) => match std::fs::read_dir(j(p)) {
+            Ok(rd) => {
+                let mut v: Vec<String> = rd
+                    .map(|e| {
+                        let e = e.expect("entry");
+                        let t = e.file_type().expect("type");
+                        let k = if t.is_dir() {
+                            'd'
+                        } else if t.is_symlink() {
+                            'l'
+                        } else if t.is_fifo() {
+                            'p'
+                        } else {
+                            'f'
+                        };
+                        format!("{}:{k}", e.file_name().to_string_lossy())
+                    })
+                    .collect();
+                v.sort();
+                v.join(",")
+            }
+            Err(e) => err(e),
+        },
+    }
+}
+
+fn ns_capi(f: *mut ffi::ferrite, prefix: &str, c: &NsCall) -> String {
+    let j = |p: &str| CString::new(format!("/{prefix}/{p}")).expect("path");
+    let res = |r: i32| if r == 0 { "ok".to_string() } else { format!("errno {}", errno()) };
+    // SAFETY: a live handle and NUL-terminated paths throughout.
+    unsafe {
+        match c {
+            NsCall::Mkdir(p) => res(ffi::ferrite_mkdir(f, j(p).as_ptr(), 0o777)),
+            NsCall::Rmdir(p) => res(ffi::ferrite_rmdir(f, j(p).as_ptr())),
+            NsCall::Unlink(p) => res(ffi::ferrite_unlink(f, j(p).as_ptr())),
+            NsCall::Rename(a, b) => res(ffi::ferrite_rename(f, j(a).as_ptr(), j(b).as_ptr())),
+            NsCall::Create(p) => {
+                let fd = ffi::ferrite_open(f, j(p).as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o666);
+                if fd < 0 {
+                    return format!("errno {}", errno());
+                }
+                res(ffi::ferrite_close(f, fd))
+            }
+            NsCall::Fifo(p) => res(ffi::ferrite_mknod(f, j(p).as_ptr(), libc::S_IFIFO | 0o666, 0)),
+            NsCall::Stat(p) => {
+                let mut st = std::mem::MaybeUninit::<ferrite::ferrite_stat>::zeroed();
+                if ffi::ferrite_stat(f, j(p).as_ptr(), st.as_mut_ptr()) != 0 {
+                    return format!("errno {}", errno());
+                }
+                let st = st.assume_init();
+                format!("mode {:o} size {} nlink {}", st.mode, st.size, st.nlink)
+            }
+            NsCall::List(p) => {
+                extern "C" fn add(
+                    ctx: *mut libc::c_void,
+                    name: *const libc::c_char,
+                    _ino: u64,
+                    dtype: u8,
+                ) -> i32 {
+                    // SAFETY: the Vec passed below, and a NUL-terminated name.
+                    let (v, n) = unsafe {
+                        (&mut *ctx.cast::<Vec<String>>(), std::ffi::CStr::from_ptr(name))
+                    };
+                    let k = match dtype {
+                        libc::DT_DIR => 'd',
+                        libc::DT_LNK => 'l',
+                        libc::DT_FIFO => 'p',
+                        _ => 'f',
+                    };
+                    v.push(format!("{}:{k}", n.to_string_lossy()));
+                    0
+                }
+                let mut v: Vec<String> = Vec::new();
+                let ctx = (&mut v as *mut Vec<String>).cast();
+                if ffi::ferrite_readdir(f, j(p).as_ptr(), Some(add), ctx) != 0 {
+                    return format!("errno {}", errno());
+                }
+                v.sort();
+                v.join(",")
+            }
+        }
+    }
+}
+
+fn namespace_sequences_match(
+    f: *mut ffi::ferrite,
+    tag: &str,
+    model: &Path,
+    seeds: std::ops::Range<u64>,
+) {
+    for seed in seeds {
+        let prefix = format!("{tag}-ns{seed}");
+        let kroot = model.join(&prefix);
+        std::fs::create_dir(&kroot).expect("model root");
+        let c = CString::new(format!("/{prefix}")).expect("root");
+        // SAFETY: a live handle and a NUL-terminated path.
+        assert_eq!(unsafe { ffi::ferrite_mkdir(f, c.as_ptr(), 0o755) }, 0, "root: {}", errno());
+        let mut r = Rng(seed);
+        let mut done = Vec::new();
+        for _ in 0..150 {
+            let call = random_ns_call(&mut r);
+            let want = ns_kernel(&kroot, &call);
+            let got = ns_capi(f, &prefix, &call);
+            done.push(format!("{call:?}->{want}"));
+            assert!(
+                got == want,
+                "{tag}, seed {seed}: {call:?} gave {got:?}, the kernel on tmpfs {want:?}; \
+                 calls: {}",
+                done.join(" ")
+            );
+        }
+    }
+}
+
+#[test]
+fn namespace_calls_do_what_they_do_on_tmpfs() {
+    // A mask that matters for the modes asked (0777 and 0666): both backends apply
+    // it as the kernel does. (Tests of this binary run in threads of one process;
+    // no other test here creates files with the kernel.)
+    // SAFETY: umask has no memory effects.
+    unsafe { libc::umask(0o027) };
+    let model = tempfile::tempdir_in("/dev/shm").expect("model dir");
+    let pool = format!("/dev/shm/{}.pool", unique("capi-ns"));
+    let cpool = CString::new(pool.as_str()).expect("pool");
+    // SAFETY: a NUL-terminated path.
+    let f = unsafe { ffi::ferrite_open_pool(cpool.as_ptr(), 64 << 20) };
+    assert!(!f.is_null(), "ferrite_open_pool: errno {}", errno());
+    namespace_sequences_match(f, "own", model.path(), 0..60);
+    // SAFETY: the handle, released once.
+    assert_eq!(unsafe { ffi::ferrite_release(f) }, 0);
+    let _ = std::fs::remove_file(&pool);
+
+    let m = Mount::new("capi-ns", "64M", "");
+    let cm = CString::new(m.mnt.as_os_str().as_encoded_bytes()).expect("mount");
+    // SAFETY: a NUL-terminated path.
+    let f = unsafe { ffi::ferrite_attach(cm.as_ptr()) };
+    assert!(!f.is_null(), "ferrite_attach: errno {}", errno());
+    namespace_sequences_match(f, "attached", model.path(), 1000..1060);
+    // SAFETY: the handle, released once.
+    assert_eq!(unsafe { ffi::ferrite_release(f) }, 0);
+}

@@ -56,7 +56,7 @@ pub use index::FileType;
 pub use log::{Ts, XATTR_SIZE_MAX};
 pub use mapping::DaxRuns;
 pub use ops::{INLINE_MAX, MAX_PAGE_OPS, SYMLINK_MAX, XATTR_VALUE_MAX};
-pub use path::OpenFlags;
+pub use path::{OpenFlags, SlashCall};
 pub use pmem::{Durability, Medium};
 pub use share::{BlockSource, Party, Table};
 pub use sharing::{Resolved, LEASE_TICK};

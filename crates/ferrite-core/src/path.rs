@@ -10,9 +10,56 @@ pub const MAX_SYMLINKS: usize = 40;
 
 impl<M: Medium> Fs<M> {
     /// Resolve an absolute (or root-relative) path. `follow`: follow a final symlink.
+    /// A trailing slash names a directory, as in Linux's path walk: the final
+    /// symlink is then followed, and anything but a directory is `NotDir`.
     pub fn resolve(&self, path: &[u8], follow: bool) -> Result<u64> {
         let mut budget = MAX_SYMLINKS;
-        self.resolve_from(self.root(), path, follow, &mut budget)
+        let slash = trailing_slash(path);
+        let ino = self.resolve_from(self.root(), path, follow || slash, &mut budget)?;
+        if slash && self.getattr(ino)?.ftype != FileType::Directory {
+            return Err(Error::NotDir);
+        }
+        Ok(ino)
+    }
+
+    /// What a trailing slash on the name a call acts on (`path`, whose last
+    /// component is `name` in `parent`) makes of the call, before it runs: "x/"
+    /// names a directory, as in Linux. Nothing without a slash.
+    pub fn check_slash(
+        &self,
+        path: &[u8],
+        parent: u64,
+        name: &[u8],
+        call: SlashCall,
+    ) -> Result<()> {
+        if !trailing_slash(path) {
+            return Ok(());
+        }
+        let found = match self.lookup_ino(parent, name) {
+            Ok(ino) => Some(ino),
+            Err(Error::NotFound) => None,
+            Err(e) => return Err(e),
+        };
+        match (call, found) {
+            // mknod, symlink, link: the name exists, or a directory was asked for.
+            (SlashCall::Make, Some(_)) => Err(Error::Exists),
+            (SlashCall::Make, None) => Err(Error::NotFound),
+            (SlashCall::Unlink | SlashCall::Rename, None) => Err(Error::NotFound),
+            // unlink: a directory (a symlink to one too: the slash follows it) is
+            // EISDIR, anything else ENOTDIR.
+            (SlashCall::Unlink, Some(_)) => match self.resolve(path, true) {
+                Ok(_) => Err(Error::IsDir),
+                Err(e) => Err(e),
+            },
+            // rename: the name must be a directory itself (not followed).
+            (SlashCall::Rename, Some(ino)) => {
+                if self.getattr(ino)?.ftype == FileType::Directory {
+                    Ok(())
+                } else {
+                    Err(Error::NotDir)
+                }
+            }
+        }
     }
 
     fn resolve_from(
@@ -59,7 +106,13 @@ impl<M: Medium> Fs<M> {
         if name.is_empty() {
             return Err(Error::invalid("path names the root"));
         }
-        Ok((self.resolve(dir, true)?, name))
+        // The walk to the parent fails as Linux's does: "f/x" with f a file is
+        // ENOTDIR before anything about x (or another path of the call) is asked.
+        let parent = self.resolve(dir, true)?;
+        if self.getattr(parent)?.ftype != FileType::Directory {
+            return Err(Error::NotDir);
+        }
+        Ok((parent, name))
     }
 
     /// Attributes at a path (following symlinks).
@@ -117,6 +170,22 @@ impl<M: Medium> Fs<M> {
     }
 }
 
+/// A path ends in a slash after a name ("d/", not "/").
+fn trailing_slash(path: &[u8]) -> bool {
+    path.last() == Some(&b'/') && path.iter().any(|&c| c != b'/')
+}
+
+/// The calls [`Fs::check_slash`] judges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlashCall {
+    /// mknod, symlink, link (mkdir takes a trailing slash).
+    Make,
+    /// unlink (rmdir takes one).
+    Unlink,
+    /// Either name of a rename: the source must be a directory.
+    Rename,
+}
+
 /// open(2) flags understood by [`Fs::open_path`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OpenFlags {
@@ -161,6 +230,10 @@ impl<M: Medium> Fs<M> {
     fn open_path_once(&self, path: &[u8], flags: OpenFlags, perm: u32) -> Result<Option<Attr>> {
         let raced = flags.create;
         let found = if flags.create {
+            // O_CREAT with a trailing slash is EISDIR, whatever the name is (Linux).
+            if trailing_slash(path) {
+                return Err(Error::IsDir);
+            }
             let (p, name) = self.resolve_parent(path)?;
             match self.lookup_ino(p, name) {
                 Ok(ino) => {
@@ -178,16 +251,11 @@ impl<M: Medium> Fs<M> {
                         ino
                     }
                 }
-                Err(Error::NotFound) => {
-                    if path.last() == Some(&b'/') {
-                        return Err(Error::IsDir);
-                    }
-                    match self.create(p, name, perm, flags.uid, flags.gid) {
-                        Ok(a) => a.ino,
-                        Err(Error::Exists) if !flags.excl => return Ok(None),
-                        Err(e) => return Err(e),
-                    }
-                }
+                Err(Error::NotFound) => match self.create(p, name, perm, flags.uid, flags.gid) {
+                    Ok(a) => a.ino,
+                    Err(Error::Exists) if !flags.excl => return Ok(None),
+                    Err(e) => return Err(e),
+                },
                 Err(e) => return Err(e),
             }
         } else {
