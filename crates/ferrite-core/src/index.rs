@@ -542,6 +542,11 @@ fn compose<M: Medium + ?Sized>(m: &M, base: Option<(u64, u64)>, ops: &[PageOp], 
         Some((blk, _)) => m.read(blk * BLOCK, page),
         None => page.fill(0),
     }
+    lay_ops(m, ops, page);
+}
+
+/// Lay `ops` over `page` (a whole page), in order.
+fn lay_ops<M: Medium + ?Sized>(m: &M, ops: &[PageOp], page: &mut [u8]) {
     for op in ops {
         match *op {
             PageOp::Overlay { loc, data_off, off, len } => {
@@ -899,6 +904,18 @@ impl InodeState {
                 let mut page = [0u8; BLOCK as usize];
                 compose(m, base, ops, &mut page);
                 dst.copy_from_slice(&page[a..b]);
+            }
+        }
+    }
+
+    /// Lay page `pg`'s ops over `page`, a whole page that holds its base block's
+    /// bytes already (zeros when it has none): for a caller that read and checked
+    /// the base itself, which [`InodeState::read_page`] would read again.
+    pub fn lay_page_ops<M: Medium + ?Sized>(&self, m: &M, pg: u64, page: &mut [u8]) {
+        debug_assert!(page.len() == BLOCK as usize);
+        if let Body::File(f) = &self.body {
+            if let Some(ops) = f.ops.get(&pg) {
+                lay_ops(m, ops, page);
             }
         }
     }

@@ -232,10 +232,12 @@ impl<M: Medium> Fs<M> {
                     self.verify_page(i, pg, blk, loc, dst)?;
                 }
                 Some((blk, loc)) => {
+                    // The base read once: checked, then the overlays laid on it.
                     let mut page = [0u8; BLOCK as usize];
                     self.m.read(blk * BLOCK, &mut page);
                     self.verify_page(i, pg, blk, loc, &page)?;
-                    st.read_page(&self.m, pg, a, b, dst);
+                    st.lay_page_ops(&self.m, pg, &mut page);
+                    dst.copy_from_slice(&page[a..b]);
                 }
             }
             done += b - a;
@@ -255,12 +257,19 @@ impl<M: Medium> Fs<M> {
         len: usize,
     ) -> Result<()> {
         debug_assert!(page.len() == BLOCK as usize && len <= page.len());
-        if let Some((blk, loc)) = self.block_to_verify(st, pg) {
-            self.m.read(blk * BLOCK, page);
-            self.verify_page(i, pg, blk, loc, page)?;
+        // The base block read once (it was read twice: to check it, then to
+        // compose), checked where reads check, then the overlays laid on it.
+        match st.file().and_then(|f| f.lookup(pg)) {
+            Some((blk, loc)) => {
+                self.m.read(blk * BLOCK, page);
+                if self.must_verify(blk) {
+                    self.verify_page(i, pg, blk, loc, page)?;
+                }
+            }
+            None => page.fill(0),
         }
+        st.lay_page_ops(&self.m, pg, page);
         page[len..].fill(0);
-        st.read_page(&self.m, pg, 0, len, &mut page[..len]);
         Ok(())
     }
 
@@ -270,10 +279,17 @@ impl<M: Medium> Fs<M> {
             return None;
         }
         let (blk, loc) = st.file()?.lookup(pg)?;
-        if self.verify == crate::VerifyMode::FirstTouch && self.verified.get(blk) {
-            return None;
+        self.must_verify(blk).then_some((blk, loc))
+    }
+
+    /// Whether a read of block `blk` must check it (reads check every time, or
+    /// the first time after a mount, or never).
+    fn must_verify(&self, blk: u64) -> bool {
+        match self.verify {
+            crate::VerifyMode::Off => false,
+            crate::VerifyMode::FirstTouch => !self.verified.get(blk),
+            crate::VerifyMode::Always => true,
         }
-        Some((blk, loc))
     }
 
     /// Compare `page` (the content of block `blk`, file page `pg`) with the checksum
