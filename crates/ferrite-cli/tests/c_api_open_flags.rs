@@ -118,29 +118,34 @@ fn same_as_open(f: *mut ffi::ferrite, prefix: &str, model: &Path) {
     assert_eq!(cases, 96);
 }
 
-#[test]
-fn ferrite_open_takes_every_flag_combination_open_takes() {
+/// Run `check` on a handle of a pool this process opens alone ("own"), then on a
+/// client of a fresh mount ("attached"), each released after; `model` is a tmpfs
+/// directory for the kernel's side, shared by both (names carry the side).
+fn on_both_handles(tag: &str, check: impl Fn(*mut ffi::ferrite, &str, &Path)) {
     let model = tempfile::tempdir_in("/dev/shm").expect("model dir");
-    // A pool of the process's own.
-    let pool = format!("/dev/shm/{}.pool", unique("capi-flags"));
+    let pool = format!("/dev/shm/{}.pool", unique(tag));
     let cpool = CString::new(pool.as_str()).expect("pool");
     // SAFETY: a NUL-terminated path.
     let f = unsafe { ffi::ferrite_open_pool(cpool.as_ptr(), 64 << 20) };
     assert!(!f.is_null(), "ferrite_open_pool: errno {}", errno());
-    same_as_open(f, "own", model.path());
+    check(f, "own", model.path());
     // SAFETY: the handle, released once.
     assert_eq!(unsafe { ffi::ferrite_release(f) }, 0);
     let _ = std::fs::remove_file(&pool);
 
-    // A client of a mount.
-    let m = Mount::new("capi-flags", "64M", "");
+    let m = Mount::new(tag, "64M", "");
     let cm = CString::new(m.mnt.as_os_str().as_encoded_bytes()).expect("mount");
     // SAFETY: a NUL-terminated path.
     let f = unsafe { ffi::ferrite_attach(cm.as_ptr()) };
     assert!(!f.is_null(), "ferrite_attach: errno {}", errno());
-    same_as_open(f, "attached", model.path());
+    check(f, "attached", model.path());
     // SAFETY: the handle, released once.
     assert_eq!(unsafe { ffi::ferrite_release(f) }, 0);
+}
+
+#[test]
+fn ferrite_open_takes_every_flag_combination_open_takes() {
+    on_both_handles("capi-flags", same_as_open);
 }
 
 /// One call of a random sequence, applied to C API descriptor `d` of handle `f`,
@@ -308,25 +313,7 @@ fn sequences_match(f: *mut ffi::ferrite, tag: &str, model: &Path, seeds: std::op
 
 #[test]
 fn random_descriptor_calls_do_what_they_do_on_tmpfs() {
-    let model = tempfile::tempdir_in("/dev/shm").expect("model dir");
-    let pool = format!("/dev/shm/{}.pool", unique("capi-seq"));
-    let cpool = CString::new(pool.as_str()).expect("pool");
-    // SAFETY: a NUL-terminated path.
-    let f = unsafe { ffi::ferrite_open_pool(cpool.as_ptr(), 64 << 20) };
-    assert!(!f.is_null(), "ferrite_open_pool: errno {}", errno());
-    sequences_match(f, "own", model.path(), 0..60);
-    // SAFETY: the handle, released once.
-    assert_eq!(unsafe { ffi::ferrite_release(f) }, 0);
-    let _ = std::fs::remove_file(&pool);
-
-    let m = Mount::new("capi-seq", "64M", "");
-    let cm = CString::new(m.mnt.as_os_str().as_encoded_bytes()).expect("mount");
-    // SAFETY: a NUL-terminated path.
-    let f = unsafe { ffi::ferrite_attach(cm.as_ptr()) };
-    assert!(!f.is_null(), "ferrite_attach: errno {}", errno());
-    sequences_match(f, "attached", model.path(), 1000..1060);
-    // SAFETY: the handle, released once.
-    assert_eq!(unsafe { ffi::ferrite_release(f) }, 0);
+    on_both_handles("capi-seq", |f, side, model| sequences_match(f, side, model, 0..60));
 }
 
 /// Paths of the namespace sequences: names, nested names, and the awkward ones
@@ -517,28 +504,9 @@ fn namespace_sequences_match(
 
 #[test]
 fn namespace_calls_do_what_they_do_on_tmpfs() {
-    // A mask that matters for the modes asked (0777 and 0666): both backends apply
-    // it as the kernel does. (Tests of this binary run in threads of one process;
-    // no other test here creates files with the kernel.)
+    // A mask that matters for the modes asked (0777 and 0666): both handles apply
+    // it as the kernel does. (The other tests of this binary compare no modes.)
     // SAFETY: umask has no memory effects.
     unsafe { libc::umask(0o027) };
-    let model = tempfile::tempdir_in("/dev/shm").expect("model dir");
-    let pool = format!("/dev/shm/{}.pool", unique("capi-ns"));
-    let cpool = CString::new(pool.as_str()).expect("pool");
-    // SAFETY: a NUL-terminated path.
-    let f = unsafe { ffi::ferrite_open_pool(cpool.as_ptr(), 64 << 20) };
-    assert!(!f.is_null(), "ferrite_open_pool: errno {}", errno());
-    namespace_sequences_match(f, "own", model.path(), 0..60);
-    // SAFETY: the handle, released once.
-    assert_eq!(unsafe { ffi::ferrite_release(f) }, 0);
-    let _ = std::fs::remove_file(&pool);
-
-    let m = Mount::new("capi-ns", "64M", "");
-    let cm = CString::new(m.mnt.as_os_str().as_encoded_bytes()).expect("mount");
-    // SAFETY: a NUL-terminated path.
-    let f = unsafe { ffi::ferrite_attach(cm.as_ptr()) };
-    assert!(!f.is_null(), "ferrite_attach: errno {}", errno());
-    namespace_sequences_match(f, "attached", model.path(), 1000..1060);
-    // SAFETY: the handle, released once.
-    assert_eq!(unsafe { ffi::ferrite_release(f) }, 0);
+    on_both_handles("capi-ns", |f, side, model| namespace_sequences_match(f, side, model, 0..60));
 }
