@@ -123,15 +123,22 @@ fn same_as_open(f: *mut ffi::ferrite, prefix: &str, model: &Path) {
 /// directory for the kernel's side, shared by both (names carry the side).
 fn on_both_handles(tag: &str, check: impl Fn(*mut ffi::ferrite, &str, &Path)) {
     let model = tempfile::tempdir_in("/dev/shm").expect("model dir");
-    let pool = format!("/dev/shm/{}.pool", unique(tag));
-    let cpool = CString::new(pool.as_str()).expect("pool");
+    // The pool file goes when the test ends, also when it fails.
+    struct Rm(String);
+    impl Drop for Rm {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let pool = Rm(format!("/dev/shm/{}.pool", unique(tag)));
+    let cpool = CString::new(pool.0.as_str()).expect("pool");
     // SAFETY: a NUL-terminated path.
     let f = unsafe { ffi::ferrite_open_pool(cpool.as_ptr(), 64 << 20) };
     assert!(!f.is_null(), "ferrite_open_pool: errno {}", errno());
     check(f, "own", model.path());
     // SAFETY: the handle, released once.
     assert_eq!(unsafe { ffi::ferrite_release(f) }, 0);
-    let _ = std::fs::remove_file(&pool);
+    drop(pool);
 
     let m = Mount::new(tag, "64M", "");
     let cm = CString::new(m.mnt.as_os_str().as_encoded_bytes()).expect("mount");
