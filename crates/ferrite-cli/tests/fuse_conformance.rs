@@ -836,7 +836,7 @@ fn random_syscall_sequences_match_tmpfs() {
 /// the transport must not change a single result.
 #[test]
 fn random_syscall_sequences_match_tmpfs_over_dev_fuse() {
-    sequences_match_tmpfs("conformance-classic", "nouring", 1..4);
+    sequences_match_tmpfs("conformance-classic", "nouring", 1..6);
 }
 
 fn sequences_match_tmpfs(tag: &str, opts: &str, seeds: std::ops::Range<u64>) {
