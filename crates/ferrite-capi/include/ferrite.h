@@ -88,7 +88,8 @@ ptrdiff_t ferrite_pread(struct ferrite *f, int fd, void *b, size_t n, int64_t of
 // pwrite(2): durable when it returns.
 ptrdiff_t ferrite_pwrite(struct ferrite *f, int fd, const void *b, size_t n, int64_t off);
 
-// lseek(2) with SEEK_SET, SEEK_CUR or SEEK_END: the new offset, or -1.
+// lseek(2) with SEEK_SET, SEEK_CUR, SEEK_END, SEEK_DATA or SEEK_HOLE (holes at page
+// granularity, as tmpfs): the new offset, or -1.
 int64_t ferrite_lseek(struct ferrite *f, int fd, int64_t off, int whence);
 
 // Map `len` bytes of open file `fd` from `off` (a multiple of 4096) into this

@@ -499,17 +499,28 @@ impl Handle {
         Ok(n)
     }
 
-    /// lseek(2) (SEEK_SET, SEEK_CUR, SEEK_END).
+    /// lseek(2) (SEEK_SET, SEEK_CUR, SEEK_END, and SEEK_DATA / SEEK_HOLE at page
+    /// granularity, as tmpfs).
     pub fn lseek(&self, fd: i32, off: i64, whence: i32) -> R<i64> {
         let f = self.file(fd)?;
         let mut p = f.pos.lock();
-        let base = match whence {
-            libc::SEEK_SET => 0,
-            libc::SEEK_CUR => *p as i64,
-            libc::SEEK_END => self.fs().getattr(f.ino).map_err(e)?.size as i64,
+        let new = match whence {
+            libc::SEEK_SET => off,
+            libc::SEEK_CUR => (*p as i64).checked_add(off).ok_or(libc::EOVERFLOW)?,
+            libc::SEEK_END => {
+                let size = self.fs().getattr(f.ino).map_err(e)?.size as i64;
+                size.checked_add(off).ok_or(libc::EOVERFLOW)?
+            }
+            libc::SEEK_DATA | libc::SEEK_HOLE => {
+                // A negative offset is past no data: ENXIO, as tmpfs and ext4 say.
+                if off < 0 {
+                    return Err(libc::ENXIO);
+                }
+                let hole = whence == libc::SEEK_HOLE;
+                self.fs().seek_data(f.ino, off as u64, hole).map_err(e)? as i64
+            }
             _ => return Err(libc::EINVAL),
         };
-        let new = base.checked_add(off).ok_or(libc::EOVERFLOW)?;
         if new < 0 {
             return Err(libc::EINVAL);
         }

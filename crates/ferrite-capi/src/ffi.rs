@@ -188,7 +188,8 @@ pub unsafe extern "C" fn ferrite_pwrite(
     guard(-1, || unsafe { handle(f)?.pwrite(fd, buf(b, n)?, off).map(|x| x as isize) })
 }
 
-/// lseek(2) with SEEK_SET, SEEK_CUR or SEEK_END: the new offset, or -1.
+/// lseek(2) with SEEK_SET, SEEK_CUR, SEEK_END, SEEK_DATA or SEEK_HOLE (holes at page
+/// granularity, as tmpfs): the new offset, or -1.
 #[no_mangle]
 pub unsafe extern "C" fn ferrite_lseek(f: *mut ferrite, fd: c_int, off: i64, whence: c_int) -> i64 {
     // SAFETY: the caller's handle.

@@ -191,7 +191,17 @@ fn random_call(r: &mut Rng) -> Call {
             let n = len(r);
             Call::Pwrite(r.bytes(n), off(r))
         }
-        4 => Call::Lseek(off(r), *r.pick(&[libc::SEEK_SET, libc::SEEK_CUR, libc::SEEK_END, 7])),
+        4 => Call::Lseek(
+            off(r),
+            *r.pick(&[
+                libc::SEEK_SET,
+                libc::SEEK_CUR,
+                libc::SEEK_END,
+                libc::SEEK_DATA,
+                libc::SEEK_HOLE,
+                7,
+            ]),
+        ),
         5 => Call::Ftruncate(off(r)),
         _ => Call::Size,
     }

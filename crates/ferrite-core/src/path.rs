@@ -47,10 +47,7 @@ impl<M: Medium> Fs<M> {
             (SlashCall::Unlink | SlashCall::Rename, None) => Err(Error::NotFound),
             // unlink: a directory (a symlink to one too: the slash follows it) is
             // EISDIR, anything else ENOTDIR.
-            (SlashCall::Unlink, Some(_)) => match self.resolve(path, true) {
-                Ok(_) => Err(Error::IsDir),
-                Err(e) => Err(e),
-            },
+            (SlashCall::Unlink, Some(_)) => self.resolve(path, true).and(Err(Error::IsDir)),
             // rename: the name must be a directory itself (not followed).
             (SlashCall::Rename, Some(ino)) => {
                 if self.getattr(ino)?.ftype == FileType::Directory {

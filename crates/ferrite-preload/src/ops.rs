@@ -175,8 +175,9 @@ pub fn lseek(c: &Client, d: &Desc, fd: i32, off: i64, whence: i32) -> R<Do<i64>>
         libc::SEEK_END => size()?.checked_add(off).ok_or(libc::EOVERFLOW)?,
         // Holes from the extent map, at page granularity (as tmpfs).
         libc::SEEK_DATA | libc::SEEK_HOLE => {
+            // A negative offset is past no data: ENXIO, as tmpfs and ext4 say.
             if off < 0 {
-                return Err(libc::EINVAL);
+                return Err(libc::ENXIO);
             }
             let hole = whence == libc::SEEK_HOLE;
             c.fs().seek_data(d.ino, off as u64, hole).map_err(e)? as i64
