@@ -712,16 +712,7 @@ impl Handle {
         let (a, b) = (core_path(from)?, core_path(to)?);
         let (sp, sn) = fs.resolve_parent(&a).map_err(e)?;
         let (dp, dn) = fs.resolve_parent(&b).map_err(e)?;
-        // A slash on either name asks for a directory: the source must be one ("."
-        // and ".." are refused by the rename itself, with EBUSY, before that).
-        let dots = |n: &[u8]| n == b"." || n == b"..";
-        if !dots(sn) && !dots(dn) {
-            let mut src = a.clone();
-            if b.ends_with(b"/") && !src.ends_with(b"/") {
-                src.push(b'/');
-            }
-            fs.check_slash(&src, sp, sn, SlashCall::Rename).map_err(e)?;
-        }
+        fs.check_rename_slash(&a, &b, sp, sn, dn).map_err(e)?;
         fs.rename(sp, sn, dp, dn, Default::default()).map_err(e)
     }
 

@@ -92,13 +92,7 @@ fn statvfs_free(p: &Path) -> u64 {
 #[ignore = "run by preloaded_process_reads_and_writes_directly"]
 fn child_rw() {
     let p = PathBuf::from(env("FT_PATH"));
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&p)
-        .unwrap();
+    let mut f = fresh_rw(&p);
     let mut model = Vec::new();
     let put = |m: &mut Vec<u8>, off: usize, d: &[u8]| {
         if m.len() < off + d.len() {
@@ -210,16 +204,8 @@ fn child_empty_append() {
 /// they had empty writes (seed 30).
 #[test]
 fn an_empty_write_leaves_an_append_offset_where_it_was() {
-    let m = Mount::new("direct-empty-append", "64M", "");
-    let stats = m.scratch().join("stats");
-    let p = m.path("log");
-    run_child(
-        child("child_empty_append").env("FT_PATH", &p).env("FERRITE_DIRECT_STATS", &stats),
-        "preloaded child",
-    );
+    let (_m, p) = preloaded_child("direct-empty-append", "child_empty_append", "log", 8);
     assert_eq!(std::fs::read(&p).unwrap(), b"abcdefabcdef");
-    let s = direct_stats(&stats);
-    assert!(s.len() == 1 && s[0].direct >= 8, "the calls were served directly: {s:?}");
 }
 
 #[test]
@@ -227,13 +213,7 @@ fn an_empty_write_leaves_an_append_offset_where_it_was() {
 fn child_seek_negative() {
     use std::os::fd::AsRawFd;
     let p = PathBuf::from(env("FT_PATH"));
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&p)
-        .unwrap();
+    let f = fresh_rw(&p);
     let fd = f.as_raw_fd();
     // SAFETY: a live descriptor and a buffer of the length given.
     assert_eq!(unsafe { libc::write(fd, b"abcdef".as_ptr().cast(), 6) }, 6);
@@ -255,15 +235,28 @@ fn child_seek_negative() {
 /// (found by the C API's differential test once its seeks had these whences).
 #[test]
 fn seek_data_from_a_negative_offset_is_enxio() {
-    let m = Mount::new("direct-seek-negative", "64M", "");
+    preloaded_child("direct-seek-negative", "child_seek_negative", "f", 5);
+}
+
+/// Runs the child test `child_test` preloaded, on the file `file` of a new mount
+/// `tag`, and checks that it attached once and served at least `direct` calls
+/// itself. Gives back the mount and the file's path, for more checks.
+fn preloaded_child(tag: &str, child_test: &str, file: &str, direct: u64) -> (Mount, PathBuf) {
+    let m = Mount::new(tag, "64M", "");
     let stats = m.scratch().join("stats");
-    let p = m.path("f");
+    let p = m.path(file);
     run_child(
-        child("child_seek_negative").env("FT_PATH", &p).env("FERRITE_DIRECT_STATS", &stats),
+        child(child_test).env("FT_PATH", &p).env("FERRITE_DIRECT_STATS", &stats),
         "preloaded child",
     );
     let s = direct_stats(&stats);
-    assert!(s.len() == 1 && s[0].direct >= 5, "the calls were served directly: {s:?}");
+    assert!(s.len() == 1 && s[0].direct >= direct, "the calls were served directly: {s:?}");
+    (m, p)
+}
+
+/// A file opened for reading and writing, created or truncated.
+fn fresh_rw(p: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(p).unwrap()
 }
 
 // ------------------------------------------------- inode numbers used again
@@ -1478,13 +1471,7 @@ fn errno_of<T>(r: std::io::Result<T>) -> i32 {
 fn child_dax_mapper() {
     use std::os::fd::AsRawFd;
     let p = PathBuf::from(env("FT_PATH"));
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&p)
-        .unwrap();
+    let f = fresh_rw(&p);
     f.write_all_at(b"before the mapping", 0).unwrap();
     f.set_len(3 * 4096).unwrap();
     let m = map_shared(f.as_raw_fd(), 3 * 4096, 0).unwrap();

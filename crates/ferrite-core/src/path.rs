@@ -44,18 +44,34 @@ impl<M: Medium> Fs<M> {
             // mknod, symlink, link: the name exists, or a directory was asked for.
             (SlashCall::Make, Some(_)) => Err(Error::Exists),
             (SlashCall::Make, None) => Err(Error::NotFound),
-            (SlashCall::Unlink | SlashCall::Rename, None) => Err(Error::NotFound),
+            (SlashCall::Unlink, None) => Err(Error::NotFound),
             // unlink: a directory (a symlink to one too: the slash follows it) is
             // EISDIR, anything else ENOTDIR.
             (SlashCall::Unlink, Some(_)) => self.resolve(path, true).and(Err(Error::IsDir)),
-            // rename: the name must be a directory itself (not followed).
-            (SlashCall::Rename, Some(ino)) => {
-                if self.getattr(ino)?.ftype == FileType::Directory {
-                    Ok(())
-                } else {
-                    Err(Error::NotDir)
-                }
-            }
+        }
+    }
+
+    /// What trailing slashes make of rename(`from`, `to`), whose source is `sn` in
+    /// `sp` and whose destination's name is `dn`, before it runs: a slash on either
+    /// path asks for a directory, so the source must be one itself (not followed).
+    /// "." and ".." are left to the rename, which refuses them with EBUSY first.
+    pub fn check_rename_slash(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        sp: u64,
+        sn: &[u8],
+        dn: &[u8],
+    ) -> Result<()> {
+        let dots = |n: &[u8]| n == b"." || n == b"..";
+        if dots(sn) || dots(dn) || !(trailing_slash(from) || trailing_slash(to)) {
+            return Ok(());
+        }
+        let ino = self.lookup_ino(sp, sn)?;
+        if self.getattr(ino)?.ftype == FileType::Directory {
+            Ok(())
+        } else {
+            Err(Error::NotDir)
         }
     }
 
@@ -179,8 +195,6 @@ pub enum SlashCall {
     Make,
     /// unlink (rmdir takes one).
     Unlink,
-    /// Either name of a rename: the source must be a directory.
-    Rename,
 }
 
 /// open(2) flags understood by [`Fs::open_path`].
