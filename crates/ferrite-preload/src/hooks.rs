@@ -165,6 +165,9 @@ fn scatter(v: &[iovec], data: &[u8]) {
     }
 }
 
+/// The most bytes Linux moves in one read or write (`MAX_RW_COUNT`).
+const MAX_RW_COUNT: usize = 0x7fff_f000;
+
 fn iov_len(v: &[iovec]) -> R<usize> {
     v.iter().try_fold(0usize, |a, x| a.checked_add(x.iov_len)).ok_or(libc::EINVAL)
 }
@@ -605,12 +608,21 @@ fn readv_at(
     direct(fd, |d, c| {
         // SAFETY: the caller's iovec array.
         let v = unsafe { iovs(iov, cnt) }?;
-        let mut buf = vec![0u8; iov_len(v)?];
+        // As Linux: the mode, then an empty read succeeds, then the flags.
+        if !d.readable() {
+            return Err(libc::EBADF);
+        }
+        let len = iov_len(v)?;
+        if len == 0 {
+            return Ok(Do::Done(0));
+        }
+        ops::rw_flags(flags)?;
+        // (Linux moves at most MAX_RW_COUNT bytes per call.)
+        let mut buf = vec![0u8; len.min(MAX_RW_COUNT)];
         let r = match off {
             Some(o) if o != -1 => ops::pread(c, d, &mut buf, o)?,
             _ => ops::read(c, d, fd, &mut buf)?,
         };
-        let _ = flags;
         Ok(match r {
             Do::Done(n) => {
                 scatter(v, &buf[..n]);
@@ -636,18 +648,17 @@ fn writev_at(
         // SAFETY: the caller's iovec array.
         let v = unsafe { iovs(iov, cnt) }?;
         let data = gather(v)?;
-        if flags & libc::RWF_APPEND != 0 && d.writable() {
-            // An appending write whatever the descriptor's flags.
-            if !c.may_write_direct(d.ino) {
-                return Ok(Do::Kernel);
-            }
-            let lacks = ferrite_core::privs::self_lacks_cap_fsetid;
-            c.fs().append_as(d.ino, &data, lacks).map_err(|e| e.errno())?;
-            return Ok(Do::Done(data.len()));
+        // As Linux: the mode, then an empty write succeeds, then the flags.
+        if !d.writable() {
+            return Err(libc::EBADF);
         }
+        if data.is_empty() {
+            return Ok(Do::Done(0));
+        }
+        let append = ops::rw_flags(flags)?.unwrap_or_else(|| d.append());
         match off {
-            Some(o) if o != -1 => ops::pwrite(c, d, &data, o),
-            _ => ops::write(c, d, fd, &data),
+            Some(o) if o != -1 => ops::pwrite_mode(c, d, &data, o, append),
+            _ => ops::write_mode(c, d, fd, &data, append),
         }
     })
 }
@@ -725,6 +736,11 @@ pub unsafe extern "C" fn preadv2(
     off: off64_t,
     flags: c_int,
 ) -> ssize_t {
+    // An offset below -1 (the descriptor's) before anything else, as Linux.
+    if off < -1 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
     match readv_at(fd, iov, cnt, Some(off), flags) {
         Some(r) => ss(r),
         None => forward!(preadv64v2(fd, iov, cnt, off, flags), -1),
@@ -750,6 +766,11 @@ pub unsafe extern "C" fn pwritev2(
     off: off64_t,
     flags: c_int,
 ) -> ssize_t {
+    // An offset below -1 (the descriptor's) before anything else, as Linux.
+    if off < -1 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
     match writev_at(fd, iov, cnt, Some(off), flags) {
         Some(r) => ss(r),
         None => forward!(pwritev64v2(fd, iov, cnt, off, flags), -1),
@@ -1206,7 +1227,10 @@ fn path_attr(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<(u64, At
 
 // ------------------------------------------------------------------ copies
 
-fn side(fd: c_int) -> Option<(Arc<Desc>, &'static Client)> {
+/// A descriptor this library serves, with its client (None: the kernel's).
+type DirectSide = Option<(Arc<Desc>, &'static Client)>;
+
+fn side(fd: c_int) -> DirectSide {
     let d = table::get(fd)?;
     let c = d.mount.client()?;
     c.usable().then_some((d, c))
@@ -1289,7 +1313,7 @@ pub unsafe extern "C" fn copy_file_range(
         // systems it copies nothing (EXDEV: FUSE copies only within its mount), so
         // the size need not be asked for: `cp` tries this for every file before it
         // reads and writes, and paid a round trip to the daemon each time.
-        let dev = |s: &Option<(Arc<Desc>, &Client)>, fd| match s {
+        let dev = |s: &DirectSide, fd| match s {
             Some((d, _)) => Some(d.dev),
             None => real::dev_of(fd),
         };
@@ -1303,7 +1327,8 @@ pub unsafe extern "C" fn copy_file_range(
             }
         }
         drop(e);
-        return fwd();
+        let sides = [(&a, fd_in, off_in.is_null()), (&b, fd_out, off_out.is_null())];
+        return with_kernel_offsets(&sides, fwd);
     }
     if flags != 0 {
         set_errno(libc::EINVAL);
@@ -1316,21 +1341,26 @@ pub unsafe extern "C" fn copy_file_range(
             (!off_out.is_null()).then(|| (*off_out).max(0) as u64),
         )
     };
-    // SAFETY: checked non-null above where dereferenced.
-    if unsafe { (!off_in.is_null() && *off_in < 0) || (!off_out.is_null() && *off_out < 0) } {
-        set_errno(libc::EINVAL);
-        return -1;
-    }
-    // The kernel's checks, in its order: access modes, then offsets that wrap.
+    // The kernel's checks, in its order: access modes, offsets that wrap, then
+    // negative offsets.
     let readable = a.as_ref().is_none_or(|(d, _)| d.readable());
     let writable = b.as_ref().is_none_or(|(d, _)| d.writable() && !d.append());
     if !readable || !writable {
         set_errno(libc::EBADF);
         return -1;
     }
-    let wraps = |o: Option<u64>| o.is_some_and(|o| (o as i64).checked_add(len as i64).is_none());
-    if wraps(oi) || wraps(oo) {
+    // (Linux adds the count to the offsets as unsigned numbers: a negative offset
+    // wraps unless the count is 0.)
+    // SAFETY: the caller's offsets, read where non-null.
+    let (ri, ro) =
+        unsafe { ((!off_in.is_null()).then(|| *off_in), (!off_out.is_null()).then(|| *off_out)) };
+    let wraps = |o: Option<i64>| o.is_some_and(|o| (o as u64).checked_add(len as u64).is_none());
+    if wraps(ri) || wraps(ro) {
         set_errno(libc::EOVERFLOW);
+        return -1;
+    }
+    if ri.is_some_and(|o| o < 0) || ro.is_some_and(|o| o < 0) {
+        set_errno(libc::EINVAL);
         return -1;
     }
     let src = match &a {
@@ -1358,6 +1388,55 @@ pub unsafe extern "C" fn copy_file_range(
     ss(r)
 }
 
+/// Runs `f`, a call forwarded to the kernel that uses and moves the offsets of
+/// the descriptors in `sides` whose flag is set (those the call was given no
+/// offset for). A private description's offset lives here, not in the kernel: the
+/// kernel's is set from it before the call and read back after, under its lock
+/// (taken in address order).
+fn with_kernel_offsets(
+    sides: &[(&DirectSide, c_int, bool)],
+    f: impl FnOnce() -> ssize_t,
+) -> ssize_t {
+    let mut private: Vec<(&Arc<Desc>, c_int)> = sides
+        .iter()
+        .filter(|(_, _, moves)| *moves)
+        .filter_map(|(s, fd, _)| s.as_ref().map(|(d, _)| (d, *fd)))
+        .filter(|(d, _)| !d.shared.load(Ordering::Acquire))
+        .collect();
+    private.sort_by_key(|(d, _)| Arc::as_ptr(d));
+    private.dedup_by_key(|(d, _)| Arc::as_ptr(d));
+    let mut held = Vec::with_capacity(private.len());
+    for (d, fd) in private {
+        let p = d.pos.lock();
+        if real::lseek(fd, *p as i64, libc::SEEK_SET).is_ok() {
+            held.push((p, fd));
+        }
+    }
+    let r = f();
+    let err = real::errno();
+    for (mut p, fd) in held {
+        if let Ok(v) = real::lseek(fd, 0, libc::SEEK_CUR) {
+            *p = v as u64;
+        }
+    }
+    set_errno(err);
+    r
+}
+
+/// What a descriptor may do: (read, write, O_APPEND); from the table for a
+/// direct one, from the kernel for another (an O_PATH descriptor does neither).
+fn access_of(s: &DirectSide, fd: c_int) -> R<(bool, bool, bool)> {
+    if let Some((d, _)) = s {
+        return Ok((d.readable(), d.writable(), d.append()));
+    }
+    let fl = real::fcntl(fd, libc::F_GETFL, 0)?;
+    if fl & libc::O_PATH != 0 {
+        return Ok((false, false, false));
+    }
+    let acc = fl & libc::O_ACCMODE;
+    Ok((acc != libc::O_WRONLY, acc != libc::O_RDONLY, fl & libc::O_APPEND != 0))
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn sendfile(
     out_fd: c_int,
@@ -1377,8 +1456,27 @@ pub unsafe extern "C" fn sendfile(
     }
     // SAFETY: the caller's optional offset.
     let mut oi = unsafe { (!off.is_null()).then(|| *off) };
-    if oi.is_some_and(|o| o < 0) {
-        set_errno(libc::EINVAL);
+    // Linux's checks, in its order (before anything moves): the source's mode, its
+    // offset, the destination's mode, and no appending destination.
+    let (Ok((readable, _, _)), Ok((_, writable, append))) =
+        (access_of(&a, in_fd), access_of(&b, out_fd))
+    else {
+        set_errno(libc::EBADF);
+        return -1;
+    };
+    let refuse = if !readable {
+        Some(libc::EBADF)
+    } else if oi.is_some_and(|o| o < 0) {
+        Some(libc::EINVAL)
+    } else if !writable {
+        Some(libc::EBADF)
+    } else if append {
+        Some(libc::EINVAL)
+    } else {
+        None
+    };
+    if let Some(err) = refuse {
+        set_errno(err);
         return -1;
     }
     let mut ou = oi.map(|o| o as u64);
@@ -1390,7 +1488,22 @@ pub unsafe extern "C" fn sendfile(
         Some((d, c)) => Side::Direct(c, d, out_fd),
         None => Side::Kernel(out_fd),
     };
-    let r = catch_unwind(AssertUnwindSafe(|| ops::copy(&src, ou.as_mut(), &dst, None, count)))
+    // One description on both sides, at its own offset: Linux reads and writes at
+    // that offset and moves it once. Read at the offset given, write at (and move)
+    // the description's, which starts there.
+    let one = matches!((&a, &b), (Some((x, _)), Some((y, _))) if Arc::ptr_eq(x, y));
+    let mut at = match (&a, ou) {
+        (Some((d, _)), None) if one => match ops::tell(d, in_fd) {
+            Ok(p) => Some(p),
+            Err(err) => {
+                set_errno(err);
+                return -1;
+            }
+        },
+        _ => None,
+    };
+    let from = if at.is_some() { at.as_mut() } else { ou.as_mut() };
+    let r = catch_unwind(AssertUnwindSafe(|| ops::copy(&src, from, &dst, None, count)))
         .unwrap_or(Err(libc::EIO));
     if let (Ok(_), Some(v)) = (&r, ou) {
         oi = Some(v as off64_t);

@@ -22,6 +22,32 @@ use std::sync::atomic::Ordering;
 /// An errno.
 pub type R<T> = Result<T, i32>;
 
+/// pwritev2's RWF_NOAPPEND (Linux 6.9), not in the libc crate.
+pub const RWF_NOAPPEND: i32 = 0x20;
+
+/// preadv2's and pwritev2's per-call flags, judged as Linux judges them for a
+/// file on tmpfs or on the mount (both answer alike): bits Linux does not know,
+/// and RWF_NOWAIT, RWF_ATOMIC and RWF_DONTCACHE, which neither supports, are
+/// EOPNOTSUPP, and RWF_APPEND with RWF_NOAPPEND is EINVAL. RWF_HIPRI, RWF_DSYNC and
+/// RWF_SYNC change nothing (every write is durable when it returns). What the call
+/// makes of O_APPEND: `Some(true)` appends whatever the descriptor says (RWF_APPEND),
+/// `Some(false)` writes where asked (RWF_NOAPPEND), `None` as the descriptor says.
+/// Linux checks them after the descriptor's mode and after an empty transfer, which
+/// succeeds whatever the flags; so must the caller.
+pub fn rw_flags(flags: i32) -> R<Option<bool>> {
+    let known =
+        libc::RWF_HIPRI | libc::RWF_DSYNC | libc::RWF_SYNC | libc::RWF_APPEND | RWF_NOAPPEND;
+    if flags & !known != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    match (flags & libc::RWF_APPEND != 0, flags & RWF_NOAPPEND != 0) {
+        (true, true) => Err(libc::EINVAL),
+        (true, false) => Ok(Some(true)),
+        (false, true) => Ok(Some(false)),
+        (false, false) => Ok(None),
+    }
+}
+
 /// What became of a call.
 pub enum Do<T> {
     /// Served here.
@@ -64,11 +90,12 @@ fn with_kernel_pos(
 
 /// pread.
 pub fn pread(c: &Client, d: &Desc, buf: &mut [u8], off: i64) -> R<Do<usize>> {
-    if !d.readable() {
-        return Err(libc::EBADF);
-    }
+    // A negative offset before the mode, as Linux.
     if off < 0 {
         return Err(libc::EINVAL);
+    }
+    if !d.readable() {
+        return Err(libc::EBADF);
     }
     Ok(Do::Done(c.fs().read(d.ino, off as u64, buf).map_err(e)?))
 }
@@ -94,16 +121,23 @@ pub fn read(c: &Client, d: &Desc, fd: i32, buf: &mut [u8]) -> R<Do<usize>> {
 
 /// pwrite.
 pub fn pwrite(c: &Client, d: &Desc, data: &[u8], off: i64) -> R<Do<usize>> {
-    if !d.writable() {
-        return Err(libc::EBADF);
-    }
+    pwrite_mode(c, d, data, off, d.append())
+}
+
+/// pwrite that appends when `append` says so, whatever the descriptor's O_APPEND
+/// (pwritev2's RWF_APPEND and RWF_NOAPPEND).
+pub fn pwrite_mode(c: &Client, d: &Desc, data: &[u8], off: i64, append: bool) -> R<Do<usize>> {
+    // A negative offset before the mode, as Linux.
     if off < 0 {
         return Err(libc::EINVAL);
+    }
+    if !d.writable() {
+        return Err(libc::EBADF);
     }
     if !writes_direct(d, c) {
         return Ok(Do::Kernel);
     }
-    if d.append() {
+    if append {
         c.fs().append_as(d.ino, data, self_lacks_cap_fsetid).map_err(e)?;
     } else {
         c.fs().write_as(d.ino, off as u64, data, self_lacks_cap_fsetid).map_err(e)?;
@@ -113,6 +147,13 @@ pub fn pwrite(c: &Client, d: &Desc, data: &[u8], off: i64) -> R<Do<usize>> {
 
 /// write.
 pub fn write(c: &Client, d: &Desc, fd: i32, data: &[u8]) -> R<Do<usize>> {
+    write_mode(c, d, fd, data, d.append())
+}
+
+/// write that appends when `append` says so, whatever the descriptor's O_APPEND
+/// (pwritev2 at offset -1 with RWF_APPEND or RWF_NOAPPEND); the offset moves as
+/// write(2) moves it.
+pub fn write_mode(c: &Client, d: &Desc, fd: i32, data: &[u8], append: bool) -> R<Do<usize>> {
     if !d.writable() {
         return Err(libc::EBADF);
     }
@@ -123,7 +164,6 @@ pub fn write(c: &Client, d: &Desc, fd: i32, data: &[u8]) -> R<Do<usize>> {
         // not move to the end.
         return Ok(Do::Done(0));
     }
-    let append = d.append();
     if d.shared.load(Ordering::Acquire) {
         if !writes_direct(d, c) {
             return Ok(Do::Kernel);
@@ -141,13 +181,22 @@ pub fn write(c: &Client, d: &Desc, fd: i32, data: &[u8]) -> R<Do<usize>> {
     }
     let mut p = d.pos.lock();
     if !writes_direct(d, c) {
-        // Through the kernel descriptor, keeping the offset here.
+        // Through the kernel descriptor, keeping the offset here (per-call flags
+        // where the mode is not the descriptor's).
         if append {
-            let w = real::write(fd, data)?;
+            let w = if d.append() {
+                real::write(fd, data)?
+            } else {
+                real::pwritev2(fd, data, -1, libc::RWF_APPEND)?
+            };
             *p = real::lseek(fd, 0, libc::SEEK_CUR)? as u64;
             return Ok(Do::KernelDone(w));
         }
-        let w = real::pwrite(fd, data, *p)?;
+        let w = if d.append() {
+            real::pwritev2(fd, data, *p as i64, RWF_NOAPPEND)?
+        } else {
+            real::pwrite(fd, data, *p)?
+        };
         *p += w as u64;
         return Ok(Do::KernelDone(w));
     }
@@ -159,6 +208,14 @@ pub fn write(c: &Client, d: &Desc, fd: i32, data: &[u8]) -> R<Do<usize>> {
         *p += n as u64;
     }
     Ok(Do::Done(n))
+}
+
+/// The description's offset.
+pub fn tell(d: &Desc, fd: i32) -> R<u64> {
+    if d.shared.load(Ordering::Acquire) {
+        return Ok(real::lseek(fd, 0, libc::SEEK_CUR)? as u64);
+    }
+    Ok(*d.pos.lock())
 }
 
 /// lseek.

@@ -179,6 +179,15 @@ pub fn pwrite(fd: c_int, buf: &[u8], off: u64) -> Result<usize, c_int> {
     check_ss(unsafe { f(fd, buf.as_ptr() as *const c_void, buf.len(), off as off64_t) })
 }
 
+/// The real `pwritev2` of one buffer at `off` (-1: the descriptor's offset, which
+/// moves) with per-call flags `flags`.
+pub fn pwritev2(fd: c_int, buf: &[u8], off: i64, flags: c_int) -> Result<usize, c_int> {
+    let f = need!(pwritev64v2);
+    let iov = iovec { iov_base: buf.as_ptr() as *mut c_void, iov_len: buf.len() };
+    // SAFETY: one iovec naming a live slice of its length.
+    check_ss(unsafe { f(fd, &iov, 1, off as off64_t, flags) })
+}
+
 /// The real `write`.
 pub fn write(fd: c_int, buf: &[u8]) -> Result<usize, c_int> {
     let f = need!(write);
