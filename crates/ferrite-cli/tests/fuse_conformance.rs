@@ -936,9 +936,29 @@ fn random_syscall_sequences_match_tmpfs_with_the_preload_library() {
 /// afterwards as root (the user may have locked itself out of directories).
 #[test]
 fn random_syscall_sequences_match_tmpfs_as_another_user() {
+    as_another_user("conformance-user", false);
+}
+
+/// The same as another user with the preload library, whose group may open the
+/// pool file (the trust model of docs/DIRECT-ACCESS.md): the user's writes go
+/// directly to the pool, so the core (not the kernel) clears set-id bits and file
+/// capabilities for a writer without CAP_FSETID, and must decide as the kernel does.
+#[test]
+fn random_syscall_sequences_match_tmpfs_as_another_user_with_the_preload_library() {
+    as_another_user("conformance-user-direct", true);
+}
+
+fn as_another_user(tag: &str, preload: bool) {
     use std::os::unix::fs::PermissionsExt;
     let seeds = env_range("FERRITE_CONFORMANCE_SEEDS", 1..7);
-    let mut m = Mount::new("conformance-user", "512M", "allow_other");
+    let mut m = Mount::new(tag, "512M", "allow_other");
+    let stats = m.scratch().join("stats");
+    if preload {
+        // The pool file to group 1000, read-write: its members may attach.
+        std::os::unix::fs::chown(&m.pool, None, Some(1000)).unwrap();
+        std::fs::set_permissions(&m.pool, std::fs::Permissions::from_mode(0o660)).unwrap();
+        std::fs::set_permissions(m.scratch(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
     let tmp =
         tempfile::Builder::new().prefix("ferrite-ref").tempdir_in("/dev/shm").expect("tmpfs dir");
     let open = std::fs::Permissions::from_mode(0o777);
@@ -946,29 +966,41 @@ fn random_syscall_sequences_match_tmpfs_as_another_user() {
     std::fs::set_permissions(&m.mnt, open).unwrap();
     let parent = m.mnt.parent().unwrap();
     std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = std::process::Command::new("setpriv")
+    let mut child = std::process::Command::new("setpriv");
+    child
         .args(["--reuid=1000", "--regid=1000", "--clear-groups", "--"])
         .arg(std::env::current_exe().expect("test binary"))
         .args(["child_conformance", "--exact", "--ignored", "--nocapture", "-q"])
         .env("FT_MNT", &m.mnt)
         .env("FT_REF", tmp.path())
         .env("FT_NO_TREES", "1")
-        .env("FERRITE_CONFORMANCE_SEEDS", format!("{}..{}", seeds.start, seeds.end))
-        .output()
-        .expect("run the child as another user (setpriv: scripts/install-deps.sh)");
+        .env("FERRITE_CONFORMANCE_SEEDS", format!("{}..{}", seeds.start, seeds.end));
+    if preload {
+        child
+            .env("LD_PRELOAD", fuse_util::preload_lib())
+            .env("FT_DIRECT", "1")
+            .env("FERRITE_DIRECT_STATS", &stats);
+    }
+    let out =
+        child.output().expect("run the child as another user (setpriv: scripts/install-deps.sh)");
     assert!(
         out.status.success(),
         "sequences as uid 1000 differ from tmpfs:\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    for seed in seeds {
+    for seed in seeds.clone() {
         let name = format!("seed{seed}");
         let (a, b) = (tmp.path().join(&name), m.mnt.join(&name));
         compare_trees(&a, &b)
             .unwrap_or_else(|e| panic!("seed {seed} as uid 1000, final tree: {e}"));
         let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&b).unwrap());
         assert_eq!(owner, 1000, "the sequences ran as uid 1000");
+    }
+    if preload {
+        let s = fuse_util::direct_stats(&stats);
+        let enough = 100 * (seeds.end - seeds.start);
+        assert!(s.iter().any(|x| x.direct > enough), "the data calls went direct: {s:?}");
     }
     m.umount();
     let (_, fsck) = m.check_pool();
