@@ -732,6 +732,81 @@ fn stat_of_a_directly_written_file_is_current_without_the_daemon() {
     assert!(fsck.is_clean(), "{:?}", fsck.errors);
 }
 
+/// statx of `path` (by descriptor `fd` when given): the fields a program reads, as
+/// text.
+fn statx_text(fd: Option<i32>, path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let (dirfd, p, flags) = match fd {
+        Some(fd) => (fd, c"".as_ptr(), libc::AT_EMPTY_PATH),
+        None => (libc::AT_FDCWD, c.as_ptr(), 0),
+    };
+    // SAFETY: a zeroed statx is valid; a live descriptor or a C path.
+    let mut s: libc::statx = unsafe { std::mem::zeroed() };
+    let mask = libc::STATX_ALL | libc::STATX_MNT_ID;
+    assert_eq!(unsafe { libc::statx(dirfd, p, flags, mask, &mut s) }, 0, "statx");
+    format!(
+        "mask {:#x} attributes {:#x}/{:#x} mnt {} dev {}:{} ino {} mode {:o} nlink {} \
+         uid {} gid {} size {} blocks {} blksize {} mtime {}.{} ctime {}.{}",
+        s.stx_mask,
+        s.stx_attributes,
+        s.stx_attributes_mask,
+        s.stx_mnt_id,
+        s.stx_dev_major,
+        s.stx_dev_minor,
+        s.stx_ino,
+        s.stx_mode,
+        s.stx_nlink,
+        s.stx_uid,
+        s.stx_gid,
+        s.stx_size,
+        s.stx_blocks,
+        s.stx_blksize,
+        s.stx_mtime.tv_sec,
+        s.stx_mtime.tv_nsec,
+        s.stx_ctime.tv_sec,
+        s.stx_ctime.tv_nsec,
+    )
+}
+
+#[test]
+#[ignore = "run by a_statx_served_from_the_pool_says_what_the_kernel_says"]
+fn child_statx() {
+    use std::os::fd::AsRawFd;
+    let p = PathBuf::from(env("FT_PATH"));
+    let f = fresh_rw(&p);
+    f.write_all_at(&[7u8; 10_000], 0).unwrap();
+    // By descriptor, then by path twice (the second is the pool's: the first
+    // told this thread that the pool serves the file).
+    say(&format!("fd {}", statx_text(Some(f.as_raw_fd()), &p)));
+    statx_text(None, &p);
+    say(&format!("path {}", statx_text(None, &p)));
+    drop(f);
+}
+
+/// Regression: a statx the preload library answered from the pool (of a file a
+/// client writes, by descriptor or by path) said no mount id (STATX_MNT_ID unset,
+/// stx_mnt_id 0) and no attributes mask, where the kernel says both; programs that
+/// tell mounts apart by mount id took the file for one of another mount. The
+/// pool's answer now takes them from the kernel's cached answer.
+#[test]
+fn a_statx_served_from_the_pool_says_what_the_kernel_says() {
+    let m = Mount::new("direct-statx", "64M", "");
+    let stats = m.scratch().join("stats");
+    let p = m.path("f");
+    let out = run_child(
+        child("child_statx").env("FT_PATH", &p).env("FERRITE_DIRECT_STATS", &stats),
+        "preloaded child",
+    );
+    let kernel = statx_text(None, &p);
+    for what in ["fd", "path"] {
+        let line = out.lines().find_map(|l| l.strip_prefix(&format!("FT {what} ")));
+        assert_eq!(line, Some(kernel.as_str()), "statx by {what}, served from the pool");
+    }
+    let s = direct_stats(&stats);
+    assert!(s.len() == 1 && s[0].direct >= 3, "the statx calls were served directly: {s:?}");
+}
+
 // ------------------------------------------ leases and the daemon's setattrs
 
 #[test]

@@ -273,6 +273,7 @@ fn open_direct(
                         pos: Default::default(),
                         shared: false.into(),
                         kernel_io: false.into(),
+                        look: table::KernelLook::of(&st),
                     })),
                 );
             }
@@ -1004,7 +1005,7 @@ pub unsafe extern "C" fn fstatat(
             return r;
         }
     } else if !st.is_null() {
-        if let Some((dev, a)) = stat_path_pool(dirfd, path, flags) {
+        if let Some((dev, a, _)) = stat_path_pool(dirfd, path, flags) {
             // SAFETY: the caller's stat buffer (checked non-null).
             fill_stat(dev, &a, unsafe { &mut *st });
             return 0;
@@ -1075,16 +1076,16 @@ pub unsafe extern "C" fn statx(
         let r = direct(dirfd, |d, c| {
             let a = ops::attr(c, d)?;
             // SAFETY: the caller's statx buffer (checked non-null).
-            fill_statx(d.dev, &a, unsafe { &mut *stx });
+            fill_statx(d.dev, &a, &d.look, unsafe { &mut *stx });
             Ok(Do::Done(0))
         });
         if let Some(r) = r {
             return int(r);
         }
     } else if !stx.is_null() {
-        if let Some((dev, a)) = stat_path_pool(dirfd, path, flags) {
+        if let Some((dev, a, look)) = stat_path_pool(dirfd, path, flags) {
             // SAFETY: the caller's statx buffer (checked non-null).
-            fill_statx(dev, &a, unsafe { &mut *stx });
+            fill_statx(dev, &a, &look, unsafe { &mut *stx });
             return 0;
         }
         let r = forward!(statx(dirfd, path, flags, mask, stx), -1);
@@ -1099,10 +1100,15 @@ pub unsafe extern "C" fn statx(
     forward!(statx(dirfd, path, flags, mask, stx), -1)
 }
 
-fn fill_statx(dev: u64, a: &ferrite_core::Attr, s: &mut libc::statx) {
+/// A statx from the pool's attributes `a`, and the kernel's `look` for what only
+/// the kernel knows.
+fn fill_statx(dev: u64, a: &ferrite_core::Attr, look: &table::KernelLook, s: &mut libc::statx) {
     // SAFETY: zeroed statx is valid.
     *s = unsafe { std::mem::zeroed() };
-    s.stx_mask = libc::STATX_BASIC_STATS;
+    s.stx_mask = libc::STATX_BASIC_STATS | look.mask;
+    s.stx_attributes = look.attributes;
+    s.stx_attributes_mask = look.attributes_mask;
+    s.stx_mnt_id = look.mnt_id;
     s.stx_blksize = 4096;
     s.stx_nlink = a.nlink;
     s.stx_uid = a.uid;
@@ -1148,7 +1154,11 @@ fn fill_statx(dev: u64, a: &ferrite_core::Attr, s: &mut libc::statx) {
 /// and the kernel's stat, at 1.8 times the plain mount's time; it makes one now.
 /// A stat of a file a client writes, after kernel-served ones, pays the round
 /// trip a plain process would.
-fn stat_path_pool(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<(u64, Attr)> {
+fn stat_path_pool(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+) -> Option<(u64, Attr, table::KernelLook)> {
     let first = table::with_ctx(|cx| cx.pool_stat.get()).unwrap_or(false);
     if !first {
         return None;
@@ -1184,7 +1194,11 @@ fn pool_serves(c: &Client, ino: u64) -> bool {
 
 /// The look: the file's type, inode and device from the kernel's caches, then its
 /// attributes from the pool when the pool serves it (see [`stat_path_pool`]).
-fn path_attr(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<(u64, Attr)> {
+fn path_attr(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+) -> Option<(u64, Attr, table::KernelLook)> {
     if path.is_null() || table::inside() || flags & libc::AT_STATX_FORCE_SYNC != 0 {
         return None;
     }
@@ -1222,7 +1236,7 @@ fn path_attr(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<(u64, At
         return None;
     }
     stats::direct();
-    Some((dev, a))
+    Some((dev, a, table::KernelLook::of(&st)))
 }
 
 // ------------------------------------------------------------------ copies

@@ -60,6 +60,7 @@ fn adopt_inherited() {
                 pos: Default::default(),
                 shared: true.into(),
                 kernel_io: false.into(),
+                look: table::KernelLook::of(&st),
             })),
         );
     }

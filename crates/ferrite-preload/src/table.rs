@@ -42,6 +42,36 @@ pub struct Desc {
     pub shared: AtomicBool,
     /// Some I/O of it went through the kernel (fsync then goes there too).
     pub kernel_io: AtomicBool,
+    /// What only the kernel knows of its statx, from the kernel's answer at open.
+    pub look: KernelLook,
+}
+
+/// What only the kernel knows of a file's statx (the pool knows the rest): its
+/// mount's id, the attribute flags and which of them the file system reports. A
+/// statx this library answers from the pool takes these from the kernel's cached
+/// answer, so that it says what the kernel says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelLook {
+    /// `STATX_MNT_ID` when the kernel gave `mnt_id`.
+    pub mask: u32,
+    /// stx_attributes
+    pub attributes: u64,
+    /// stx_attributes_mask
+    pub attributes_mask: u64,
+    /// stx_mnt_id
+    pub mnt_id: u64,
+}
+
+impl KernelLook {
+    /// From a statx the kernel answered.
+    pub fn of(s: &libc::statx) -> KernelLook {
+        KernelLook {
+            mask: s.stx_mask & libc::STATX_MNT_ID,
+            attributes: s.stx_attributes,
+            attributes_mask: s.stx_attributes_mask,
+            mnt_id: s.stx_mnt_id,
+        }
+    }
 }
 
 impl Desc {
