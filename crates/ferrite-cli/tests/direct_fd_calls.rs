@@ -174,6 +174,14 @@ fn gen_flags(r: &mut Rng) -> c_int {
     ])
 }
 
+/// A vector call's offset (None: the plain call, at the descriptor's offset),
+/// per-call flags (with an offset) and buffer lengths.
+fn gen_vector(r: &mut Rng) -> (Option<i64>, c_int, Vec<usize>) {
+    let off = (r.below(3) != 0).then(|| gen_off(r));
+    let flags = if off.is_some() { gen_flags(r) } else { 0 };
+    (off, flags, gen_lens(r))
+}
+
 fn gen_op(r: &mut Rng) -> Op {
     let slot = r.below(SLOTS as u64) as usize;
     let other = r.below(SLOTS as u64) as usize;
@@ -200,28 +208,12 @@ fn gen_op(r: &mut Rng) -> Op {
         40..=44 => Op::Read { slot, len },
         45..=48 => Op::Pread { slot, off: gen_off(r), len },
         49..=56 => {
-            let off = match r.below(3) {
-                0 => None,
-                _ => Some(gen_off(r)),
-            };
-            Op::Writev {
-                slot,
-                off,
-                flags: if off.is_some() { gen_flags(r) } else { 0 },
-                lens: gen_lens(r),
-            }
+            let (off, flags, lens) = gen_vector(r);
+            Op::Writev { slot, off, flags, lens }
         }
         57..=62 => {
-            let off = match r.below(3) {
-                0 => None,
-                _ => Some(gen_off(r)),
-            };
-            Op::Readv {
-                slot,
-                off,
-                flags: if off.is_some() { gen_flags(r) } else { 0 },
-                lens: gen_lens(r),
-            }
+            let (off, flags, lens) = gen_vector(r);
+            Op::Readv { slot, off, flags, lens }
         }
         63..=72 => Op::Seek {
             slot,
@@ -535,7 +527,7 @@ fn run_seed(seed: u64, ops: usize, reference: &Path, mount: &Path) -> Result<(),
 #[test]
 #[ignore = "run by descriptor_calls_match_tmpfs_with_the_preload_library"]
 fn child_fd_calls() {
-    let seeds = env_seeds("FERRITE_FDCALL_SEEDS", 1..2);
+    let seeds = env_range("FERRITE_FDCALL_SEEDS", 1..2);
     let ops: usize =
         std::env::var("FERRITE_FDCALL_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
     let mount = PathBuf::from(std::env::var_os("FT_MNT").expect("FT_MNT"));
@@ -547,15 +539,9 @@ fn child_fd_calls() {
     }
 }
 
-fn env_seeds(name: &str, default: std::ops::Range<u64>) -> std::ops::Range<u64> {
-    let Ok(v) = std::env::var(name) else { return default };
-    let (a, b) = v.split_once("..").unwrap_or_else(|| panic!("{name}: a..b"));
-    a.parse().expect("seed")..b.parse().expect("seed")
-}
-
 #[test]
 fn descriptor_calls_match_tmpfs_with_the_preload_library() {
-    let seeds = env_seeds("FERRITE_FDCALL_SEEDS", 1..61);
+    let seeds = env_range("FERRITE_FDCALL_SEEDS", 1..61);
     let mut m = Mount::new("fd-calls", "256M", "");
     let tmp =
         tempfile::Builder::new().prefix("ferrite-ref").tempdir_in("/dev/shm").expect("tmpfs dir");

@@ -26,7 +26,7 @@
 
 mod fuse_util;
 
-use fuse_util::{Mount, Rng};
+use fuse_util::{env_range, Mount, Rng};
 use rustix::fs::{
     self as rfs, AtFlags, FallocateFlags, Mode, OFlags, RenameFlags, SeekFrom, Timespec,
     Timestamps, XattrFlags, CWD,
@@ -814,16 +814,6 @@ fn run_seed(seed: u64, ops: usize, ref_root: &Path, mnt_root: &Path) -> Result<(
         return Ok(()); // the caller compares them (as root: see as_another_user)
     }
     compare_trees(&a.root, &b.root).map_err(|m| format!("seed {seed}, final tree: {m}"))
-}
-
-fn env_range(name: &str, default: std::ops::Range<u64>) -> std::ops::Range<u64> {
-    match std::env::var(name) {
-        Ok(v) => {
-            let (a, b) = v.split_once("..").expect("a..b");
-            a.parse().expect("start")..b.parse().expect("end")
-        }
-        Err(_) => default,
-    }
 }
 
 #[test]

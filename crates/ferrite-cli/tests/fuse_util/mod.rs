@@ -352,3 +352,10 @@ pub fn direct_stats(path: &Path) -> Vec<DirectStats> {
         })
         .collect()
 }
+
+/// A range of seeds `a..b` from the environment variable `name`, else `default`.
+pub fn env_range(name: &str, default: std::ops::Range<u64>) -> std::ops::Range<u64> {
+    let Ok(v) = std::env::var(name) else { return default };
+    let (a, b) = v.split_once("..").unwrap_or_else(|| panic!("{name}: a..b"));
+    a.parse().expect("start")..b.parse().expect("end")
+}
