@@ -527,3 +527,62 @@ fn namespace_calls_do_what_they_do_on_tmpfs() {
     unsafe { libc::umask(0o027) };
     on_both_handles("capi-ns", |f, side, model| namespace_sequences_match(f, side, model, 0..60));
 }
+
+/// Regression: a count above `isize::MAX` made the C API build a slice Rust cannot
+/// hold (undefined behaviour); read(2) and write(2) fail with EFAULT for a buffer
+/// that reaches past the user address space, and so do the C API's calls now. A
+/// count above what Linux moves per call (`MAX_RW_COUNT`) still moves what there
+/// is, as read(2) does.
+#[test]
+fn a_count_past_the_address_space_is_efault_as_in_read() {
+    on_both_handles("capi-efault", |f, prefix, model| {
+        let name = CString::new(format!("/{prefix}-efault")).unwrap();
+        let kpath = model.join(format!("{prefix}-efault"));
+        let kc = CString::new(kpath.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: NUL-terminated paths; a live handle.
+        let (fd, kfd) = unsafe {
+            let flags = libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC;
+            (
+                ffi::ferrite_open(f, name.as_ptr(), flags, 0o644),
+                libc::open(kc.as_ptr(), flags, 0o644),
+            )
+        };
+        assert!(fd >= 0 && kfd >= 0, "open: errno {}", errno());
+        let mut b = [7u8; 16];
+        let p = b.as_mut_ptr().cast::<libc::c_void>();
+        // SAFETY (each call): live descriptors; the kernel checks the count before it
+        // touches the buffer, and so must the C API.
+        let got =
+            |what: &str, v: isize| (what.to_string(), if v < 0 { -errno() as isize } else { v });
+        let calls = |k: bool| unsafe {
+            vec![
+                if k {
+                    got("write", libc::write(kfd, p, usize::MAX))
+                } else {
+                    got("write", ffi::ferrite_write(f, fd, p, usize::MAX))
+                },
+                if k {
+                    got("pread", libc::pread(kfd, p, usize::MAX, 0))
+                } else {
+                    got("pread", ffi::ferrite_pread(f, fd, p, usize::MAX, 0))
+                },
+                if k {
+                    got("write 16", libc::write(kfd, p, 16))
+                } else {
+                    got("write 16", ffi::ferrite_write(f, fd, p, 16))
+                },
+                if k {
+                    got("pread 3 GiB", libc::pread(kfd, p, 3 << 30, 10))
+                } else {
+                    got("pread 3 GiB", ffi::ferrite_pread(f, fd, p, 3 << 30, 10))
+                },
+            ]
+        };
+        assert_eq!(calls(false), calls(true), "{prefix}: C API against read(2) and write(2)");
+        // SAFETY: our descriptors, closed once.
+        unsafe {
+            ffi::ferrite_close(f, fd);
+            libc::close(kfd);
+        }
+    });
+}

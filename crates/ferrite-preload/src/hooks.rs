@@ -112,6 +112,40 @@ fn int(r: R<c_int>) -> c_int {
     }
 }
 
+/// The end of the user address space (x86-64 with 5-level paging; with 4 levels it
+/// is lower, and the kernel's answer for a buffer between the two is EFAULT).
+const USER_END: usize = 0x00ff_ffff_ffff_f000;
+
+/// The caller's buffer of `n` bytes at `p` for read(2), write(2), pread(2) or
+/// pwrite(2), as the kernel takes it: EFAULT when it would reach past the user
+/// address space (a count above `isize::MAX` does, which Rust could not even hold
+/// as a slice), and at most `MAX_RW_COUNT` bytes of it (Linux moves no more per
+/// call). `before` is the error Linux finds before a bad buffer, if any (a
+/// negative offset, then the descriptor's mode).
+///
+/// # Safety
+/// `p` must point to `n` bytes the caller may read (and, unless only read, write).
+unsafe fn user_buf<'a>(p: *const c_void, n: size_t, before: R<()>) -> R<&'a mut [u8]> {
+    if (p as usize).checked_add(n).is_none_or(|end| end > USER_END) {
+        before?;
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: as the caller promises, within the user address space.
+    Ok(unsafe { slice_mut(p as *mut c_void, n.min(MAX_RW_COUNT)) })
+}
+
+/// What Linux checks before a buffer: a negative offset (EINVAL), then the
+/// descriptor's mode for the call (EBADF).
+fn mode_ok(usable: bool, off: i64) -> R<()> {
+    if off < 0 {
+        Err(libc::EINVAL)
+    } else if !usable {
+        Err(libc::EBADF)
+    } else {
+        Ok(())
+    }
+}
+
 unsafe fn slice<'a>(p: *const c_void, n: size_t) -> &'a [u8] {
     if n == 0 {
         return &[];
@@ -551,7 +585,8 @@ pub unsafe extern "C" fn closefrom(low: c_int) {
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
     // SAFETY: the caller's buffer of n bytes.
-    match direct(fd, |d, c| ops::read(c, d, fd, unsafe { slice_mut(buf, n) })) {
+    let b = |d: &Desc| unsafe { user_buf(buf, n, mode_ok(d.readable(), 0)) };
+    match direct(fd, |d, c| ops::read(c, d, fd, b(d)?)) {
         Some(r) => ss(r),
         None => forward!(read(fd, buf, n), -1),
     }
@@ -559,8 +594,9 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
 
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    // SAFETY: the caller's buffer of n bytes.
-    match direct(fd, |d, c| ops::write(c, d, fd, unsafe { slice(buf, n) })) {
+    // SAFETY: the caller's buffer of n bytes (only read).
+    let b = |d: &Desc| unsafe { user_buf(buf, n, mode_ok(d.writable(), 0)) };
+    match direct(fd, |d, c| ops::write(c, d, fd, b(d)?)) {
         Some(r) => ss(r),
         None => forward!(write(fd, buf, n), -1),
     }
@@ -569,7 +605,8 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
 #[no_mangle]
 pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t {
     // SAFETY: the caller's buffer of n bytes.
-    match direct(fd, |d, c| ops::pread(c, d, unsafe { slice_mut(buf, n) }, off)) {
+    let b = |d: &Desc| unsafe { user_buf(buf, n, mode_ok(d.readable(), off)) };
+    match direct(fd, |d, c| ops::pread(c, d, b(d)?, off)) {
         Some(r) => ss(r),
         None => forward!(pread64(fd, buf, n, off), -1),
     }
@@ -582,8 +619,9 @@ pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: of
 
 #[no_mangle]
 pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off64_t) -> ssize_t {
-    // SAFETY: the caller's buffer of n bytes.
-    match direct(fd, |d, c| ops::pwrite(c, d, unsafe { slice(buf, n) }, off)) {
+    // SAFETY: the caller's buffer of n bytes (only read).
+    let b = |d: &Desc| unsafe { user_buf(buf, n, mode_ok(d.writable(), off)) };
+    match direct(fd, |d, c| ops::pwrite(c, d, b(d)?, off)) {
         Some(r) => ss(r),
         None => forward!(pwrite64(fd, buf, n, off), -1),
     }
@@ -1320,8 +1358,7 @@ pub unsafe extern "C" fn copy_file_range(
     }
     let Some(e) = table::enter() else { return fwd() };
     let (a, b) = (side(fd_in), side(fd_out));
-    let same = matches!((&a, &b), (Some((x, _)), Some((y, _))) if x.ino == y.ino);
-    if a.is_none() || b.is_none() || same {
+    if a.is_none() || b.is_none() {
         // Not between two direct files: the kernel checks and copies (through the
         // daemon), once it knows the direct side's current size. Between file
         // systems it copies nothing (EXDEV: FUSE copies only within its mount), so
@@ -1331,7 +1368,7 @@ pub unsafe extern "C" fn copy_file_range(
             Some((d, _)) => Some(d.dev),
             None => real::dev_of(fd),
         };
-        if same || dev(&a, fd_in).zip(dev(&b, fd_out)).is_none_or(|(x, y)| x == y) {
+        if dev(&a, fd_in).zip(dev(&b, fd_out)).is_none_or(|(x, y)| x == y) {
             for (side, fd) in [(&a, fd_in), (&b, fd_out)] {
                 if let Some((d, _)) = side {
                     d.kernel_io.store(true, Ordering::Relaxed);
@@ -1385,8 +1422,41 @@ pub unsafe extern "C" fn copy_file_range(
         Some((d, c)) => Side::Direct(c, d, fd_out),
         None => Side::Kernel(fd_out),
     };
-    let r = catch_unwind(AssertUnwindSafe(|| ops::copy(&src, oi.as_mut(), &dst, oo.as_mut(), len)))
-        .unwrap_or(Err(libc::EIO));
+    // Both files are direct, maybe one file (the kernel's cached size of a file
+    // this process writes directly can be stale, so the kernel could not be asked
+    // to copy inside it). An offset the call was not given is the description's
+    // own: read now, and set after to where the copy ended.
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        let at = |s: &DirectSide, fd, o: Option<u64>| match (o, s) {
+            (Some(v), _) => Ok(v),
+            (None, Some((d, _))) => ops::tell(d, fd),
+            (None, None) => Ok(real::lseek(fd, 0, libc::SEEK_CUR)? as u64),
+        };
+        let (mut pi, mut po) = (at(&a, fd_in, oi)?, at(&b, fd_out, oo)?);
+        if let (Some((x, c)), Some((y, _))) = (&a, &b) {
+            if x.ino == y.ino {
+                // Within one file, as Linux: the count cut at the end of file, then
+                // overlapping ranges are EINVAL.
+                let size = ops::attr(c, x)?.size;
+                let count = if pi >= size { 0 } else { (len as u64).min(size - pi) };
+                if po < pi + count && pi < po + count {
+                    return Err(libc::EINVAL);
+                }
+            }
+        }
+        let n = ops::copy(&src, Some(&mut pi), &dst, Some(&mut po), len)?;
+        for (side, fd, given, end) in [(&a, fd_in, oi, pi), (&b, fd_out, oo, po)] {
+            match (given, side) {
+                (Some(_), _) => {}
+                (None, Some((d, _))) => ops::set_pos(d, fd, end)?,
+                (None, None) => _ = real::lseek(fd, end as i64, libc::SEEK_SET)?,
+            }
+        }
+        oi = oi.map(|_| pi);
+        oo = oo.map(|_| po);
+        Ok(n)
+    }))
+    .unwrap_or(Err(libc::EIO));
     if r.is_ok() {
         // SAFETY: the caller's offsets, non-null where written.
         unsafe {

@@ -218,6 +218,16 @@ pub fn tell(d: &Desc, fd: i32) -> R<u64> {
     Ok(*d.pos.lock())
 }
 
+/// Set the description's offset to `pos`.
+pub fn set_pos(d: &Desc, fd: i32, pos: u64) -> R<()> {
+    if d.shared.load(Ordering::Acquire) {
+        real::lseek(fd, pos as i64, libc::SEEK_SET)?;
+    } else {
+        *d.pos.lock() = pos;
+    }
+    Ok(())
+}
+
 /// lseek.
 pub fn lseek(c: &Client, d: &Desc, fd: i32, off: i64, whence: i32) -> R<Do<i64>> {
     let shared = d.shared.load(Ordering::Acquire);
