@@ -1506,16 +1506,14 @@ fn a_direct_write_is_seen_by_stat_in_plain_processes() {
 
 /// `mmap` of `len` bytes of `fd` at `off`, shared, read-write.
 fn map_shared(fd: i32, len: usize, off: i64) -> Result<&'static mut [u8], i32> {
+    map(fd, len, off, libc::MAP_SHARED)
+}
+
+/// A read-write mapping of `len` bytes of `fd` from `off`, shared or private.
+fn map(fd: i32, len: usize, off: i64, kind: i32) -> Result<&'static mut [u8], i32> {
     // SAFETY: a new mapping wherever the kernel (or the preload) puts it.
     let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            off,
-        )
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, kind, fd, off)
     };
     if p == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
@@ -1539,6 +1537,38 @@ fn unmap(m: &mut [u8]) {
 
 fn errno_of<T>(r: std::io::Result<T>) -> i32 {
     r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
+}
+
+#[test]
+#[ignore = "run by a_private_mapping_of_a_directly_written_file_sees_its_bytes"]
+fn child_private_mapper() {
+    use std::os::fd::AsRawFd;
+    let p = PathBuf::from(env("FT_PATH"));
+    let f = fresh_rw(&p);
+    // Written directly: the kernel's cached size is still 0.
+    f.write_all_at(&[b'A'; 8192], 0).unwrap();
+    f.write_all_at(b"hello", 4096).unwrap();
+    let m = map(f.as_raw_fd(), 8192, 0, libc::MAP_PRIVATE).unwrap();
+    assert_eq!(&m[4096..4101], b"hello", "the mapping sees the direct writes");
+    m[0] = b'z';
+    f.write_all_at(b"world", 100).unwrap();
+    let mut b = [0u8; 5];
+    f.read_exact_at(&mut b, 0).unwrap();
+    assert_eq!(&b, b"AAAAA", "a private store stays private");
+    f.read_exact_at(&mut b, 100).unwrap();
+    assert_eq!(&b, b"world", "the file takes writes while mapped");
+}
+
+/// Regression: a private mapping (MAP_PRIVATE, which the kernel serves from its page
+/// cache) of a file the process had written directly faulted with SIGBUS: the
+/// kernel's cached size predated the direct writes, and only a shared mapping that
+/// fell back to the kernel had it refreshed (Python's `mmap.mmap(fd, n,
+/// flags=MAP_PRIVATE)` after `os.write` died of it).
+#[test]
+fn a_private_mapping_of_a_directly_written_file_sees_its_bytes() {
+    let (_m, p) = preloaded_child("direct-private-map", "child_private_mapper", "f", 3);
+    let data = std::fs::read(&p).unwrap();
+    assert_eq!((data.len(), &data[..5], &data[100..105]), (8192, &b"AAAAA"[..], &b"world"[..]));
 }
 
 #[test]

@@ -1631,14 +1631,21 @@ pub unsafe extern "C" fn mmap(
             }
             None => {}
         }
+    }
+    // A mapping through the kernel, shared (DAX off or refused) or private: its
+    // pages come from the kernel's page cache.
+    if flags & libc::MAP_ANONYMOUS == 0 {
         if let Some((e, d, c)) = lookup(fd) {
             // The kernel's page cache now holds the file for this mapping: every
             // client writes it through the kernel until its last handle closes.
             c.note_kernel_mapping(d.ino);
             d.kernel_io.store(true, Ordering::Relaxed);
-            drop(e); // counted as a kernel call by `direct` above
-                     // The kernel's size of the file predates the direct writes: have it ask
-                     // the daemon again, or the mapping would fault (SIGBUS) past its old end.
+            drop(e);
+            if flags & libc::MAP_SHARED == 0 {
+                stats::kernel(); // (a shared one was counted by `direct` above)
+            }
+            // The kernel's size of the file predates the direct writes: have it ask
+            // the daemon again, or the mapping would fault (SIGBUS) past its old end.
             real::refresh_kernel_attrs(fd);
         }
     }
