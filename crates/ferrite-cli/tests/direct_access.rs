@@ -1540,6 +1540,50 @@ fn errno_of<T>(r: std::io::Result<T>) -> i32 {
 }
 
 #[test]
+#[ignore = "run by splice_moves_the_bytes_at_the_descriptors_offset"]
+fn child_splice() {
+    use std::os::fd::AsRawFd;
+    let p = PathBuf::from(env("FT_PATH"));
+    let f = fresh_rw(&p);
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+    f.write_all_at(&data, 0).unwrap();
+    let fd = f.as_raw_fd();
+    let mut pipe = [0i32; 2];
+    let mut got = vec![0u8; 6000];
+    let null = std::ptr::null_mut();
+    // SAFETY (each call): live descriptors and buffers of the lengths given.
+    unsafe {
+        assert_eq!(libc::pipe(pipe.as_mut_ptr()), 0);
+        assert_eq!(libc::lseek(fd, 100, libc::SEEK_SET), 100);
+        assert_eq!(libc::splice(fd, null, pipe[1], null, 5000, 0), 5000, "splice out of the file");
+        assert_eq!(libc::lseek(fd, 0, libc::SEEK_CUR), 5100, "the offset moved");
+        assert_eq!(libc::read(pipe[0], got.as_mut_ptr().cast(), 6000), 5000);
+        assert_eq!(&got[..5000], &data[100..5100], "the bytes at the offset");
+        assert_eq!(libc::write(pipe[1], b"HELLO".as_ptr().cast(), 5), 5);
+        assert_eq!(libc::splice(pipe[0], null, fd, null, 5, 0), 5, "splice into the file");
+        assert_eq!(libc::lseek(fd, 0, libc::SEEK_CUR), 5105, "the offset moved");
+        let mut off: i64 = 9998;
+        assert_eq!(libc::splice(fd, &mut off, pipe[1], null, 100, 0), 2, "to the end of file");
+        assert_eq!(off, 10_000, "the offset given moved");
+        assert_eq!(libc::lseek(fd, 0, libc::SEEK_CUR), 5105, "the description's did not");
+    }
+    let mut b = [0u8; 5];
+    f.read_exact_at(&mut b, 5100).unwrap();
+    assert_eq!(&b, b"HELLO");
+}
+
+/// Regression: splice(2) on a direct file went to the kernel unchanged, which used
+/// its own offset of a private description (the library keeps the offset itself)
+/// and its cached size, which predates direct writes: it read and wrote at the
+/// wrong place and did not move the offset the program sees. The library now hands
+/// the offset and the size to the kernel for the call.
+#[test]
+fn splice_moves_the_bytes_at_the_descriptors_offset() {
+    let (_m, p) = preloaded_child("direct-splice", "child_splice", "f", 1);
+    assert_eq!(std::fs::read(&p).unwrap().len(), 10_000);
+}
+
+#[test]
 #[ignore = "run by a_private_mapping_of_a_directly_written_file_sees_its_bytes"]
 fn child_private_mapper() {
     use std::os::fd::AsRawFd;

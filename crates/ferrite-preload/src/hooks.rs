@@ -1472,6 +1472,43 @@ pub unsafe extern "C" fn copy_file_range(
     ss(r)
 }
 
+/// splice: the kernel moves the bytes, from and to its page cache. For a direct
+/// file, the file's writes go through the kernel from then on (as for a mapping
+/// through the kernel: its page cache holds the file), the kernel is made to ask
+/// the daemon for the size (which direct writes leave stale), and a private
+/// description's offset is handed to the kernel for the call and taken back after.
+#[no_mangle]
+pub unsafe extern "C" fn splice(
+    fd_in: c_int,
+    off_in: *mut off64_t,
+    fd_out: c_int,
+    off_out: *mut off64_t,
+    len: size_t,
+    flags: c_uint,
+) -> ssize_t {
+    let fwd = || forward!(splice(fd_in, off_in, fd_out, off_out, len, flags), -1);
+    if table::TRACKED.load(Ordering::Acquire) == 0 {
+        return fwd();
+    }
+    let Some(e) = table::enter() else { return fwd() };
+    let (a, b) = (side(fd_in), side(fd_out));
+    if a.is_none() && b.is_none() {
+        drop(e);
+        return fwd();
+    }
+    for (s, fd) in [(&a, fd_in), (&b, fd_out)] {
+        if let Some((d, c)) = s {
+            c.note_kernel_mapping(d.ino);
+            d.kernel_io.store(true, Ordering::Relaxed);
+            real::refresh_kernel_attrs(fd);
+            stats::kernel();
+        }
+    }
+    drop(e);
+    let sides = [(&a, fd_in, off_in.is_null()), (&b, fd_out, off_out.is_null())];
+    with_kernel_offsets(&sides, fwd)
+}
+
 /// Runs `f`, a call forwarded to the kernel that uses and moves the offsets of
 /// the descriptors in `sides` whose flag is set (those the call was given no
 /// offset for). A private description's offset lives here, not in the kernel: the

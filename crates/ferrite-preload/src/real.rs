@@ -80,6 +80,7 @@ reals! {
     fstatat64: fn(c_int, *const c_char, *mut libc::stat64, c_int) -> c_int;
     statx: fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int;
     copy_file_range: fn(c_int, *mut off64_t, c_int, *mut off64_t, size_t, c_uint) -> ssize_t;
+    splice: fn(c_int, *mut off64_t, c_int, *mut off64_t, size_t, c_uint) -> ssize_t;
     ioctl: fn(c_int, libc::Ioctl, usize) -> c_int;
     sendfile64: fn(c_int, c_int, *mut off64_t, size_t) -> ssize_t;
     mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void;
