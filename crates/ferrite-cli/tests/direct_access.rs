@@ -1584,6 +1584,69 @@ fn splice_moves_the_bytes_at_the_descriptors_offset() {
 }
 
 #[test]
+#[ignore = "run by record_locks_from_the_offset_or_the_end_cover_the_right_bytes"]
+fn child_locks() {
+    use std::os::fd::AsRawFd;
+    let p = PathBuf::from(env("FT_PATH"));
+    let f = fresh_rw(&p);
+    f.write_all_at(&[b'x'; 200], 0).unwrap();
+    let fd = f.as_raw_fd();
+    let lock = |whence: i32, start: i64, len: i64| {
+        // SAFETY: a zeroed flock is valid.
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = libc::F_WRLCK as i16;
+        fl.l_whence = whence as i16;
+        fl.l_start = start;
+        fl.l_len = len;
+        fl
+    };
+    // SAFETY (each call): a live descriptor and flocks alive across the calls.
+    unsafe {
+        assert_eq!(libc::lseek(fd, 100, libc::SEEK_SET), 100);
+        assert_eq!(libc::lockf(fd, libc::F_LOCK, 10), 0, "lockf [100, 110)");
+        assert_eq!(libc::fcntl(fd, libc::F_SETLK, &lock(libc::SEEK_CUR, 50, 5)), 0, "[150, 155)");
+        assert_eq!(libc::fcntl(fd, libc::F_SETLK, &lock(libc::SEEK_END, -10, 2)), 0, "[190, 192)");
+        // What another process sees locked, byte by byte.
+        let pid = libc::fork();
+        if pid == 0 {
+            let g = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+            let held = |at: i64| {
+                let mut fl = lock(libc::SEEK_SET, at, 1);
+                libc::fcntl(g.as_raw_fd(), libc::F_GETLK, &mut fl);
+                fl.l_type != libc::F_UNLCK as i16
+            };
+            let want =
+                [(0, false), (105, true), (50, false), (152, true), (191, true), (189, false)];
+            let ok = want.iter().all(|&(at, locked)| held(at) == locked);
+            libc::_exit(if ok { 0 } else { 1 });
+        }
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+        assert_eq!(libc::WEXITSTATUS(status), 0, "another process sees the ranges locked");
+        // lockf's test from here (the offset is 100): our own lock is no conflict.
+        assert_eq!(libc::lockf(fd, libc::F_TEST, 10), 0);
+    }
+}
+
+/// Regression: a record lock relative to the current offset (SEEK_CUR, which
+/// lockf(3) makes) or to the end (SEEK_END) on a direct file locked the wrong bytes:
+/// the kernel took the offset from its own copy (the library keeps a private
+/// description's offset itself) and the end from its cached size, which predates
+/// direct writes. Two processes then did not exclude each other.
+#[test]
+fn record_locks_from_the_offset_or_the_end_cover_the_right_bytes() {
+    let m = Mount::new("direct-locks", "64M", "");
+    let stats = m.scratch().join("stats");
+    let p = m.path("f");
+    run_child(
+        child("child_locks").env("FT_PATH", &p).env("FERRITE_DIRECT_STATS", &stats),
+        "preloaded child",
+    );
+    let s = direct_stats(&stats);
+    assert!(s.iter().any(|x| x.direct >= 2), "the child wrote directly: {s:?}");
+}
+
+#[test]
 #[ignore = "run by a_private_mapping_of_a_directly_written_file_sees_its_bytes"]
 fn child_private_mapper() {
     use std::os::fd::AsRawFd;

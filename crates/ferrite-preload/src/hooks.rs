@@ -513,8 +513,106 @@ fn fcntl_any(fd: c_int, cmd: c_int, arg: usize) -> c_int {
             }
             r
         }
+        libc::F_GETLK
+        | libc::F_SETLK
+        | libc::F_SETLKW
+        | libc::F_OFD_GETLK
+        | libc::F_OFD_SETLK
+        | libc::F_OFD_SETLKW => record_lock(fd, cmd, arg as *mut libc::flock),
         _ => forward!(fcntl64(fd, cmd, arg), -1),
     }
+}
+
+/// A record lock (F_GETLK, F_SETLK, F_SETLKW and their OFD forms). The kernel
+/// takes a range relative to the current offset (SEEK_CUR, as `lockf` makes) from
+/// its own offset, and one relative to the end (SEEK_END) from its cached size:
+/// for a direct file, the offset may be this library's and the size may predate
+/// direct writes, so such a range is given to the kernel from the start of the file
+/// (SEEK_SET), computed from the description's offset and the pool's size. The
+/// caller's struct gets the kernel's answer back as F_GETLK gives it.
+fn record_lock(fd: c_int, cmd: c_int, fl: *mut libc::flock) -> c_int {
+    let fwd = |p: *mut libc::flock| forward!(fcntl64(fd, cmd, p as usize), -1);
+    if fl.is_null() {
+        return fwd(fl);
+    }
+    // SAFETY: the caller's flock (non-null; EFAULT from the kernel otherwise).
+    let mut mine = unsafe { *fl };
+    let whence = c_int::from(mine.l_whence);
+    if whence != libc::SEEK_CUR && whence != libc::SEEK_END {
+        return fwd(fl);
+    }
+    let Some((e, d, c)) = lookup(fd) else { return fwd(fl) };
+    let base =
+        if whence == libc::SEEK_CUR { ops::tell(&d, fd) } else { ops::attr(c, &d).map(|a| a.size) };
+    drop(e);
+    let start = match base.map(|b| (b as i64).checked_add(mine.l_start)) {
+        Ok(Some(v)) => v,
+        Ok(None) => {
+            set_errno(libc::EOVERFLOW);
+            return -1;
+        }
+        Err(err) => {
+            set_errno(err);
+            return -1;
+        }
+    };
+    mine.l_whence = libc::SEEK_SET as libc::c_short;
+    mine.l_start = start;
+    let r = fwd(&mut mine);
+    let getlk = cmd == libc::F_GETLK || cmd == libc::F_OFD_GETLK;
+    if r == 0 && getlk {
+        // SAFETY: as above. Linux rewrites the whole struct only for a conflict.
+        unsafe {
+            if mine.l_type == libc::F_UNLCK as libc::c_short {
+                (*fl).l_type = mine.l_type;
+            } else {
+                *fl = mine;
+            }
+        }
+    }
+    r
+}
+
+/// lockf(3), as glibc makes it (a record lock from the current offset), through
+/// [`record_lock`]: glibc's own calls fcntl inside itself, where this library
+/// cannot see it.
+#[no_mangle]
+pub unsafe extern "C" fn lockf(fd: c_int, cmd: c_int, len: off64_t) -> c_int {
+    const F_ULOCK: c_int = 0;
+    const F_LOCK: c_int = 1;
+    const F_TLOCK: c_int = 2;
+    const F_TEST: c_int = 3;
+    // SAFETY: a zeroed flock is valid.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_whence = libc::SEEK_CUR as libc::c_short;
+    fl.l_len = len;
+    let (ty, op) = match cmd {
+        F_TEST => (libc::F_RDLCK, libc::F_GETLK),
+        F_ULOCK => (libc::F_UNLCK, libc::F_SETLK),
+        F_LOCK => (libc::F_WRLCK, libc::F_SETLKW),
+        F_TLOCK => (libc::F_WRLCK, libc::F_SETLK),
+        _ => {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+    };
+    fl.l_type = ty as libc::c_short;
+    let r = record_lock(fd, op, &mut fl);
+    if cmd != F_TEST || r < 0 {
+        return r;
+    }
+    // SAFETY: getpid cannot fail.
+    if fl.l_type == libc::F_UNLCK as libc::c_short || fl.l_pid == unsafe { libc::getpid() } {
+        0
+    } else {
+        set_errno(libc::EACCES);
+        -1
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lockf64(fd: c_int, cmd: c_int, len: off64_t) -> c_int {
+    unsafe { lockf(fd, cmd, len) }
 }
 
 #[no_mangle]
