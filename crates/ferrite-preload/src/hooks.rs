@@ -1393,6 +1393,30 @@ fn side(fd: c_int) -> DirectSide {
 #[no_mangle]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: libc::Ioctl, arg: usize) -> c_int {
     let fwd = || forward!(ioctl(fd, request, arg), -1);
+    if request == libc::FIONREAD && table::TRACKED.load(Ordering::Acquire) != 0 {
+        // The bytes left after the offset, as Linux computes them for a regular
+        // file (from this library's offset and the pool's size: the kernel's are
+        // stale for a direct file).
+        let left = |d: &Desc, c: &'static Client| {
+            Ok(Do::Done(ops::attr(c, d)?.size as i64 - ops::tell(d, fd)? as i64))
+        };
+        match direct(fd, left) {
+            Some(Ok(n)) if arg != 0 => {
+                // SAFETY: FIONREAD's argument is the caller's int.
+                unsafe { std::ptr::write_unaligned(arg as *mut c_int, n as c_int) };
+                return 0;
+            }
+            Some(Ok(_)) => {
+                set_errno(libc::EFAULT);
+                return -1;
+            }
+            Some(Err(err)) => {
+                set_errno(err);
+                return -1;
+            }
+            None => return fwd(),
+        }
+    }
     let clone = request == libc::FICLONE || request == libc::FICLONERANGE;
     if !clone || table::TRACKED.load(Ordering::Acquire) == 0 {
         return fwd();
