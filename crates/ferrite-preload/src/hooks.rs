@@ -1380,6 +1380,16 @@ fn path_attr(
 /// A descriptor this library serves, with its client (None: the kernel's).
 type DirectSide = Option<(Arc<Desc>, &'static Client)>;
 
+/// The source and destination of a copy, with this library entered; None when it
+/// tracks nothing or is already inside itself (the call goes to the kernel).
+fn two_sides(fd_in: c_int, fd_out: c_int) -> Option<(table::Entered, DirectSide, DirectSide)> {
+    if table::TRACKED.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let e = table::enter()?;
+    Some((e, side(fd_in), side(fd_out)))
+}
+
 fn side(fd: c_int) -> DirectSide {
     let d = table::get(fd)?;
     let c = d.mount.client()?;
@@ -1475,11 +1485,7 @@ pub unsafe extern "C" fn copy_file_range(
     flags: c_uint,
 ) -> ssize_t {
     let fwd = || forward!(copy_file_range(fd_in, off_in, fd_out, off_out, len, flags), -1);
-    if table::TRACKED.load(Ordering::Acquire) == 0 {
-        return fwd();
-    }
-    let Some(e) = table::enter() else { return fwd() };
-    let (a, b) = (side(fd_in), side(fd_out));
+    let Some((e, a, b)) = two_sides(fd_in, fd_out) else { return fwd() };
     if a.is_none() || b.is_none() {
         // Not between two direct files: the kernel checks and copies (through the
         // daemon), once it knows the direct side's current size. Between file
@@ -1609,11 +1615,7 @@ pub unsafe extern "C" fn splice(
     flags: c_uint,
 ) -> ssize_t {
     let fwd = || forward!(splice(fd_in, off_in, fd_out, off_out, len, flags), -1);
-    if table::TRACKED.load(Ordering::Acquire) == 0 {
-        return fwd();
-    }
-    let Some(e) = table::enter() else { return fwd() };
-    let (a, b) = (side(fd_in), side(fd_out));
+    let Some((e, a, b)) = two_sides(fd_in, fd_out) else { return fwd() };
     if a.is_none() && b.is_none() {
         drop(e);
         return fwd();
@@ -1688,11 +1690,7 @@ pub unsafe extern "C" fn sendfile(
     count: size_t,
 ) -> ssize_t {
     let fwd = || forward!(sendfile64(out_fd, in_fd, off, count), -1);
-    if table::TRACKED.load(Ordering::Acquire) == 0 {
-        return fwd();
-    }
-    let Some(e) = table::enter() else { return fwd() };
-    let (a, b) = (side(in_fd), side(out_fd));
+    let Some((e, a, b)) = two_sides(in_fd, out_fd) else { return fwd() };
     if a.is_none() && b.is_none() {
         drop(e);
         return fwd();
