@@ -113,6 +113,13 @@ impl<M: Medium> Fs<M> {
         free < limit / 4
     }
 
+    /// Could the pool give `n` blocks at once and stay above the very-low-space
+    /// mark (where merges start to trade speed for space)?
+    pub(crate) fn room_for(&self, n: u64) -> bool {
+        let (free, limit) = self.free_and_limit();
+        n.saturating_add(limit / 4) <= free
+    }
+
     /// Free blocks, and the count under which the pool is short of them.
     fn free_and_limit(&self) -> (u64, u64) {
         let data_blocks = self.geo.nblocks - self.geo.data_start;

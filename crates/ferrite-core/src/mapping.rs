@@ -208,6 +208,12 @@ impl<M: Medium> Fs<M> {
             }
             v
         };
+        // Blocks for every hole, or none: a mapping that cannot have them all must
+        // not leave the pool full of the ones it got (a 2 GiB sparse file mapped in
+        // a 512 MiB pool took every free block, and failed).
+        if !self.room_for(todo.len() as u64) {
+            return Err(Error::NoSpace);
+        }
         for chunk in todo.chunks(MATERIALIZE_BATCH) {
             self.materialize_pages(i, chunk)?;
         }

@@ -179,6 +179,24 @@ fn a_pin_that_runs_out_of_space_loses_nothing() {
     assert_fsck_clean(&fs, "after a pin that ran out of space");
 }
 
+/// Regression: a pin of a sparse file whose holes need more blocks than the pool has
+/// gave the holes blocks batch by batch until the allocator ran dry, so the failed
+/// pin left the pool full of them (Python's test_mmap mapped a 2 GiB sparse file in a
+/// 512 MiB pool: every later write failed with ENOSPC until the file was released).
+/// A pin now takes blocks for all of its holes, or none.
+#[test]
+fn a_pin_too_large_for_the_pool_takes_no_blocks() {
+    let fs = fresh_sim(8 * MB, 1);
+    let f = file(&fs, b"sparse");
+    fs.write(f, 64 * MB, b"tail").unwrap();
+    let before = fs.statfs().bfree;
+    let r = fs.dax_pin(f, 0, 64 * MB + PG);
+    assert_eq!(errno(&r), libc::ENOSPC);
+    assert_eq!(fs.statfs().bfree, before, "a failed pin took no blocks");
+    assert!(!fs.dax_pinned(f).unwrap(), "a failed pin leaves no pin");
+    assert_fsck_clean(&fs, "after a pin too large for the pool");
+}
+
 /// Crash images of every fence of a pin (its materializing commit) and of an in-place
 /// write: the pin changes no byte; the write is old or new in each of its pages.
 #[test]

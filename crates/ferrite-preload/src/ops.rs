@@ -486,7 +486,14 @@ pub fn mmap(
         return Err(libc::EOPNOTSUPP);
     }
     let keep = real::borrow(fd);
-    let p = c.fs().mmap_file(d.ino, addr, len, prot, flags, off as u64, Some(keep)).map_err(e)?;
+    let p = match c.fs().mmap_file(d.ino, addr, len, prot, flags, off as u64, Some(keep)) {
+        Ok(p) => p,
+        // A DAX mapping gives the range's holes blocks at once; with no room for
+        // them (a large sparse file), the kernel maps the file and fills holes as
+        // they are touched, as it would.
+        Err(ferrite_core::Error::NoSpace) => return Ok(Do::Kernel),
+        Err(err) => return Err(e(err)),
+    };
     DAX_USED.store(true, Ordering::Release);
     Ok(Do::Done(p))
 }
