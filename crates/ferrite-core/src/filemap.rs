@@ -669,6 +669,50 @@ impl Fs<MmapMedium> {
         self.medium().file_maps().revoke_all();
     }
 
+    /// Hand this process's DAX mappings of `ino` to the kernel: each live range is
+    /// replaced, at the same addresses, by a shared mapping of `fd` (the file
+    /// opened through the mount) at the same file offset and protection, whose
+    /// pages come from the kernel's page cache (which reads the same blocks through
+    /// the daemon); then their pins end. Linux lets a file shrink under its
+    /// mappings and a pin does not, so a shrink by the process that holds the only
+    /// pins goes this way first. Returns how many mappings were handed over; a
+    /// range the kernel would not map is left inaccessible, as a revoked one, and
+    /// the first such error is returned once every pin has ended.
+    pub fn hand_maps_to_kernel(&self, ino: u64, fd: std::os::fd::RawFd) -> Result<usize> {
+        let (taken, failed) = {
+            let mut maps = self.medium().file_maps().maps.lock();
+            let (mut taken, mut failed) = (0, None);
+            maps.retain_mut(|m| {
+                if m.ino != ino {
+                    return true;
+                }
+                for &(a, b) in &m.live {
+                    let off = m.off + (a - m.base) as u64;
+                    let shared = libc::MAP_SHARED | libc::MAP_FIXED;
+                    // SAFETY: a range this registry mapped and owns, replaced in place.
+                    let p = unsafe { sys_mmap(a, b - a, m.prot, shared, fd, off) };
+                    if p == libc::MAP_FAILED as usize {
+                        failed.get_or_insert_with(|| os_err("map a DAX range through the kernel"));
+                        let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED;
+                        // SAFETY: as above; nothing of the pool stays mapped there.
+                        unsafe { sys_mmap(a, b - a, libc::PROT_NONE, anon, -1, 0) };
+                    }
+                }
+                if let Some((a, n)) = m.keep.take() {
+                    // SAFETY: the range handed to this mapping to own.
+                    unsafe { sys_munmap(a, n) };
+                }
+                taken += 1;
+                false
+            });
+            (taken, failed)
+        };
+        for _ in 0..taken {
+            self.dax_unpin(ino)?;
+        }
+        failed.map_or(Ok(taken), Err)
+    }
+
     /// Live DAX mappings of this process.
     pub fn file_map_count(&self) -> usize {
         self.medium().file_maps().maps.lock().len()

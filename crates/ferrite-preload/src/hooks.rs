@@ -1034,7 +1034,7 @@ pub unsafe extern "C" fn fremovexattr(fd: c_int, name: *const c_char) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn ftruncate(fd: c_int, len: off64_t) -> c_int {
-    match direct(fd, |d, c| ops::ftruncate(c, d, len)) {
+    match direct(fd, |d, c| ops::ftruncate(c, d, fd, len)) {
         Some(r) => int(r),
         None => forward!(ftruncate64(fd, len), -1),
     }
@@ -1047,7 +1047,7 @@ pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off64_t) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int {
-    match direct(fd, |d, c| ops::fallocate(c, d, mode, off, len)) {
+    match direct(fd, |d, c| ops::fallocate(c, d, fd, mode, off, len)) {
         Some(r) => int(r),
         None => forward!(fallocate64(fd, mode, off, len), -1),
     }
@@ -1061,7 +1061,7 @@ pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: 
 #[no_mangle]
 pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off64_t, len: off64_t) -> c_int {
     // Returns the error number; errno is left alone.
-    match direct(fd, |d, c| ops::fallocate(c, d, 0, off, len)) {
+    match direct(fd, |d, c| ops::fallocate(c, d, fd, 0, off, len)) {
         Some(Ok(_)) => 0,
         Some(Err(e)) => e,
         None => forward!(posix_fallocate64(fd, off, len), libc::ENOSYS),

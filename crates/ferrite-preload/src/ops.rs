@@ -272,7 +272,7 @@ pub fn sync(d: &Desc) -> R<Do<i32>> {
 }
 
 /// ftruncate.
-pub fn ftruncate(c: &Client, d: &Desc, len: i64) -> R<Do<i32>> {
+pub fn ftruncate(c: &Client, d: &Desc, fd: i32, len: i64) -> R<Do<i32>> {
     if len < 0 {
         return Err(libc::EINVAL);
     }
@@ -283,12 +283,35 @@ pub fn ftruncate(c: &Client, d: &Desc, len: i64) -> R<Do<i32>> {
         return Ok(Do::Kernel);
     }
     let ch = SetAttr { size: Some(len as u64), ..Default::default() };
-    c.fs().setattr_as(d.ino, &ch, self_lacks_cap_fsetid).map_err(e)?;
-    Ok(Do::Done(0))
+    match c.fs().setattr_as(d.ino, &ch, self_lacks_cap_fsetid) {
+        Ok(_) => Ok(Do::Done(0)),
+        // Linux lets a file shrink under its mappings; a DAX pin does not. This
+        // process's own mappings go to the kernel, and the kernel truncates (its
+        // page cache too: an access past the new end is SIGBUS, as on Linux).
+        // Another process's pin still refuses (EBUSY).
+        Err(ferrite_core::Error::DaxMapped) if hand_maps_to_kernel(c, d, fd)? > 0 => Ok(Do::Kernel),
+        Err(err) => Err(e(err)),
+    }
+}
+
+/// This process's DAX mappings of `d`'s file, handed to the kernel (see
+/// `Fs::hand_maps_to_kernel`) through a descriptor of the file opened again for
+/// reading and writing (the caller's may be write-only), or for reading when that
+/// is refused; from then on the file's writes go through the kernel, as for any
+/// mapping through it.
+fn hand_maps_to_kernel(c: &Client, d: &Desc, fd: i32) -> R<usize> {
+    let path = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).map_err(|_| libc::EINVAL)?;
+    let open = |fl| real::openat(libc::AT_FDCWD, &path, fl | libc::O_CLOEXEC, 0);
+    let kfd = open(libc::O_RDWR).or_else(|_| open(libc::O_RDONLY))?;
+    c.note_kernel_mapping(d.ino);
+    d.kernel_io.store(true, Ordering::Relaxed);
+    let r = c.fs().hand_maps_to_kernel(d.ino, kfd).map_err(e);
+    let _ = real::close(kfd); // the mappings keep the file
+    r
 }
 
 /// fallocate (the modes the core has; others go to the kernel).
-pub fn fallocate(c: &Client, d: &Desc, mode: i32, off: i64, len: i64) -> R<Do<i32>> {
+pub fn fallocate(c: &Client, d: &Desc, fd: i32, mode: i32, off: i64, len: i64) -> R<Do<i32>> {
     let Ok(m) = FallocMode::from_flags(mode) else { return Ok(Do::Kernel) };
     if off < 0 || len <= 0 {
         return Err(libc::EINVAL);
@@ -299,8 +322,19 @@ pub fn fallocate(c: &Client, d: &Desc, mode: i32, off: i64, len: i64) -> R<Do<i3
     if !writes_direct(d, c) {
         return Ok(Do::Kernel);
     }
-    c.fs().fallocate_as(d.ino, m, off as u64, len as u64, self_lacks_cap_fsetid).map_err(e)?;
-    Ok(Do::Done(0))
+    match c.fs().fallocate_as(d.ino, m, off as u64, len as u64, self_lacks_cap_fsetid) {
+        Ok(()) => Ok(Do::Done(0)),
+        // Punching or zeroing under the process's own DAX mapping: as for a shrink
+        // (`ftruncate`), the mappings go to the kernel, which does it (and passes
+        // these two modes to the daemon).
+        Err(ferrite_core::Error::DaxMapped)
+            if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0
+                && hand_maps_to_kernel(c, d, fd)? > 0 =>
+        {
+            Ok(Do::Kernel)
+        }
+        Err(err) => Err(e(err)),
+    }
 }
 
 /// ioctl(FICLONE / FICLONERANGE) from `src` into `dst`, two direct files of one

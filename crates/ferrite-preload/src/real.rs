@@ -189,6 +189,13 @@ pub fn pwritev2(fd: c_int, buf: &[u8], off: i64, flags: c_int) -> Result<usize, 
     check_ss(unsafe { f(fd, &iov, 1, off as off64_t, flags) })
 }
 
+/// The real `close`.
+pub fn close(fd: c_int) -> Result<(), c_int> {
+    let f = need!(close);
+    // SAFETY: closing a descriptor this crate owns.
+    check(unsafe { f(fd) }).map(|_| ())
+}
+
 /// The real `write`.
 pub fn write(fd: c_int, buf: &[u8]) -> Result<usize, c_int> {
     let f = need!(write);
