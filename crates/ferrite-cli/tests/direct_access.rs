@@ -1801,6 +1801,52 @@ fn a_file_shrinks_under_its_own_mapping_as_on_linux() {
     );
 }
 
+#[test]
+#[ignore = "run by a_forked_child_shares_its_parents_mapping"]
+fn child_fork_mapper() {
+    use std::os::fd::AsRawFd;
+    let p = PathBuf::from(env("FT_PATH"));
+    let f = fresh_rw(&p);
+    f.set_len(2 * 4096).unwrap();
+    let m = map_shared(f.as_raw_fd(), 2 * 4096, 0).unwrap();
+    m[10..16].copy_from_slice(b"parent");
+    msync(m, 10, 6);
+    // SAFETY: the child touches the mapping, then leaves without unwinding.
+    unsafe {
+        let pid = libc::fork();
+        if pid == 0 {
+            let ok = &m[10..16] == b"parent";
+            m[5000..5005].copy_from_slice(b"child");
+            libc::msync(m.as_mut_ptr().cast(), 2 * 4096, libc::MS_SYNC);
+            libc::_exit(if ok { 0 } else { 1 });
+        }
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+        assert!(libc::WIFEXITED(status), "the child died: status {status:#x}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "the child saw the parent's stores");
+    }
+    assert_eq!(&m[5000..5005], b"child", "the parent sees the child's stores");
+    m[20..23].copy_from_slice(b"end");
+    msync(m, 20, 3);
+}
+
+/// Regression: a forked child that touched its parent's shared mapping of a file on
+/// the mount died of SIGSEGV: DAX mappings are not inherited (MADV_DONTFORK: their
+/// pins are the parent's). Before a fork the preload library now hands them to the
+/// kernel, whose mappings the child inherits as Linux gives them (Python's
+/// multiprocessing with the fork start method and an mmap'ed file does this).
+#[test]
+fn a_forked_child_shares_its_parents_mapping() {
+    let m = Mount::new("direct-fork-map", "64M", "");
+    let p = m.path("f");
+    run_child(child("child_fork_mapper").env("FT_PATH", &p), "preloaded child");
+    let data = std::fs::read(&p).unwrap();
+    assert_eq!(
+        (&data[10..16], &data[20..23], &data[5000..5005]),
+        (&b"parent"[..], &b"end"[..], &b"child"[..])
+    );
+}
+
 fn dax_child(p: &Path, stats: &Path) -> (Child, BufReader<ChildStdout>) {
     let mut c = child("child_dax_mapper")
         .env("FT_PATH", p)

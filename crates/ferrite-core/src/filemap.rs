@@ -713,6 +713,17 @@ impl Fs<MmapMedium> {
         failed.map_or(Ok(taken), Err)
     }
 
+    /// The files this process has DAX mappings of: (inode, address of the one-page
+    /// mapping that keeps the file open), one per file.
+    pub fn mapped_files(&self) -> Vec<(u64, usize)> {
+        let maps = self.medium().file_maps().maps.lock();
+        let mut v: Vec<(u64, usize)> =
+            maps.iter().filter_map(|m| m.keep.map(|(a, _)| (m.ino, a))).collect();
+        v.sort_unstable();
+        v.dedup_by_key(|(ino, _)| *ino);
+        v
+    }
+
     /// Live DAX mappings of this process.
     pub fn file_map_count(&self) -> usize {
         self.medium().file_maps().maps.lock().len()

@@ -2064,8 +2064,44 @@ pub unsafe extern "C" fn fexecve(
 // ------------------------------------------------------------- process life
 
 pub(crate) extern "C" fn at_fork_prepare() {
+    maps_to_kernel_before_fork();
     table::fork_prepare();
     crate::sync_all();
+}
+
+/// Before a fork, this process's DAX mappings go to the kernel (each file opened
+/// again by the path /proc/self/map_files gives for its keeping mapping, if that
+/// is still the file): a child does
+/// not inherit DAX mappings (their pins are the parent's, so they carry
+/// MADV_DONTFORK), and would get SIGSEGV touching one; kernel mappings it inherits
+/// as Linux gives them. A file that cannot be opened again (unlinked, or its
+/// permissions changed) keeps its DAX mapping, which the child then lacks.
+fn maps_to_kernel_before_fork() {
+    if !ops::DAX_USED.load(Ordering::Acquire) || table::inside() {
+        return;
+    }
+    let Some(_e) = table::enter() else { return };
+    for m in mounts::mounts() {
+        let Some(c) = m.attached() else { continue };
+        for (ino, keep) in c.fs().mapped_files() {
+            let link = format!("/proc/self/map_files/{keep:x}-{:x}", keep + 4096);
+            let Ok(path) = std::fs::read_link(&link) else { continue };
+            let Ok(path) = std::ffi::CString::new(path.into_os_string().into_encoded_bytes())
+            else {
+                continue;
+            };
+            let open = |fl| real::openat(libc::AT_FDCWD, &path, fl | libc::O_CLOEXEC, 0);
+            let Ok(fd) = open(libc::O_RDWR).or_else(|_| open(libc::O_RDONLY)) else { continue };
+            // The name may now be another file's (renamed, then made again).
+            if real::statx_cached(fd).map(|st| st.stx_ino) != Ok(ino) {
+                let _ = real::close(fd);
+                continue;
+            }
+            c.note_kernel_mapping(ino);
+            let _ = c.fs().hand_maps_to_kernel(ino, fd);
+            let _ = real::close(fd);
+        }
+    }
 }
 
 pub(crate) extern "C" fn at_fork_parent() {
