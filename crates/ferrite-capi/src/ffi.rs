@@ -57,27 +57,11 @@ unsafe fn handle<'a>(f: *mut ferrite) -> R<&'a Handle> {
     Ok(unsafe { &(*f).0 })
 }
 
-/// The end of the user address space (x86-64 with 5-level paging).
-const USER_END: usize = 0x00ff_ffff_ffff_f000;
-/// The most bytes Linux moves in one read or write (`MAX_RW_COUNT`).
-const MAX_RW_COUNT: usize = 0x7fff_f000;
-
-/// The length of the caller's buffer of `n` bytes at `p` as read(2) and write(2)
-/// take it: EFAULT for a null buffer or one that reaches past the user address
-/// space (a count above `isize::MAX` does, which Rust could not hold as a slice),
-/// and at most `MAX_RW_COUNT` bytes (Linux moves no more per call).
-fn user_len(p: usize, n: usize) -> R<usize> {
-    if p == 0 || p.checked_add(n).is_none_or(|end| end > USER_END) {
-        return Err(libc::EFAULT);
-    }
-    Ok(n.min(MAX_RW_COUNT))
-}
-
 unsafe fn buf_mut<'a>(p: *mut c_void, n: usize) -> R<&'a mut [u8]> {
     if n == 0 {
         return Ok(&mut []);
     }
-    let n = user_len(p as usize, n)?;
+    let n = ferrite_direct::user_len(p as usize, n).ok_or(libc::EFAULT)?;
     // SAFETY: the caller's writable buffer of n bytes.
     Ok(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, n) })
 }
@@ -86,7 +70,7 @@ unsafe fn buf<'a>(p: *const c_void, n: usize) -> R<&'a [u8]> {
     if n == 0 {
         return Ok(&[]);
     }
-    let n = user_len(p as usize, n)?;
+    let n = ferrite_direct::user_len(p as usize, n).ok_or(libc::EFAULT)?;
     // SAFETY: the caller's readable buffer of n bytes.
     Ok(unsafe { std::slice::from_raw_parts(p as *const u8, n) })
 }

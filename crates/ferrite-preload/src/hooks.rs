@@ -112,26 +112,23 @@ fn int(r: R<c_int>) -> c_int {
     }
 }
 
-/// The end of the user address space (x86-64 with 5-level paging; with 4 levels it
-/// is lower, and the kernel's answer for a buffer between the two is EFAULT).
-const USER_END: usize = 0x00ff_ffff_ffff_f000;
-
 /// The caller's buffer of `n` bytes at `p` for read(2), write(2), pread(2) or
-/// pwrite(2), as the kernel takes it: EFAULT when it would reach past the user
-/// address space (a count above `isize::MAX` does, which Rust could not even hold
-/// as a slice), and at most `MAX_RW_COUNT` bytes of it (Linux moves no more per
-/// call). `before` is the error Linux finds before a bad buffer, if any (a
-/// negative offset, then the descriptor's mode).
+/// pwrite(2), as the kernel takes it ([`ferrite_direct::user_len`]: EFAULT, or at
+/// most `MAX_RW_COUNT` bytes). `before` is the error Linux finds before a bad
+/// buffer, if any (a negative offset, then the descriptor's mode).
 ///
 /// # Safety
 /// `p` must point to `n` bytes the caller may read (and, unless only read, write).
 unsafe fn user_buf<'a>(p: *const c_void, n: size_t, before: R<()>) -> R<&'a mut [u8]> {
-    if (p as usize).checked_add(n).is_none_or(|end| end > USER_END) {
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    let Some(n) = ferrite_direct::user_len(p as usize, n) else {
         before?;
         return Err(libc::EFAULT);
-    }
+    };
     // SAFETY: as the caller promises, within the user address space.
-    Ok(unsafe { slice_mut(p as *mut c_void, n.min(MAX_RW_COUNT)) })
+    Ok(unsafe { slice_mut(p as *mut c_void, n) })
 }
 
 /// What Linux checks before a buffer: a negative offset (EINVAL), then the
@@ -198,9 +195,6 @@ fn scatter(v: &[iovec], data: &[u8]) {
         at += n;
     }
 }
-
-/// The most bytes Linux moves in one read or write (`MAX_RW_COUNT`).
-const MAX_RW_COUNT: usize = 0x7fff_f000;
 
 fn iov_len(v: &[iovec]) -> R<usize> {
     v.iter().try_fold(0usize, |a, x| a.checked_add(x.iov_len)).ok_or(libc::EINVAL)
@@ -755,7 +749,7 @@ fn readv_at(
         }
         ops::rw_flags(flags)?;
         // (Linux moves at most MAX_RW_COUNT bytes per call.)
-        let mut buf = vec![0u8; len.min(MAX_RW_COUNT)];
+        let mut buf = vec![0u8; len.min(ferrite_direct::MAX_RW_COUNT)];
         let r = match off {
             Some(o) if o != -1 => ops::pread(c, d, &mut buf, o)?,
             _ => ops::read(c, d, fd, &mut buf)?,
@@ -2085,21 +2079,9 @@ fn maps_to_kernel_before_fork() {
         let Some(c) = m.attached() else { continue };
         for (ino, keep) in c.fs().mapped_files() {
             let link = format!("/proc/self/map_files/{keep:x}-{:x}", keep + 4096);
-            let Ok(path) = std::fs::read_link(&link) else { continue };
-            let Ok(path) = std::ffi::CString::new(path.into_os_string().into_encoded_bytes())
-            else {
-                continue;
-            };
-            let open = |fl| real::openat(libc::AT_FDCWD, &path, fl | libc::O_CLOEXEC, 0);
-            let Ok(fd) = open(libc::O_RDWR).or_else(|_| open(libc::O_RDONLY)) else { continue };
-            // The name may now be another file's (renamed, then made again).
-            if real::statx_cached(fd).map(|st| st.stx_ino) != Ok(ino) {
-                let _ = real::close(fd);
-                continue;
+            if let Ok(path) = std::fs::read_link(&link) {
+                let _ = ops::hand_maps_to_kernel(c, ino, path.as_os_str().as_encoded_bytes());
             }
-            c.note_kernel_mapping(ino);
-            let _ = c.fs().hand_maps_to_kernel(ino, fd);
-            let _ = real::close(fd);
         }
     }
 }

@@ -289,23 +289,35 @@ pub fn ftruncate(c: &Client, d: &Desc, fd: i32, len: i64) -> R<Do<i32>> {
         // process's own mappings go to the kernel, and the kernel truncates (its
         // page cache too: an access past the new end is SIGBUS, as on Linux).
         // Another process's pin still refuses (EBUSY).
-        Err(ferrite_core::Error::DaxMapped) if hand_maps_to_kernel(c, d, fd)? > 0 => Ok(Do::Kernel),
+        Err(ferrite_core::Error::DaxMapped) if hand_desc_maps_to_kernel(c, d, fd)? > 0 => {
+            Ok(Do::Kernel)
+        }
         Err(err) => Err(e(err)),
     }
 }
 
-/// This process's DAX mappings of `d`'s file, handed to the kernel (see
-/// `Fs::hand_maps_to_kernel`) through a descriptor of the file opened again for
-/// reading and writing (the caller's may be write-only), or for reading when that
-/// is refused; from then on the file's writes go through the kernel, as for any
-/// mapping through it.
-fn hand_maps_to_kernel(c: &Client, d: &Desc, fd: i32) -> R<usize> {
-    let path = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).map_err(|_| libc::EINVAL)?;
+/// This process's DAX mappings of `d`'s file (whose descriptor is `fd`), handed
+/// to the kernel; see [`hand_maps_to_kernel`].
+fn hand_desc_maps_to_kernel(c: &Client, d: &Desc, fd: i32) -> R<usize> {
+    d.kernel_io.store(true, Ordering::Relaxed);
+    hand_maps_to_kernel(c, d.ino, format!("/proc/self/fd/{fd}").as_bytes())
+}
+
+/// This process's DAX mappings of file `ino`, handed to the kernel (see
+/// `Fs::hand_maps_to_kernel`) through a descriptor of `path` opened for reading
+/// and writing (a caller's own may be write-only), or for reading when that is
+/// refused, and checked to be `ino` (a name may be another file's by now). From
+/// then on the file's writes go through the kernel, as for any mapping through it.
+pub fn hand_maps_to_kernel(c: &Client, ino: u64, path: &[u8]) -> R<usize> {
+    let path = std::ffi::CString::new(path).map_err(|_| libc::EINVAL)?;
     let open = |fl| real::openat(libc::AT_FDCWD, &path, fl | libc::O_CLOEXEC, 0);
     let kfd = open(libc::O_RDWR).or_else(|_| open(libc::O_RDONLY))?;
-    c.note_kernel_mapping(d.ino);
-    d.kernel_io.store(true, Ordering::Relaxed);
-    let r = c.fs().hand_maps_to_kernel(d.ino, kfd).map_err(e);
+    let r = if real::statx_cached(kfd).map(|st| st.stx_ino) == Ok(ino) {
+        c.note_kernel_mapping(ino);
+        c.fs().hand_maps_to_kernel(ino, kfd).map_err(e)
+    } else {
+        Err(libc::ESTALE)
+    };
     let _ = real::close(kfd); // the mappings keep the file
     r
 }
@@ -329,7 +341,7 @@ pub fn fallocate(c: &Client, d: &Desc, fd: i32, mode: i32, off: i64, len: i64) -
         // these two modes to the daemon).
         Err(ferrite_core::Error::DaxMapped)
             if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0
-                && hand_maps_to_kernel(c, d, fd)? > 0 =>
+                && hand_desc_maps_to_kernel(c, d, fd)? > 0 =>
         {
             Ok(Do::Kernel)
         }
