@@ -425,6 +425,12 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
                 // writes again only takes the lock again.)
                 if d.access != libc::O_RDONLY {
                     give_back_lease(&d);
+                    if d.marker {
+                        // The next stat of it by path: from the pool (see
+                        // `table::note_closed_writer`).
+                        table::note_closed_writer(d.ino);
+                        table::with_ctx(|cx| cx.pool_stat.set(true));
+                    }
                 }
             }
             drop(e);
@@ -1317,9 +1323,10 @@ fn note_kernel_stat(dev: u64, ino: u64, mode: u32) {
 }
 
 /// Does the pool answer a stat by path of regular file `ino` (one this process
-/// loaded, or one a client has open for writing), rather than the kernel?
+/// loaded, one a client has open for writing, or one this process lately closed
+/// for writing), rather than the kernel?
 fn pool_serves(c: &Client, ino: u64) -> bool {
-    c.fs().is_loaded(ino) || c.party().writers_open(ino)
+    c.fs().is_loaded(ino) || c.party().writers_open(ino) || table::closed_writer(ino)
 }
 
 /// The look: the file's type, inode and device from the kernel's caches, then its

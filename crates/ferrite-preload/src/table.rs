@@ -159,6 +159,33 @@ pub fn all() -> Vec<(i32, Arc<Desc>)> {
     v
 }
 
+// ------------------------------------------------- closed write descriptors
+
+/// Slots of [`note_closed_writer`]'s hint (a direct-mapped set of inode numbers).
+const CLOSED_SLOTS: usize = 65536;
+static CLOSED_WRITERS: [AtomicU64; CLOSED_SLOTS] = [const { AtomicU64::new(0) }; CLOSED_SLOTS];
+
+fn closed_slot(ino: u64) -> &'static AtomicU64 {
+    // Fibonacci hashing: consecutive inode numbers (files made in a row) spread.
+    &CLOSED_WRITERS[(ino.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 48) as usize % CLOSED_SLOTS]
+}
+
+/// This process closed a descriptor of `ino` that it had opened for writing with
+/// the marker. The daemon dropped the kernel's cached attributes of the file at
+/// that release (a client's writes change them unseen), so the kernel's answer to
+/// the next stat by path is a round trip to the daemon; the pool answers it in
+/// this process instead (`hooks::pool_serves`). A hint only: a slot holds the
+/// last inode number hashed to it, and a wrong answer costs time, never
+/// correctness (the pool's attributes are current either way).
+pub fn note_closed_writer(ino: u64) {
+    closed_slot(ino).store(ino, Ordering::Relaxed);
+}
+
+/// Did this process lately close a marked write descriptor of `ino`?
+pub fn closed_writer(ino: u64) -> bool {
+    ino != 0 && closed_slot(ino).load(Ordering::Relaxed) == ino
+}
+
 // ------------------------------------------------------------------ the gate
 
 /// What a thread keeps for the hooks: one thread-local, reached once per call.
