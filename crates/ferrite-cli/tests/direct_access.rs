@@ -503,6 +503,120 @@ fn a_file_this_process_closed_after_writing_is_stated_from_the_pool() {
     assert!(fsck.is_clean(), "{:?}", fsck.errors);
 }
 
+static SIG_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+static SIG_RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static SIG_ERRS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+static SIG_ENTERED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+extern "C" fn on_alarm(_: libc::c_int) {
+    use std::sync::atomic::Ordering::Relaxed;
+    SIG_ENTERED.fetch_add(1, Relaxed);
+    // SAFETY: write(2) from a handler, with a live one-byte buffer.
+    let r = unsafe { libc::write(SIG_FD.load(Relaxed), b"S".as_ptr().cast(), 1) };
+    if r != 1 {
+        SIG_ERRS.fetch_add(1, Relaxed);
+    }
+    SIG_RUNS.fetch_add(1, Relaxed);
+}
+
+#[test]
+#[ignore = "run by a_signal_handler_writes_to_a_direct_file_while_its_thread_writes"]
+fn child_signal_writes() {
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::Ordering::Relaxed;
+    let d = PathBuf::from(env("FT_PATH"));
+    let f1 = std::fs::File::create(d.join("data")).unwrap();
+    let f2 = std::fs::OpenOptions::new().create(true).append(true).open(d.join("log")).unwrap();
+    SIG_FD.store(f2.as_raw_fd(), Relaxed);
+    // SAFETY: a zeroed sigaction filled before use; setitimer with local values.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_alarm as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        assert_eq!(libc::sigaction(libc::SIGALRM, &sa, std::ptr::null_mut()), 0);
+        // The program's own handler is what it reads back.
+        let mut old: libc::sigaction = std::mem::zeroed();
+        assert_eq!(libc::sigaction(libc::SIGALRM, std::ptr::null(), &mut old), 0);
+        assert_eq!(old.sa_sigaction, on_alarm as *const () as usize);
+        assert_eq!(old.sa_flags & libc::SA_SIGINFO, 0);
+        let t = libc::timeval { tv_sec: 0, tv_usec: 200 };
+        let it = libc::itimerval { it_interval: t, it_value: t };
+        assert_eq!(libc::setitimer(libc::ITIMER_REAL, &it, std::ptr::null_mut()), 0);
+    }
+    let n = env_n("FT_N");
+    let buf = [7u8; 100];
+    for _ in 0..n {
+        // SAFETY: writes of live buffers to open descriptors.
+        unsafe {
+            assert_eq!(libc::write(f1.as_raw_fd(), buf.as_ptr().cast(), 100), 100);
+            assert_eq!(libc::write(f2.as_raw_fd(), b"M".as_ptr().cast(), 1), 1);
+        }
+    }
+    // SAFETY: a zeroed itimerval stops the timer.
+    unsafe {
+        let z: libc::itimerval = std::mem::zeroed();
+        libc::setitimer(libc::ITIMER_REAL, &z, std::ptr::null_mut());
+    }
+    // The signal is process-directed: a handler may still run on another thread of
+    // the test harness. Wait until none is pending or running.
+    let pending = || {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap();
+        let bit = 1u64 << (libc::SIGALRM - 1);
+        s.lines().filter(|l| l.starts_with("ShdPnd:") || l.starts_with("SigPnd:")).any(|l| {
+            u64::from_str_radix(l.split_whitespace().nth(1).unwrap(), 16).unwrap() & bit != 0
+        })
+    };
+    assert!(
+        wait_for(30, || !pending() && SIG_ENTERED.load(Relaxed) == SIG_RUNS.load(Relaxed)),
+        "handlers still running"
+    );
+    let runs = SIG_RUNS.load(Relaxed);
+    assert_eq!(SIG_ERRS.load(Relaxed), 0, "writes from the handler failed");
+    assert!(runs > 0, "the timer never fired");
+    let log = std::fs::read(d.join("log")).unwrap();
+    let count = |c: u8| log.iter().filter(|&&b| b == c).count() as u64;
+    let what = format!("{runs} handler runs, {} S and {} M written", count(b'S'), count(b'M'));
+    assert_eq!(f1.metadata().unwrap().len(), 100 * n, "{what}");
+    assert_eq!(f2.metadata().unwrap().len(), n + runs, "{what}");
+    assert_eq!((count(b'S'), count(b'M')), (runs, n), "{what}");
+}
+
+/// Regression: a signal handler that wrote to a file on the mount, run while its
+/// thread was inside a write of this library (a hook is a system call done in user
+/// space), hung the process for good: the nested write went to the kernel (the
+/// reentrancy guard), the kernel asked the daemon, and the daemon waited for the
+/// file's cross-process lock, which the interrupted write held. The process sat in
+/// uninterruptible sleep until the FUSE connection was aborted. Handlers of
+/// asynchronous signals now run when the thread leaves the hook, as the kernel runs
+/// them when a system call returns.
+#[test]
+fn a_signal_handler_writes_to_a_direct_file_while_its_thread_writes() {
+    let mut m = Mount::new("direct-signal", "128M", "");
+    let d = m.path("t");
+    std::fs::create_dir(&d).unwrap();
+    let n = 20_000u64;
+    let mut c = child("child_signal_writes")
+        .env("FT_PATH", &d)
+        .env("FT_N", n.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if !wait_for(120, || c.try_wait().unwrap().is_some()) {
+        abort_connection(&m.mnt);
+        let _ = c.kill();
+        let _ = c.wait();
+        panic!("the preloaded child hung (a handler's write waited for its own thread)");
+    }
+    wait_ok(c, "preloaded child");
+    let data = std::fs::metadata(d.join("data")).unwrap().len();
+    assert_eq!(data, 100 * n);
+    m.umount();
+    let (_, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "{:?}", fsck.errors);
+}
+
 #[test]
 #[ignore = "run by the_daemon_keeps_a_thread_waiting_for_the_next_client"]
 fn child_read_once() {

@@ -240,9 +240,7 @@ impl Client {
         }));
         let watcher = {
             let (fs, conn, dead, waker) = (fs.clone(), conn.clone(), dead.clone(), waker.clone());
-            std::thread::Builder::new()
-                .name("ferrite-watch".into())
-                .spawn(move || watch(fs, conn, waker, dead, party))
+            crate::quiet::spawn("ferrite-watch", move || watch(fs, conn, waker, dead, party))
                 .map_err(|e| fail("watcher thread", &e))?
         };
         Ok(Client {

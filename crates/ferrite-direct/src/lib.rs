@@ -14,6 +14,7 @@
 
 mod alive;
 pub mod client;
+mod quiet;
 pub mod server;
 mod shm;
 pub mod wire;

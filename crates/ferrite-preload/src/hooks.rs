@@ -2154,3 +2154,43 @@ pub(crate) fn register_handlers() {
         libc::atexit(at_exit);
     }
 }
+
+// ------------------------------------------------------------------ signals
+
+/// sigaction: a program's handler of an asynchronous signal runs after a hook of
+/// this library, never inside one (see `signals`).
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    match real().sigaction {
+        // SAFETY: the caller's arguments, as for sigaction(2).
+        Some(f) => unsafe { crate::signals::sigaction(f, sig, act, old) },
+        None => {
+            set_errno(libc::ENOSYS);
+            -1
+        }
+    }
+}
+
+/// signal: the C library's calls its internal sigaction, which this library cannot
+/// see, so it is defined here (BSD semantics, as the C library's).
+#[no_mangle]
+pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    match real().sigaction {
+        // SAFETY: as signal(2).
+        Some(f) => unsafe { crate::signals::signal(f, sig, handler) },
+        None => {
+            set_errno(libc::ENOSYS);
+            libc::SIG_ERR
+        }
+    }
+}
+
+/// bsd_signal: the same as [`signal`].
+#[no_mangle]
+pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    unsafe { signal(sig, handler) }
+}

@@ -6,13 +6,15 @@
 //!
 //! Modules: `hooks` (the interposed C functions; unsafe), `real` (the C library's
 //! functions; unsafe), `statics` (process-lifetime objects; unsafe), `table` (direct
-//! descriptors, the fork gate, reentrancy), `ops` (the direct data path, safe),
+//! descriptors, the fork gate, reentrancy), `signals` (handlers deferred to the end of
+//! a hook), `ops` (the direct data path, safe),
 //! `mounts`, `stats`. What is intercepted and what is not: docs/DIRECT-ACCESS.md.
 
 mod hooks;
 pub mod mounts;
 mod ops;
 mod real;
+mod signals;
 mod statics;
 mod stats;
 mod table;

@@ -104,6 +104,7 @@ reals! {
     fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
     close_range: fn(c_uint, c_uint, c_int) -> c_int;
     chdir: fn(*const c_char) -> c_int;
+    sigaction: fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
     fchdir: fn(c_int) -> c_int;
 }
 

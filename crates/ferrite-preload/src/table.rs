@@ -190,7 +190,6 @@ pub fn closed_writer(ino: u64) -> bool {
 
 /// What a thread keeps for the hooks: one thread-local, reached once per call.
 pub struct Ctx {
-    in_hook: Cell<bool>,
     busy: Arc<AtomicBool>,
     /// This thread's call counters.
     pub counters: Arc<crate::stats::Counters>,
@@ -216,7 +215,6 @@ impl Ctx {
         let busy = Arc::new(AtomicBool::new(false));
         THREADS.lock().push(Arc::downgrade(&busy));
         Ctx {
-            in_hook: Cell::new(false),
             busy,
             counters: crate::stats::register(),
             cache: RefCell::new(Cached { fd: -1, gen: 0, desc: None }),
@@ -286,14 +284,14 @@ static THREADS: Mutex<Vec<Weak<AtomicBool>>> = Mutex::new(Vec::new());
 /// access and, while the thread keeps using one descriptor, no lock.
 pub fn with_desc<T>(fd: i32, f: impl FnOnce(&Desc, &Ctx) -> T) -> Option<T> {
     with_ctx(|cx| {
-        if cx.in_hook.replace(true) {
+        if crate::signals::set_in_hook(true) {
             return None;
         }
         struct Out<'a>(&'a Ctx);
         impl Drop for Out<'_> {
             fn drop(&mut self) {
                 self.0.gate_out();
-                self.0.in_hook.set(false);
+                crate::signals::hook_done();
             }
         }
         cx.gate_in();
@@ -320,7 +318,7 @@ pub struct Entered(());
 pub fn enter() -> Option<Entered> {
     // A thread being torn down (its context gone) passes straight through too.
     with_ctx(|cx| {
-        if cx.in_hook.replace(true) {
+        if crate::signals::set_in_hook(true) {
             return None;
         }
         cx.gate_in();
@@ -331,10 +329,8 @@ pub fn enter() -> Option<Entered> {
 
 impl Drop for Entered {
     fn drop(&mut self) {
-        with_ctx(|cx| {
-            cx.gate_out();
-            cx.in_hook.set(false);
-        });
+        with_ctx(|cx| cx.gate_out());
+        crate::signals::hook_done();
     }
 }
 
@@ -344,18 +340,22 @@ pub struct Inside(bool);
 
 /// See [`Inside`].
 pub fn inside_guard() -> Inside {
-    Inside(with_ctx(|cx| cx.in_hook.replace(true)).unwrap_or(true))
+    Inside(crate::signals::set_in_hook(true))
 }
 
 impl Drop for Inside {
     fn drop(&mut self) {
-        with_ctx(|cx| cx.in_hook.set(self.0));
+        if self.0 {
+            crate::signals::set_in_hook(true);
+        } else {
+            crate::signals::hook_done();
+        }
     }
 }
 
-/// Is this thread inside a hook?
+/// Is this thread inside a hook (or being torn down)?
 pub fn inside() -> bool {
-    with_ctx(|cx| cx.in_hook.get()).unwrap_or(true)
+    crate::signals::in_hook() || with_ctx(|_| ()).is_none()
 }
 
 /// Before fork: close the gate and wait until no thread is inside a hook.

@@ -57,6 +57,20 @@ pub fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
+/// Abort the FUSE connection of the mount at `mnt` (fusectl), so that processes
+/// stuck in its requests get ENOTCONN: how a test that finds a deadlock between a
+/// client and the daemon gets its processes back.
+pub fn abort_connection(mnt: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::metadata(mnt) else { return };
+    let ctl = Path::new("/sys/fs/fuse/connections");
+    if std::fs::read_dir(ctl).map_or(true, |mut d| d.next().is_none()) {
+        let _ = Command::new("mount").args(["-t", "fusectl", "none"]).arg(ctl).status();
+    }
+    let minor = rustix::fs::minor(m.dev());
+    let _ = std::fs::write(ctl.join(minor.to_string()).join("abort"), "1");
+}
+
 /// A pool mounted by a `ferrite mount` daemon for one test.
 pub struct Mount {
     /// Pool file.
