@@ -618,6 +618,74 @@ fn a_signal_handler_writes_to_a_direct_file_while_its_thread_writes() {
 }
 
 #[test]
+#[ignore = "run by a_stopped_process_keeps_nobody_waiting_on_a_file_it_wrote"]
+fn child_write_then_stop() {
+    let mut f = std::fs::OpenOptions::new().read(true).write(true).open(env("FT_PATH")).unwrap();
+    f.write_all(b"hello").unwrap();
+    say("written");
+    // SAFETY: stops this process until the test continues it.
+    unsafe { libc::raise(libc::SIGSTOP) };
+    f.write_all(b"again").unwrap();
+}
+
+/// Regression: a preloaded process stopped after writing a file (Ctrl-Z, a debugger,
+/// SIGSTOP) kept the file's cross-process lock as a lease, which only its own
+/// keeper thread gives back: every other process that wrote the file through the
+/// mount waited in uninterruptible sleep (its request sat in the daemon, which
+/// waited for the lock) until the stopped process was continued. An idle lease is
+/// now marked in the lock word and taken over at once.
+#[test]
+fn a_stopped_process_keeps_nobody_waiting_on_a_file_it_wrote() {
+    let mut m = Mount::new("direct-stopped", "64M", "");
+    let p = m.path("held");
+    std::fs::write(&p, b"").unwrap();
+    let mut c = child("child_write_then_stop")
+        .env("FT_PATH", &p)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    assert_eq!(listen(&mut out, |_| false), "written");
+    let stat = format!("/proc/{}/stat", c.id());
+    let stopped = || {
+        let s = std::fs::read_to_string(&stat).unwrap_or_default();
+        s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('T'))
+    };
+    assert!(wait_for(30, stopped), "the child did not stop");
+    // A plain process appends through the mount while the writer is stopped.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (d2, p2) = (done.clone(), p.clone());
+    let t = std::thread::spawn(move || {
+        let mut f = std::fs::OpenOptions::new().append(true).open(&p2).unwrap();
+        f.write_all(b"plain").unwrap();
+        d2.store(true, std::sync::atomic::Ordering::Release);
+    });
+    let ok = wait_for(60, || done.load(std::sync::atomic::Ordering::Acquire));
+    let cont = || {
+        // SAFETY: signals our own child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGCONT) };
+    };
+    if !ok {
+        cont();
+        if !wait_for(30, || done.load(std::sync::atomic::Ordering::Acquire)) {
+            abort_connection(&m.mnt);
+        }
+        let _ = c.kill();
+        panic!("a write through the mount waited for a stopped process's lease");
+    }
+    t.join().unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), b"helloplain");
+    cont();
+    wait_ok(c, "preloaded child");
+    // The child took the lock again, caught up, and wrote at its own offset.
+    assert_eq!(std::fs::read(&p).unwrap(), b"helloagain");
+    m.umount();
+    let (_, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "{:?}", fsck.errors);
+}
+
+#[test]
 #[ignore = "run by the_daemon_keeps_a_thread_waiting_for_the_next_client"]
 fn child_read_once() {
     let p = PathBuf::from(env("FT_PATH"));

@@ -82,10 +82,15 @@ pub const MAPPED: u32 = 2;
 pub const WRITERS: u32 = 4;
 
 const MAGIC: [u32; 2] = [u32::from_le_bytes(*b"FRRT"), u32::from_le_bytes(*b"SHM1")];
-const VERSION: u32 = 7;
+const VERSION: u32 = 8;
 /// `FUTEX_OWNER_DIED`: set by the kernel in a robust futex word whose owner died.
 pub const OWNER_DIED: u32 = 0x4000_0000;
 const WAITERS: u32 = 1 << 31;
+/// Lock word flag: the holder keeps the lock as an idle lease (no operation of it
+/// uses the lock). Any other party takes such a lock over with one CAS instead of
+/// waiting, and the holder claims it back with a CAS before it uses it again: a
+/// stopped or busy client cannot keep others waiting on a lease.
+const IDLE: u32 = 1 << 8;
 const HOLDER_MASK: u32 = 0xff;
 
 // Header words.
@@ -466,12 +471,51 @@ impl Table {
         release_word(&self.entry(ino)[E_LOCK], p)
     }
 
-    /// Try once to take `ino`'s lock for party `p`.
+    /// Try once to take `ino`'s lock for party `p` (free, or another party's idle
+    /// lease).
     pub fn try_lock(&self, ino: u64, p: u32) -> bool {
         self.widen(p, (S_INO_LO, S_INO_HI), ino, ino);
-        self.entry(ino)[E_LOCK]
-            .compare_exchange(0, p + 1, Ordering::Acquire, Ordering::Relaxed)
+        let w = &self.entry(ino)[E_LOCK];
+        let cur = w.load(Ordering::Relaxed);
+        let free = cur & HOLDER_MASK == 0 || (cur & IDLE != 0 && cur & HOLDER_MASK != p + 1);
+        free && w
+            .compare_exchange(cur, (p + 1) | (cur & WAITERS), Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
+    }
+
+    /// Party `p`, which holds `ino`'s lock and has no operation using it, keeps it
+    /// as an idle lease (see [`IDLE`]).
+    pub fn set_idle(&self, ino: u64, p: u32) {
+        let w = &self.entry(ino)[E_LOCK];
+        let mut cur = w.load(Ordering::Relaxed);
+        loop {
+            if cur & HOLDER_MASK != p + 1 {
+                debug_assert!(false, "party {p} idles a lock held by {}", cur & HOLDER_MASK);
+                return;
+            }
+            // Release: whoever takes the lease over sees this party's commits.
+            match w.compare_exchange_weak(cur, cur | IDLE, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(c) => cur = c,
+            }
+        }
+    }
+
+    /// Party `p` wants to use its idle lease on `ino` again: true if it still holds
+    /// the lock (now busy), false if another party took it over meanwhile.
+    pub fn claim_lease(&self, ino: u64, p: u32) -> bool {
+        let w = &self.entry(ino)[E_LOCK];
+        let mut cur = w.load(Ordering::Relaxed);
+        loop {
+            if cur & HOLDER_MASK != p + 1 {
+                return false;
+            }
+            debug_assert!(cur & IDLE != 0, "party {p} claims a lease it did not idle");
+            match w.compare_exchange_weak(cur, cur & !IDLE, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(c) => cur = c,
+            }
+        }
     }
 
     /// Take `ino`'s lock for party `p`. `alive` is asked between sleeps; when it
@@ -671,6 +715,16 @@ fn lock_word(
         let cur = w.load(Ordering::Relaxed);
         if cur & HOLDER_MASK == 0 {
             // Once we have slept, others may sleep too: keep the waiters bit.
+            if w.compare_exchange(cur, want | (cur & WAITERS), Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Ok(());
+            }
+            continue;
+        }
+        // Another party's idle lease: taken over at once (its holder claims it back
+        // with a CAS before any use, and finds it gone).
+        if cur & IDLE != 0 && cur & HOLDER_MASK != me {
             if w.compare_exchange(cur, want | (cur & WAITERS), Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
             {
@@ -926,6 +980,34 @@ mod tests {
             Err(Error::NoSpace)
         }
         fn give_back(&self, _: &[(u64, u64)]) {}
+    }
+
+    /// An idle lease is taken over at once by another party (lock or try_lock), and
+    /// its holder's claim then fails; a claim before that keeps the lock busy.
+    #[test]
+    fn an_idle_lease_is_taken_over_and_its_holders_claim_fails() {
+        let t = table();
+        let (p, q) = (t.claim_party(1).unwrap(), t.claim_party(2).unwrap());
+        t.lock(3, p, None, &|_| Ok(())).unwrap();
+        t.set_idle(3, p);
+        assert!(t.claim_lease(3, p), "an untouched lease is the holder's");
+        // Busy again: another party must wait (its try fails).
+        assert!(!t.try_lock(3, q));
+        t.set_idle(3, p);
+        // Idle: taken over without waiting (the waiter would sleep forever otherwise).
+        t.lock(3, q, None, &|_| Err(Error::Disconnected("waited".into()))).unwrap();
+        assert_eq!(t.holder(3), Some(q));
+        assert!(!t.claim_lease(3, p), "the lease was taken over");
+        assert!(!t.release_if_held(3, p));
+        t.unlock(3, q);
+        // try_lock takes an idle lease too, but never the party's own.
+        t.lock(4, p, None, &|_| Ok(())).unwrap();
+        t.set_idle(4, p);
+        assert!(!t.try_lock(4, p));
+        assert!(t.try_lock(4, q));
+        assert!(!t.claim_lease(4, p));
+        t.unlock(4, q);
+        assert_eq!(t.holder(4), None);
     }
 
     #[test]

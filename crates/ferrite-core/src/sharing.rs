@@ -23,9 +23,13 @@
 //!   commit meanwhile. Every lease is listed in `Fs::leases` (holding its `Inode`,
 //!   so it is never evicted); the client's lease keeper (`Fs::tick_leases`, run
 //!   by its watcher thread every `LEASE_TICK`) gives back each lease that another
-//!   party waits for or that no local writer used since the previous tick. A lease
-//!   is used only after `Party::check` passes (a revoked client's leases were
-//!   taken over by the daemon). Only a client with a keeper (`Fs::keep_leases`)
+//!   party waits for or that no local writer used since the previous tick. An idle
+//!   lease is marked in the lock word (`share::Table::set_idle`): any other party
+//!   takes it over with one CAS instead of waiting for the keeper, so a stopped
+//!   client (Ctrl-Z, a debugger) keeps nobody waiting on a lease; the holder claims
+//!   it back with a CAS before each use and, if it was taken, locks and catches up
+//!   as without a lease. A lease is used only after `Party::check` passes (a
+//!   revoked client's leases were taken over by the daemon). Only a client with a keeper (`Fs::keep_leases`)
 //!   keeps leases. Lock order: `xh`, then the lease list.
 //! - Clients do no namespace operation. Their journaled commits (thorough GC) take
 //!   the journal's cross-process lock; a client that dies holding it leaves the
@@ -115,6 +119,7 @@ impl<M: Medium> Drop for Hold<'_, M> {
                     && !g.draining
                     && !p.table().waiters(i.ino);
                 if keep {
+                    p.table().set_idle(i.ino, p.id());
                     g.leased = true;
                     g.used = true;
                     if !g.listed {
@@ -190,18 +195,7 @@ impl<M: Medium> Fs<M> {
             }
             i.xh_cv.wait(&mut g);
         }
-        if g.count == 0 && g.leased {
-            g.leased = false;
-            if self.fault != Some(crate::fs::CoreFault::StaleLease) {
-                if let Err(e) = p.check() {
-                    // Revoked: the daemon takes (or took) the lock over.
-                    p.table().release_if_held(i.ino, p.id());
-                    return Err(e);
-                }
-                debug_assert_eq!(p.table().holder(i.ino), Some(p.id()), "a lease lost its lock");
-                debug_assert!(self.is_fresh(i, &i.st.read()), "a lease's state went stale");
-            }
-        } else if g.count == 0 {
+        let lock = || -> Result<()> {
             p.lock(i.ino)?;
             let r = {
                 let mut st = i.st.write();
@@ -211,6 +205,25 @@ impl<M: Medium> Fs<M> {
                 p.unlock(i.ino);
                 return Err(e);
             }
+            Ok(())
+        };
+        if g.count == 0 && g.leased {
+            g.leased = false;
+            if self.fault != Some(crate::fs::CoreFault::StaleLease) {
+                if let Err(e) = p.check() {
+                    // Revoked: the daemon takes (or took) the lock over.
+                    p.table().release_if_held(i.ino, p.id());
+                    return Err(e);
+                }
+                if p.table().claim_lease(i.ino, p.id()) {
+                    debug_assert!(self.is_fresh(i, &i.st.read()), "a lease's state went stale");
+                } else {
+                    // Another party took the idle lease over: lock and catch up.
+                    lock()?;
+                }
+            }
+        } else if g.count == 0 {
+            lock()?;
         }
         g.count += 1;
         Ok(Some(Hold { fs: self, inode: i, _busy: busy }))
