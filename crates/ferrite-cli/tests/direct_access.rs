@@ -44,6 +44,15 @@ fn say(msg: &str) {
     o.flush().unwrap();
 }
 
+/// Spawn `c` with its standard streams piped; returns it and a reader of its
+/// protocol lines (see [`listen`]).
+fn piped(c: &mut Command) -> (Child, BufReader<ChildStdout>) {
+    let mut c =
+        c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let out = BufReader::new(c.stdout.take().unwrap());
+    (c, out)
+}
+
 /// Read protocol lines from a child until `f` says stop; returns the last one.
 fn listen(out: &mut BufReader<ChildStdout>, mut f: impl FnMut(&str) -> bool) -> String {
     let mut line = String::new();
@@ -357,14 +366,7 @@ fn a_stat_is_current_and_loads_only_files_a_client_writes() {
     std::fs::write(&w, b"").unwrap();
     // The kernel caches w's attributes (size 0) for long.
     assert_eq!(std::fs::metadata(&w).unwrap().len(), 0);
-    let mut wc = child("child_hold_writer")
-        .env("FT_PATH", &w)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(wc.stdout.take().unwrap());
+    let (mut wc, mut out) = piped(child("child_hold_writer").env("FT_PATH", &w));
     assert_eq!(listen(&mut out, |_| false), "written");
     let files = |with_tree: bool| {
         let mut v: Vec<String> = if with_tree {
@@ -477,16 +479,12 @@ fn a_file_this_process_closed_after_writing_is_stated_from_the_pool() {
     std::fs::create_dir(&d).unwrap();
     let n = 40u64;
     let stats = m.scratch().join("stats");
-    let mut c = child("child_stat_after_close")
-        .env("FT_PATH", &d)
-        .env("FT_N", n.to_string())
-        .env("FERRITE_DIRECT_STATS", &stats)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let (mut c, mut out) = piped(
+        child("child_stat_after_close")
+            .env("FT_PATH", &d)
+            .env("FT_N", n.to_string())
+            .env("FERRITE_DIRECT_STATS", &stats),
+    );
     assert_eq!(listen(&mut out, |_| false), "stated");
     for i in 0..n {
         let mut f = std::fs::OpenOptions::new().append(true).open(d.join(format!("c{i}"))).unwrap();
@@ -1344,15 +1342,8 @@ fn plain_and_preloaded_processes_see_each_other_at_once() {
     let mut warm = vec![0u8; 5000];
     early.read_exact_at(&mut warm, 0).unwrap();
     let plain_w = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
-    let mut c = child("child_step_writer")
-        .env("FT_PATH", &p)
-        .env("FT_STEPS", STEPS.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let (mut c, mut out) =
+        piped(child("child_step_writer").env("FT_PATH", &p).env("FT_STEPS", STEPS.to_string()));
     let mut inp = c.stdin.take().unwrap();
     for step in 0..STEPS {
         let got = listen(&mut out, |_| false);
@@ -1713,16 +1704,12 @@ fn a_direct_write_is_seen_by_stat_in_plain_processes() {
     // would send the client's writes through the kernel).
     assert_eq!(std::fs::metadata(&p).unwrap().len(), 0);
     let stats = m.scratch().join("stats");
-    let mut c = child("child_growing_writer")
-        .env("FT_PATH", &p)
-        .env("FT_STEPS", STEPS.to_string())
-        .env("FERRITE_DIRECT_STATS", &stats)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let (mut c, mut out) = piped(
+        child("child_growing_writer")
+            .env("FT_PATH", &p)
+            .env("FT_STEPS", STEPS.to_string())
+            .env("FERRITE_DIRECT_STATS", &stats),
+    );
     let mut inp = c.stdin.take().unwrap();
     let mut plain = None;
     for step in 1..=STEPS {
@@ -2093,15 +2080,8 @@ fn a_forked_child_shares_its_parents_mapping() {
 }
 
 fn dax_child(p: &Path, stats: &Path) -> (Child, BufReader<ChildStdout>) {
-    let mut c = child("child_dax_mapper")
-        .env("FT_PATH", p)
-        .env("FERRITE_DIRECT_STATS", stats)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let (mut c, mut out) =
+        piped(child("child_dax_mapper").env("FT_PATH", p).env("FERRITE_DIRECT_STATS", stats));
     let last = listen(&mut out, |msg| msg != "mapped");
     if last != "mapped" {
         let mut err = String::new();
