@@ -262,6 +262,12 @@ pub(crate) fn start<FS: Filesystem + Send + Sync + 'static>(
     for _ in 0..n {
         match rx.recv_timeout(std::time::Duration::from_secs(10)) {
             Ok(Ok(())) => {}
+            // Unmounted while the queues registered (a SIGINT right after the mount):
+            // the session simply ended, as when a request finds the connection gone.
+            Ok(Err(e)) if e.kind() == io::ErrorKind::NotConnected => {
+                stop.store(true, Ordering::Relaxed);
+                return Ok(threads);
+            }
             Ok(Err(e)) => {
                 stop.store(true, Ordering::Relaxed);
                 return Err(io::Error::new(e.kind(), format!("FUSE over io_uring: {e}")));
@@ -320,6 +326,10 @@ fn serve_queue<FS: Filesystem>(
         Err(e) => {
             let err = io::Error::new(e.kind(), format!("registering queue {qid}: {e}"));
             let _ = registered.send(Err(io::Error::new(e.kind(), err.to_string())));
+            // The connection is gone (unmounted meanwhile): an end, not a failure.
+            if e.kind() == io::ErrorKind::NotConnected {
+                return Ok(());
+            }
             return Err(err);
         }
     };
