@@ -443,7 +443,7 @@ fn a_file_this_process_writes_is_stated_from_the_pool() {
 }
 
 #[test]
-#[ignore = "run by a_file_this_process_closed_after_writing_is_stated_from_the_pool"]
+#[ignore = "run by a_file_this_process_closed_without_writing_is_stated_from_the_pool"]
 fn child_stat_after_close() {
     let d = PathBuf::from(env("FT_PATH"));
     let n = env_n("FT_N");
@@ -473,7 +473,7 @@ fn child_stat_after_close() {
 /// against 2.6 us on the plain mount. A file this process closed after opening it
 /// for writing is now stated from the pool.
 #[test]
-fn a_file_this_process_closed_after_writing_is_stated_from_the_pool() {
+fn a_file_this_process_closed_without_writing_is_stated_from_the_pool() {
     let mut m = Mount::new("direct-stat-closed", "64M", "");
     let d = m.path("t");
     std::fs::create_dir(&d).unwrap();

@@ -29,8 +29,8 @@
 //!   client (Ctrl-Z, a debugger) keeps nobody waiting on a lease; the holder claims
 //!   it back with a CAS before each use and, if it was taken, locks and catches up
 //!   as without a lease. A lease is used only after `Party::check` passes (a
-//!   revoked client's leases were taken over by the daemon). Only a client with a keeper (`Fs::keep_leases`)
-//!   keeps leases. Lock order: `xh`, then the lease list.
+//!   revoked client's leases were taken over by the daemon). Only a client with a
+//!   keeper (`Fs::keep_leases`) keeps leases. Lock order: `xh`, then the lease list.
 //! - Clients do no namespace operation. Their journaled commits (thorough GC) take
 //!   the journal's cross-process lock; a client that dies holding it leaves the
 //!   journal to the daemon, which finishes or rolls it back as recovery would.

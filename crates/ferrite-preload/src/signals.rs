@@ -207,6 +207,17 @@ pub unsafe fn sigaction(
         // SAFETY: the caller's arguments.
         return unsafe { real(sig, act, old) };
     }
+    // Inside a hook meanwhile: a wrapped handler that arrives now (and might call
+    // sigaction itself, reaching `remember`'s lock on this thread) waits for the end.
+    struct Out(bool);
+    impl Drop for Out {
+        fn drop(&mut self) {
+            if !self.0 {
+                hook_done();
+            }
+        }
+    }
+    let _in = Out(set_in_hook(true));
     let _o = order();
     let slot = &ACTIONS[sig as usize];
     let prev = slot.load(Ordering::Acquire);
