@@ -82,12 +82,19 @@ const INLINE_IN_PLACE: usize = log::ENTRY_INLINE - log::INLINE_HDR;
 /// This thread's spare page buffer, or a new one. Its content is stale: the caller
 /// overwrites all of it.
 pub(crate) fn spare_page() -> Box<[u8; BLOCK as usize]> {
-    SPARE_PAGE.with(|c| c.take()).unwrap_or_else(|| Box::new([0u8; BLOCK as usize]))
+    // try_with: a write made while the thread is torn down (a destructor of
+    // another thread-local, an atexit handler after the main thread's were
+    // destroyed) finds its spare gone and allocates.
+    SPARE_PAGE
+        .try_with(|c| c.take())
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| Box::new([0u8; BLOCK as usize]))
 }
 
 /// Keep `page` as this thread's spare page buffer (see [`spare_page`]).
 pub(crate) fn keep_spare_page(page: Box<[u8; BLOCK as usize]>) {
-    SPARE_PAGE.with(|c| c.set(Some(page)));
+    let _ = SPARE_PAGE.try_with(|c| c.set(Some(page)));
 }
 
 /// A planned piece of a write inside one page.
@@ -681,7 +688,9 @@ impl<M: Medium> Fs<M> {
                 let bytes = if len > INLINE_IN_PLACE {
                     long = true;
                     SPARE_ENTRY
-                        .with(|c| c.take())
+                        .try_with(|c| c.take())
+                        .ok()
+                        .flatten()
                         .map_or_else(EntryBytes::new, EntryBytes::from_vec)
                 } else {
                     EntryBytes::new()
@@ -716,7 +725,7 @@ impl<M: Medium> Fs<M> {
         if long {
             if let Some(e) = entries.iter_mut().rev().find(|e| e.bytes.spilled()) {
                 let v = std::mem::take(&mut e.bytes).into_vec();
-                SPARE_ENTRY.with(|c| c.set(Some(v)));
+                let _ = SPARE_ENTRY.try_with(|c| c.set(Some(v)));
             }
         }
         r

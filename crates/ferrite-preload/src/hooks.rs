@@ -203,7 +203,7 @@ fn iov_len(v: &[iovec]) -> R<usize> {
 // ------------------------------------------------------------------- open
 
 /// The absolute (not normalised) path `path` names relative to `dirfd`.
-fn absolute(dirfd: c_int, path: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn absolute(dirfd: c_int, path: &[u8]) -> Option<Vec<u8>> {
     use std::os::unix::ffi::OsStrExt;
     if path.first() == Some(&b'/') {
         return Some(path.to_vec());
@@ -1900,8 +1900,26 @@ pub unsafe extern "C" fn mremap(
 
 // ------------------------------------------------------------------- stdio
 
+/// fopen: a file of a mount with direct access gets a stream whose buffers go to
+/// the pool directly (see `streams`); any other, the C library's.
+#[no_mangle]
+pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
+    match crate::streams::open(path, mode) {
+        Some(fp) => fp,
+        None => forward!(fopen64(path, mode), std::ptr::null_mut()),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
+    unsafe { fopen(path, mode) }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
+    if let Some(fp) = crate::streams::fdopen(fd, mode) {
+        return fp;
+    }
     if let Some((e, d, _)) = lookup(fd) {
         // The stream reads and writes through the kernel at the kernel's offset.
         crate::sync_desc(fd, &d);
@@ -1924,8 +1942,15 @@ fn stream_gone(fp: *mut FILE) {
 
 #[no_mangle]
 pub unsafe extern "C" fn fclose(fp: *mut FILE) -> c_int {
-    stream_gone(fp);
-    forward!(fclose(fp), libc::EOF)
+    let ours = crate::streams::forget(fp);
+    if ours.is_none() {
+        stream_gone(fp);
+    }
+    let r = forward!(fclose(fp), libc::EOF);
+    if let Some(f) = ours {
+        f.release();
+    }
+    r
 }
 
 #[no_mangle]
@@ -1934,8 +1959,18 @@ pub unsafe extern "C" fn freopen(
     mode: *const c_char,
     fp: *mut FILE,
 ) -> *mut FILE {
-    stream_gone(fp);
-    forward!(freopen64(path, mode, fp), std::ptr::null_mut())
+    let ours = crate::streams::forget(fp);
+    if ours.is_some() {
+        crate::streams::before_freopen(fp);
+    } else {
+        stream_gone(fp);
+    }
+    let r = forward!(freopen64(path, mode, fp), std::ptr::null_mut());
+    if let Some(f) = ours {
+        crate::streams::after_freopen(r);
+        f.release();
+    }
+    r
 }
 
 #[no_mangle]
@@ -2066,6 +2101,10 @@ pub unsafe extern "C" fn fexecve(
 
 pub(crate) extern "C" fn at_fork_prepare() {
     maps_to_kernel_before_fork();
+    // From here the gate is closed: a call this thread makes on its way (the debug
+    // report of `sync_desc` is a write) must go straight to the C library, or it
+    // would wait at the gate for its own fork.
+    let _inside = table::inside_guard();
     table::fork_prepare();
     crate::sync_all();
 }
@@ -2104,6 +2143,7 @@ pub(crate) extern "C" fn at_fork_child() {
     exit_reset();
     mounts::after_fork_child();
     stats::reset_after_fork();
+    crate::streams::after_fork_child();
 }
 
 static EXITED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -2111,6 +2151,13 @@ static EXITED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::ne
 /// A forked child has its own exit report to write.
 pub(crate) fn exit_reset() {
     EXITED.store(false, Ordering::Release);
+}
+
+/// exit (not `_exit`, which drops what streams buffer): the streams made here
+/// write out their buffers while the client is still attached.
+extern "C" fn at_exit_flushing() {
+    crate::streams::flush_all();
+    at_exit();
 }
 
 pub(crate) extern "C" fn at_exit() {
@@ -2151,7 +2198,7 @@ pub(crate) fn register_handlers() {
     // SAFETY: plain registrations of extern "C" functions that live forever.
     unsafe {
         libc::pthread_atfork(Some(at_fork_prepare), Some(at_fork_parent), Some(at_fork_child));
-        libc::atexit(at_exit);
+        libc::atexit(at_exit_flushing);
     }
 }
 

@@ -7,7 +7,8 @@
 //! Modules: `hooks` (the interposed C functions; unsafe), `real` (the C library's
 //! functions; unsafe), `statics` (process-lifetime objects; unsafe), `table` (direct
 //! descriptors, the fork gate, reentrancy), `signals` (handlers deferred to the end of
-//! a hook), `ops` (the direct data path, safe),
+//! a hook), `streams` (C library streams on direct files; unsafe), `ops` (the direct
+//! data path, safe),
 //! `mounts`, `stats`. What is intercepted and what is not: docs/DIRECT-ACCESS.md.
 
 mod hooks;
@@ -17,6 +18,7 @@ mod real;
 mod signals;
 mod statics;
 mod stats;
+mod streams;
 mod table;
 
 use std::sync::atomic::Ordering;

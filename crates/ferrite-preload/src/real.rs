@@ -87,6 +87,7 @@ reals! {
     munmap: fn(*mut c_void, size_t) -> c_int;
     msync: fn(*mut c_void, size_t, c_int) -> c_int;
     mremap: fn(*mut c_void, size_t, size_t, c_int, *mut c_void) -> *mut c_void;
+    fopen64: fn(*const c_char, *const c_char) -> *mut FILE;
     fdopen: fn(c_int, *const c_char) -> *mut FILE;
     fclose: fn(*mut FILE) -> c_int;
     freopen64: fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;

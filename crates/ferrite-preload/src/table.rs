@@ -261,11 +261,35 @@ impl Ctx {
 
 thread_local! {
     static CTX: Ctx = Ctx::new();
+    /// This thread's context after [`CTX`] was destroyed (see [`with_ctx`]): made
+    /// on first need and never freed. No destructor, so it outlives the thread's
+    /// other thread-locals.
+    static LATE: Cell<Option<&'static Ctx>> = const { Cell::new(None) };
 }
 
-/// Run `f` on this thread's context (`None` while the thread is being torn down).
+/// Run `f` on this thread's context. While the thread is torn down, after its
+/// context was destroyed (the main thread's, before the atexit handlers and C++
+/// static destructors run at exit; any thread's, before the destructors of
+/// thread-locals registered after it), a second one serves, leaked: such a late
+/// call used to pass to the kernel, which wrote a direct descriptor's data at
+/// the kernel's offset, stale for a description private to the process (an
+/// atexit handler's last line overwrote the start of its log). `None` only if even
+/// that cannot be reached.
 pub fn with_ctx<T>(f: impl FnOnce(&Ctx) -> T) -> Option<T> {
-    CTX.try_with(f).ok()
+    let mut f = Some(f);
+    if let Ok(v) = CTX.try_with(|cx| f.take().map(|f| f(cx))) {
+        return v;
+    }
+    let late = LATE
+        .try_with(|l| {
+            if l.get().is_none() {
+                l.set(Some(Box::leak(Box::new(Ctx::new()))));
+            }
+            l.get()
+        })
+        .ok()
+        .flatten()?;
+    f.take().map(|f| f(late))
 }
 
 /// Bumped by every change of the table: a thread's cached lookup is valid while
@@ -353,7 +377,7 @@ impl Drop for Inside {
     }
 }
 
-/// Is this thread inside a hook (or being torn down)?
+/// Is this thread inside a hook (or torn down past reaching any context)?
 pub fn inside() -> bool {
     crate::signals::in_hook() || with_ctx(|_| ()).is_none()
 }

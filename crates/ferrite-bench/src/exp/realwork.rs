@@ -23,10 +23,11 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// The jobs, in the order they run: (case, label).
-pub const JOBS: [(&str, &str); 6] = [
+pub const JOBS: [(&str, &str); 7] = [
     ("cp-a", "cp -a of the tree"),
     ("tar-x", "tar x of the tree's archive"),
     ("git-clone", "git clone (--no-hardlinks) of a local repository of the tree"),
+    ("tee", "tee of the tree's archive into a file (a C library stream: fopen, fwrite)"),
     ("find", "find over the three trees"),
     ("stat-all", "lstat of every entry of the three trees (a Rust walk)"),
     ("rm-rf", "rm -rf of the three trees"),
@@ -142,6 +143,15 @@ fn job(case: &str, dir: &Path, inp: &Inputs) -> Result<f64, String> {
                 .arg(&inp.git)
                 .arg(&trees[2]),
         )?,
+        "tee" => {
+            // Into the copied tree, so that `rm -rf` takes it away with the trees.
+            run_cmd(
+                Command::new("sh")
+                    .args(["-c", "exec tee \"$1\" < \"$2\"", "sh"])
+                    .arg(trees[0].join("tee.out"))
+                    .arg(&inp.tar),
+            )?
+        }
         "find" => run_cmd(Command::new("find").args(&trees))?,
         "stat-all" => {
             let mut n = 0;

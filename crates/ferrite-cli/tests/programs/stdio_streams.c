@@ -1,0 +1,255 @@
+/* C library streams (FILE) on files of one directory: fopen modes, fdopen, seeks,
+ * reads after writes, fork with buffered data, exit without fclose, freopen, and
+ * writes from an atexit handler.
+ * Prints a transcript that must be the same on tmpfs, on the mount, and on the
+ * mount under the preload library (tests/direct_stdio.rs). Usage: stdio_streams DIR */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *dir;
+static char *at(const char *name) {
+    static char buf[4][4096];
+    static int i;
+    char *b = buf[i++ % 4];
+    snprintf(b, 4096, "%s/%s", dir, name);
+    return b;
+}
+
+static uint32_t sum(const char *name) {
+    FILE *f = fopen(at(name), "r");
+    if (!f) return 0;
+    uint32_t h = 2166136261u;
+    int c;
+    while ((c = fgetc(f)) != EOF) h = (h ^ (uint32_t)c) * 16777619u;
+    fclose(f);
+    return h;
+}
+
+static long size_of(const char *name) {
+    struct stat st;
+    return stat(at(name), &st) == 0 ? (long)st.st_size : -errno;
+}
+
+/* An atexit handler's writes: a descriptor's last line and a stream's, neither
+ * flushed nor closed before exit (both opened after the last fork, so the
+ * descriptions stay private to the process). */
+static int exit_fd = -1;
+static FILE *exit_stream;
+static void at_end(void) {
+    if (exit_fd >= 0) write(exit_fd, "END\n", 4);
+    if (exit_stream) fputs("the stream's last line\n", exit_stream);
+}
+
+#define SAY(...) do { printf(__VA_ARGS__); fflush(stdout); } while (0)
+
+int main(int argc, char **argv) {
+    if (argc != 2) return 2;
+    dir = argv[1];
+    char line[256];
+    atexit(at_end);
+    size_t got;
+
+    /* "w": formatted lines, positions, close; "r": read them back. */
+    FILE *f = fopen(at("lines"), "w");
+    for (int i = 0; i < 20000; i++) fprintf(f, "line %d of the file\n", i);
+    SAY("w: tell %ld\n", ftell(f));
+    SAY("w: fclose %d\n", fclose(f));
+    f = fopen(at("lines"), "r");
+    long n = 0, bytes = 0;
+    while (fgets(line, sizeof line, f)) n++, bytes += (long)strlen(line);
+    SAY("r: %ld lines %ld bytes eof %d error %d\n", n, bytes, feof(f), ferror(f));
+    SAY("r: fgetc after eof %d\n", fgetc(f));
+    rewind(f);
+    char *gl = NULL;
+    size_t cap = 0;
+    ssize_t k = getline(&gl, &cap, f);
+    SAY("r: getline %zd '%.*s'\n", k, (int)(k > 0 ? k - 1 : 0), gl);
+    free(gl);
+    SAY("r: ungetc %c, then %c\n", ungetc('Z', f), fgetc(f));
+    got = fwrite("x", 1, 1, f);
+    SAY("r: fwrite on a read stream %zu error %d\n", got, ferror(f));
+    fclose(f);
+    SAY("sizes: lines %ld sum %08x\n", size_of("lines"), sum("lines"));
+
+    /* "a": starts at the end; writes append. */
+    f = fopen(at("lines"), "a");
+    SAY("a: tell at open %ld\n", ftell(f));
+    fputs("appended\n", f);
+    SAY("a: tell %ld\n", ftell(f));
+    fclose(f);
+    SAY("a: size %ld sum %08x\n", size_of("lines"), sum("lines"));
+
+    /* "r+": overwrite in the middle, read what follows without closing. */
+    f = fopen(at("lines"), "r+");
+    fseek(f, 1000, SEEK_SET);
+    fputs("OVERWRITTEN", f);
+    fseek(f, 995, SEEK_SET);
+    got = fread(line, 1, 30, f);
+    SAY("r+: read %zu '%.30s'\n", got, line);
+    fseek(f, 0, SEEK_END);
+    SAY("r+: end %ld\n", ftell(f));
+    fflush(f);
+    struct stat st;
+    fstat(fileno(f), &st);
+    SAY("r+: fileno's size %ld\n", (long)st.st_size);
+    fclose(f);
+
+    /* "w+": write, rewind, read back; seek past the end makes a hole. */
+    f = fopen(at("wplus"), "w+");
+    for (int i = 0; i < 3000; i++) fprintf(f, "%05d|", i);
+    rewind(f);
+    got = fread(line, 1, 18, f);
+    SAY("w+: read %zu '%.18s'\n", got, line);
+    fseek(f, 100000, SEEK_SET);
+    fputs("past the end", f);
+    fseek(f, 50000, SEEK_SET);
+    int zeros = 0;
+    for (int i = 0; i < 100; i++) zeros += fgetc(f) == 0;
+    SAY("w+: zeros in the hole %d\n", zeros);
+    fclose(f);
+    SAY("w+: size %ld sum %08x\n", size_of("wplus"), sum("wplus"));
+
+    /* "a+": reads from anywhere, writes at the end. */
+    f = fopen(at("wplus"), "a+");
+    got = fread(line, 1, 6, f);
+    SAY("a+: read at open %zu '%.6s'\n", got, line);
+    fputs("tail", f);
+    fseek(f, -4, SEEK_END);
+    got = fread(line, 1, 4, f);
+    fflush(f);
+    SAY("a+: last %zu '%.4s' size %ld\n", got, line, size_of("wplus"));
+    fclose(f);
+
+    /* Unbuffered: every fputc is a write. */
+    f = fopen(at("unbuf"), "w");
+    setvbuf(f, NULL, _IONBF, 0);
+    for (int i = 0; i < 500; i++) fputc('a' + i % 26, f);
+    SAY("unbuffered: size before fclose %ld\n", size_of("unbuf"));
+    fclose(f);
+
+    /* Large blocks pass the buffer. */
+    char *big = malloc(1 << 20);
+    for (int i = 0; i < 1 << 20; i++) big[i] = (char)(i * 7 + i / 4096);
+    f = fopen(at("big"), "w");
+    for (int r = 0; r < 4; r++) fwrite(big, 1, 1 << 20, f);
+    fwrite(big, 1, 777, f);
+    fclose(f);
+    f = fopen(at("big"), "r");
+    fseek(f, (3 << 20) + 12345, SEEK_SET);
+    got = fread(big, 1, 1 << 20, f);
+    SAY("big: size %ld sum %08x read %zu eof %d\n", size_of("big"), sum("big"), got, feof(f));
+    fclose(f);
+    free(big);
+
+    /* Errors: exclusive create of an existing name, a missing file, a bad mode. */
+    const char *tries[][2] = {{"lines", "wx"}, {"nope", "r"}, {"lines", "q"}, {"nope/x", "w"}};
+    for (int i = 0; i < 4; i++) {
+        errno = 0;
+        FILE *g = fopen(at(tries[i][0]), tries[i][1]);
+        int e = errno;
+        SAY("fopen %s %s: %s errno %d\n", tries[i][0], tries[i][1], g ? "opened" : "null", e);
+    }
+    f = fopen(at("fresh"), "wx");
+    SAY("wx fresh: %s\n", f ? "opened" : "null");
+    if (f) fclose(f);
+
+    /* fdopen: mode against the descriptor's access; "a" adds O_APPEND. */
+    int fd = open(at("lines"), O_RDONLY);
+    errno = 0;
+    f = fdopen(fd, "w");
+    int e = errno;
+    SAY("fdopen w on O_RDONLY: %s errno %d\n", f ? "opened" : "null", e);
+    f = fdopen(fd, "r");
+    got = fread(line, 1, 10, f);
+    SAY("fdopen r: %zu '%.10s' fileno same %d\n", got, line, fileno(f) == fd);
+    fclose(f);
+    int r = fcntl(fd, F_GETFD);
+    e = errno;
+    SAY("fdopen r: fd closed %d\n", r == -1 && e == EBADF);
+    fd = open(at("fd_a"), O_RDWR | O_CREAT | O_TRUNC, 0644);
+    write(fd, "0123456789", 10);
+    lseek(fd, 2, SEEK_SET);
+    f = fdopen(fd, "a");
+    SAY("fdopen a: O_APPEND %d tell %ld\n", (fcntl(fd, F_GETFL) & O_APPEND) != 0, ftell(f));
+    fputs("end", f);
+    fclose(f);
+    SAY("fdopen a: size %ld sum %08x\n", size_of("fd_a"), sum("fd_a"));
+    fd = open(at("fd_plus"), O_RDWR | O_CREAT | O_TRUNC, 0644);
+    write(fd, "abcdef", 6);
+    f = fdopen(fd, "r+");
+    SAY("fdopen r+: tell %ld\n", ftell(f));
+    fputs("GH", f);
+    fflush(f);
+    SAY("fdopen r+: descriptor at %ld\n", (long)lseek(fd, 0, SEEK_CUR));
+    rewind(f);
+    got = fread(line, 1, 8, f);
+    SAY("fdopen r+: %zu '%.8s'\n", got, line);
+    fclose(f);
+
+    /* fork with buffered data: both flush it (the C library's rule), at the
+     * offset they share. */
+    f = fopen(at("forked"), "w");
+    fputs("before|", f);
+    pid_t pid = fork();
+    if (pid == 0) {
+        fputs("child|", f);
+        exit(0); /* flushes "before|child|" */
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    fputs("parent|", f);
+    fclose(f);
+    SAY("fork: child %d size %ld sum %08x\n", WEXITSTATUS(status), size_of("forked"),
+        sum("forked"));
+
+    /* exit without fclose writes the buffers; _exit drops them (the grandchild's
+     * copies: written twice otherwise). */
+    pid = fork();
+    if (pid == 0) {
+        FILE *g = fopen(at("at_exit"), "w");
+        for (int i = 0; i < 1000; i++) fprintf(g, "%d,", i);
+        FILE *h = fopen(at("at_underscore_exit"), "w");
+        fputs("once", h);
+        if (fork() == 0) _exit(0); /* its copy of both buffers goes nowhere */
+        wait(NULL);
+        exit(0);
+    }
+    waitpid(pid, &status, 0);
+    SAY("exit: %d sizes %ld %ld sum %08x\n", WEXITSTATUS(status), size_of("at_exit"),
+        size_of("at_underscore_exit"), sum("at_exit"));
+
+    /* freopen of a stream to another file. */
+    f = fopen(at("reopen_a"), "w");
+    fputs("first file", f);
+    f = freopen(at("reopen_b"), "w", f);
+    fputs("second file", f);
+    fclose(f);
+    SAY("freopen: a %ld b %ld\n", size_of("reopen_a"), size_of("reopen_b"));
+
+    /* A stream and the descriptor under it, used in turns. */
+    f = fopen(at("mixed"), "w+");
+    fputs("stream", f);
+    fflush(f);
+    write(fileno(f), "+fd", 3);
+    fputs("+stream", f);
+    fflush(f);
+    ftruncate(fileno(f), 12);
+    fseek(f, 0, SEEK_END);
+    long end = ftell(f);
+    SAY("mixed: end %ld sum %08x\n", end, sum("mixed"));
+    fclose(f);
+
+    exit_fd = open(at("atexit_fd"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    for (int i = 0; i < 10; i++) write(exit_fd, "0123456789\n", 11);
+    exit_stream = fopen(at("atexit_stream"), "w");
+    for (int i = 0; i < 3000; i++) fprintf(exit_stream, "%d,", i);
+    return 0;
+}
