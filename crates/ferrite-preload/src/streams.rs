@@ -246,7 +246,8 @@ pub fn open(path: *const c_char, mode: *const c_char) -> Option<*mut FILE> {
     {
         let _e = table::enter()?;
         let a = hooks::absolute(libc::AT_FDCWD, p.to_bytes())?;
-        mounts::for_path(&a)?;
+        // A mount without direct access: the C library's fopen, as before.
+        mounts::for_path(&a)?.client()?;
     }
     // SAFETY: the caller's path, and the mode glibc's fopen opens it with.
     let fd = unsafe { hooks::open64(path, mode.flags, 0o666) };
@@ -254,8 +255,15 @@ pub fn open(path: *const c_char, mode: *const c_char) -> Option<*mut FILE> {
         return Some(std::ptr::null_mut());
     }
     if !is_direct(fd) {
-        // A FIFO, a device, or a mount without direct access: the C library's
-        // stream, through the kernel.
+        // A FIFO, a device, a directory (read mode): the C library's stream,
+        // through the kernel, where glibc's fopen would start it (its fdopen does
+        // not move an O_APPEND descriptor to the end).
+        if mode.append_only {
+            match real::lseek(fd, 0, libc::SEEK_END) {
+                Err(e) if e != libc::ESPIPE => return Some(fail(fd, e)),
+                _ => {}
+            }
+        }
         let Some(fdopen) = real().fdopen else { return Some(fail(fd, libc::ENOSYS)) };
         // SAFETY: our descriptor and the caller's mode.
         let fp = unsafe { fdopen(fd, m.as_ptr()) };
