@@ -1960,14 +1960,16 @@ pub unsafe extern "C" fn freopen(
     fp: *mut FILE,
 ) -> *mut FILE {
     let ours = crate::streams::forget(fp);
-    if ours.is_some() {
-        crate::streams::before_freopen(fp);
-    } else {
-        stream_gone(fp);
-    }
+    let byte_only = match ours {
+        Some(_) => crate::streams::before_freopen(fp),
+        None => {
+            stream_gone(fp);
+            false
+        }
+    };
     let r = forward!(freopen64(path, mode, fp), std::ptr::null_mut());
     if let Some(f) = ours {
-        crate::streams::after_freopen(r);
+        crate::streams::after_freopen(r, byte_only);
         f.release();
     }
     r

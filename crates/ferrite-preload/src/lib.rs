@@ -27,16 +27,21 @@ use std::sync::{Arc, OnceLock};
 pub(crate) use statics::{abandon, leaked};
 
 /// Set up once per process image: find the mounts, take inherited descriptors,
-/// register the fork and exit handlers.
+/// register the fork and exit handlers, make `stdout` and `stderr` streams of this
+/// library when they write direct files.
 pub(crate) fn init() {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
-        let Some(_e) = table::enter() else { return };
-        let ms = mounts::mounts();
-        if !ms.is_empty() {
-            adopt_inherited();
+        {
+            let Some(_e) = table::enter() else { return };
+            let ms = mounts::mounts();
+            if !ms.is_empty() {
+                adopt_inherited();
+            }
+            hooks::register_handlers();
         }
-        hooks::register_handlers();
+        // Outside the hook: making a stream asks the hooks (fstat).
+        streams::adopt_std();
     });
 }
 

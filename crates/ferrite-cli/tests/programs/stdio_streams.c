@@ -6,6 +6,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <locale.h>
+#include <wchar.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +52,38 @@ static void at_end(void) {
 
 #define SAY(...) do { printf(__VA_ARGS__); fflush(stdout); } while (0)
 
+/* The standard streams (run with them redirected to files): `print N` prints N
+ * lines on stdout with some on stderr between; `wide` prints with the
+ * wide-character functions. */
+static int standard(int argc, char **argv) {
+    if (!strcmp(argv[1], "print") && argc == 3) {
+        int n = atoi(argv[2]);
+        for (int i = 0; i < n; i++) {
+            printf("line %d of stdout\n", i);
+            if (i % 10000 == 0) {
+                fprintf(stderr, "stderr at %d\n", i);
+                errno = ENOENT;
+                perror("perror");
+            }
+        }
+        puts("puts");
+        putchar('!');
+        fflush(stdout);
+        write(1, "\nraw write\n", 11);
+        printf("after the raw write, tell %ld\n", ftell(stdout));
+        return 0;
+    }
+    if (!strcmp(argv[1], "wide") && argc == 2) {
+        setlocale(LC_ALL, "C.UTF-8");
+        for (int i = 0; i < 3000; i++) wprintf(L"wide %d %ls\n", i, L"t\u00e9xt");
+        fwprintf(stderr, L"wide on stderr %ls\n", L"\u00e9");
+        return 0;
+    }
+    return 2;
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 3 || (argc == 2 && !strcmp(argv[1], "wide"))) return standard(argc, argv);
     if (argc != 2) return 2;
     dir = argv[1];
     char line[256];
