@@ -103,8 +103,23 @@ fn preloaded(m: &Mount, stats: &Path) -> Command {
     c
 }
 
+/// `{ head N; head N; cat; } < input` with stdout and stderr redirected: each
+/// program reads on from where the one before stopped.
+fn heads(pre: Option<Command>, bin: &Path, input: &Path, dir: &Path) -> Vec<u8> {
+    let out = dir.join("heads");
+    let mut cmd = pre.unwrap_or_else(|| Command::new("sh"));
+    if cmd.get_program() != "sh" {
+        cmd.arg("sh");
+    }
+    cmd.args(["-c", "{ \"$1\" head 3; \"$1\" head 5000; cat; } < \"$2\" > \"$3\"", "sh"]);
+    cmd.arg(bin).arg(input).arg(&out);
+    let st = cmd.status().expect("spawn");
+    assert!(st.success(), "{cmd:?}: {st}");
+    std::fs::read(out).unwrap()
+}
+
 #[test]
-fn stdout_and_stderr_redirected_to_a_direct_file_write_directly_in_order() {
+fn standard_streams_redirected_to_direct_files_read_and_write_directly() {
     let m = Mount::new("direct-stdout", "256M", "");
     let bin = m.scratch().join("stdio_streams");
     compile(&bin);
@@ -124,6 +139,15 @@ fn stdout_and_stderr_redirected_to_a_direct_file_write_directly_in_order() {
             assert!(s.iter().map(|x| x.direct).sum::<u64>() > 400, "{s:?}");
         }
     }
+    // stdin: the output of `print` read back by three programs in turn.
+    std::fs::copy(tmpfs.path().join("out"), dir.join("input")).unwrap();
+    let want = heads(None, &bin, &tmpfs.path().join("out"), tmpfs.path());
+    let stats = m.scratch().join("stats-heads");
+    let got = heads(Some(preloaded(&m, &stats)), &bin, &dir.join("input"), &dir);
+    assert!(got == want, "stdin: differs from tmpfs's");
+    let s = direct_stats(&stats);
+    // The second head reads 5000 lines (about 100 KiB) in 4 KiB buffers.
+    assert!(s.iter().any(|x| x.direct >= 25), "stdin was read directly: {s:?}");
 }
 
 /// A C++ program's `printf` and `std::cout` share glibc's `stdout` buffer; the

@@ -27,8 +27,8 @@ use std::sync::{Arc, OnceLock};
 pub(crate) use statics::{abandon, leaked};
 
 /// Set up once per process image: find the mounts, take inherited descriptors,
-/// register the fork and exit handlers, make `stdout` and `stderr` streams of this
-/// library when they write direct files.
+/// register the fork and exit handlers, make the standard streams streams of this
+/// library when they are on direct files.
 pub(crate) fn init() {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {

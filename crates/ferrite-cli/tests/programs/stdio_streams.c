@@ -53,8 +53,8 @@ static void at_end(void) {
 #define SAY(...) do { printf(__VA_ARGS__); fflush(stdout); } while (0)
 
 /* The standard streams (run with them redirected to files): `print N` prints N
- * lines on stdout with some on stderr between; `wide` prints with the
- * wide-character functions. */
+ * lines on stdout with some on stderr between; `head N` copies N lines of stdin;
+ * `wide` prints with the wide-character functions. */
 static int standard(int argc, char **argv) {
     if (!strcmp(argv[1], "print") && argc == 3) {
         int n = atoi(argv[2]);
@@ -71,6 +71,17 @@ static int standard(int argc, char **argv) {
         fflush(stdout);
         write(1, "\nraw write\n", 11);
         printf("after the raw write, tell %ld\n", ftell(stdout));
+        return 0;
+    }
+    if (!strcmp(argv[1], "head") && argc == 3) {
+        /* Reads N lines of stdin, copies them, then puts the descriptor's offset
+         * where it stopped reading (fflush of an input stream), for the next
+         * program that reads the same description. */
+        char line[256];
+        for (int i = atoi(argv[2]); i > 0 && fgets(line, sizeof line, stdin); i--)
+            fputs(line, stdout);
+        fflush(stdin);
+        printf("stdin at %ld, descriptor at %ld\n", ftell(stdin), (long)lseek(0, 0, SEEK_CUR));
         return 0;
     }
     if (!strcmp(argv[1], "wide") && argc == 2) {
