@@ -174,3 +174,27 @@ fn cxx_streams_and_printf_stay_in_order() {
     let (out, _) = redirected(Some(preloaded(&m, &stats)), &bin, &[], &m.mnt);
     assert!(String::from_utf8_lossy(&out) == want, "C++ output out of order");
 }
+
+/// Files made by mkstemp (sed -i, sort, perl -i, git make theirs so) on a mount
+/// are direct: created through the library, not by the C library's own open.
+#[test]
+fn temp_files_from_mkstemp_are_direct() {
+    let m = Mount::new("direct-mkstemp", "256M", "");
+    let bin = m.scratch().join("stdio_streams");
+    compile(&bin);
+    let tmpfs = tempfile::Builder::new().prefix("ferrite-temp-").tempdir_in("/dev/shm").unwrap();
+    let dir = m.path("d");
+    std::fs::create_dir(&dir).unwrap();
+    let mut c = Command::new(&bin);
+    c.arg("temp").arg(tmpfs.path());
+    let want = transcript(c);
+    assert!(want.contains("mkstemp: 1, name made 1, mode 600"), "{want}");
+    let stats = m.scratch().join("stats");
+    let mut c = preloaded(&m, &stats);
+    c.arg(&bin).arg("temp").arg(&dir);
+    assert_eq!(transcript(c), want);
+    assert_eq!(files(&dir), files(tmpfs.path()));
+    // 300 writes to the mkstemp descriptor, then its stream's.
+    let s = direct_stats(&stats);
+    assert!(s.iter().any(|x| x.direct >= 300), "mkstemp's file was direct: {s:?}");
+}

@@ -402,6 +402,105 @@ pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
     open_at(libc::AT_FDCWD, path, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, mode)
 }
 
+// ---------------------------------------------------------------- temp files
+
+/// mkostemps and its relatives: a template on a mount with direct access is
+/// created through [`open_at`] (so the new file is direct, as any other the
+/// process creates), by glibc's rule: the six `X` before the `suffix` characters
+/// replaced by letters and digits until an exclusive create succeeds, mode 0600,
+/// `flags` besides. The C library's own would open it with its internal `open`:
+/// a plain kernel open, which keeps every client's writes of the file in the
+/// kernel (sed -i, sort's temporary files, perl -i, git). Anything else: the C
+/// library's.
+fn make_temp(t: *mut c_char, suffix: c_int, flags: c_int) -> c_int {
+    let plain = || forward!(mkostemps64(t, suffix, flags), -1);
+    if t.is_null() || table::inside() {
+        return plain();
+    }
+    crate::init();
+    if mounts::mounts().is_empty() {
+        return plain();
+    }
+    // SAFETY: a non-null C string from the caller.
+    let name = unsafe { CStr::from_ptr(t) }.to_bytes();
+    let on_mount = {
+        let Some(_e) = table::enter() else { return plain() };
+        absolute(libc::AT_FDCWD, name)
+            .and_then(|a| mounts::for_path(&a))
+            .is_some_and(|m| m.client().is_some())
+    };
+    if !on_mount {
+        return plain();
+    }
+    let (len, suffix) = (name.len(), suffix.max(0) as usize);
+    if suffix > len || len - suffix < 6 || &name[len - suffix - 6..len - suffix] != b"XXXXXX" {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    const LETTERS: &[u8; 62] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    let at = len - suffix - 6;
+    // glibc tries 62^3 names before it gives up with EEXIST.
+    for _ in 0..62 * 62 * 62 {
+        let mut r = [0u8; 8];
+        if real::random(&mut r).is_err() {
+            return plain();
+        }
+        let mut v = u64::from_ne_bytes(r);
+        for i in 0..6 {
+            // SAFETY: inside the caller's template (at + 6 <= len).
+            unsafe { *t.add(at + i) = LETTERS[(v % 62) as usize] as c_char };
+            v /= 62;
+        }
+        let f = (flags & !libc::O_ACCMODE) | libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
+        let fd = open_at(libc::AT_FDCWD, t, f, 0o600);
+        if fd >= 0 || real::errno() != libc::EEXIST {
+            return fd;
+        }
+    }
+    set_errno(libc::EEXIST);
+    -1
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkstemp(t: *mut c_char) -> c_int {
+    make_temp(t, 0, 0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkstemp64(t: *mut c_char) -> c_int {
+    make_temp(t, 0, 0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkostemp(t: *mut c_char, flags: c_int) -> c_int {
+    make_temp(t, 0, flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkostemp64(t: *mut c_char, flags: c_int) -> c_int {
+    make_temp(t, 0, flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkstemps(t: *mut c_char, suffix: c_int) -> c_int {
+    make_temp(t, suffix, 0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkstemps64(t: *mut c_char, suffix: c_int) -> c_int {
+    make_temp(t, suffix, 0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkostemps(t: *mut c_char, suffix: c_int, flags: c_int) -> c_int {
+    make_temp(t, suffix, flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkostemps64(t: *mut c_char, suffix: c_int, flags: c_int) -> c_int {
+    make_temp(t, suffix, flags)
+}
+
 // ------------------------------------------------------------------ close/dup
 
 fn is_internal(fd: c_int) -> bool {

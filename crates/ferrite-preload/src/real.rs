@@ -88,6 +88,7 @@ reals! {
     msync: fn(*mut c_void, size_t, c_int) -> c_int;
     mremap: fn(*mut c_void, size_t, size_t, c_int, *mut c_void) -> *mut c_void;
     fopen64: fn(*const c_char, *const c_char) -> *mut FILE;
+    mkostemps64: fn(*mut c_char, c_int, c_int) -> c_int;
     fdopen: fn(c_int, *const c_char) -> *mut FILE;
     fclose: fn(*mut FILE) -> c_int;
     freopen64: fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;
@@ -114,6 +115,17 @@ static REAL: OnceLock<Real> = OnceLock::new();
 /// The real functions (looked up on first use).
 pub fn real() -> &'static Real {
     REAL.get_or_init(load)
+}
+
+/// Fill `buf` from the kernel's random source (getrandom, not blocking).
+pub fn random(buf: &mut [u8]) -> Result<(), c_int> {
+    // SAFETY: a live buffer of buf.len() bytes.
+    let r = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), libc::GRND_NONBLOCK) };
+    if r == buf.len() as ssize_t {
+        Ok(())
+    } else {
+        Err(if r < 0 { errno() } else { libc::EIO })
+    }
 }
 
 /// errno of the calling thread.

@@ -54,7 +54,8 @@ static void at_end(void) {
 
 /* The standard streams (run with them redirected to files): `print N` prints N
  * lines on stdout with some on stderr between; `head N` copies N lines of stdin;
- * `wide` prints with the wide-character functions. */
+ * `wide` prints with the wide-character functions. And `temp DIR`: files made by
+ * mkstemp and its relatives. */
 static int standard(int argc, char **argv) {
     if (!strcmp(argv[1], "print") && argc == 3) {
         int n = atoi(argv[2]);
@@ -82,6 +83,35 @@ static int standard(int argc, char **argv) {
             fputs(line, stdout);
         fflush(stdin);
         printf("stdin at %ld, descriptor at %ld\n", ftell(stdin), (long)lseek(0, 0, SEEK_CUR));
+        return 0;
+    }
+    if (!strcmp(argv[1], "temp") && argc == 3) {
+        /* mkstemp and its relatives in directory argv[2]. */
+        dir = argv[2];
+        char t[4096], t2[4096], bad[4096];
+        snprintf(t, sizeof t, "%s/tmpXXXXXX", dir);
+        int fd = mkstemp(t);
+        struct stat st;
+        fstat(fd, &st);
+        printf("mkstemp: %d, name made %d, mode %o\n", fd >= 0,
+               strcmp(t + strlen(t) - 6, "XXXXXX") != 0, st.st_mode & 0777);
+        for (int i = 0; i < 300; i++) write(fd, "0123456789abcdef", 16);
+        FILE *f = fdopen(fd, "w");
+        for (int i = 0; i < 3000; i++) fprintf(f, "%d;", i);
+        fclose(f);
+        printf("rename: %d\n", rename(t, at("temp_renamed")));
+        snprintf(t2, sizeof t2, "%s/tmpXXXXXX.suf", dir);
+        fd = mkostemps(t2, 4, O_APPEND | O_CLOEXEC);
+        printf("mkostemps: %d, suffix kept %d, append %d, cloexec %d\n", fd >= 0,
+               strcmp(t2 + strlen(t2) - 4, ".suf") == 0, (fcntl(fd, F_GETFL) & O_APPEND) != 0,
+               (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0);
+        close(fd);
+        unlink(t2);
+        snprintf(bad, sizeof bad, "%s/tmpXXXXX", dir);
+        errno = 0;
+        fd = mkstemp(bad);
+        int e = errno;
+        printf("five X: %d errno %d\n", fd, e);
         return 0;
     }
     if (!strcmp(argv[1], "wide") && argc == 2) {
