@@ -7,13 +7,15 @@
 //! Modules: `hooks` (the interposed C functions; unsafe), `real` (the C library's
 //! functions; unsafe), `statics` (process-lifetime objects; unsafe), `table` (direct
 //! descriptors, the fork gate, reentrancy), `signals` (handlers deferred to the end of
-//! a hook), `streams` (C library streams on direct files; unsafe), `ops` (the direct
-//! data path, safe),
+//! a hook), `streams` (C library streams on direct files; unsafe), `printf`
+//! (dprintf on direct descriptors; unsafe), `ops` (the direct data path, safe),
 //! `mounts`, `stats`. What is intercepted and what is not: docs/DIRECT-ACCESS.md.
 
 mod hooks;
 pub mod mounts;
 mod ops;
+#[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
+mod printf;
 mod real;
 mod signals;
 mod statics;

@@ -89,6 +89,7 @@ reals! {
     mremap: fn(*mut c_void, size_t, size_t, c_int, *mut c_void) -> *mut c_void;
     fopen64: fn(*const c_char, *const c_char) -> *mut FILE;
     mkostemps64: fn(*mut c_char, c_int, c_int) -> c_int;
+    vdprintf: fn(c_int, *const c_char, *mut c_void) -> c_int;
     fdopen: fn(c_int, *const c_char) -> *mut FILE;
     fclose: fn(*mut FILE) -> c_int;
     freopen64: fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;

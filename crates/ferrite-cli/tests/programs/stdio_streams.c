@@ -1,6 +1,6 @@
 /* C library streams (FILE) on files of one directory: fopen modes, fdopen, seeks,
  * reads after writes, fork with buffered data, exit without fclose, freopen, and
- * writes from an atexit handler.
+ * writes from an atexit handler, and dprintf.
  * Prints a transcript that must be the same on tmpfs, on the mount, and on the
  * mount under the preload library (tests/direct_stdio.rs). Usage: stdio_streams DIR */
 #define _GNU_SOURCE
@@ -320,6 +320,22 @@ int main(int argc, char **argv) {
     long end = ftell(f);
     SAY("mixed: end %ld sum %08x\n", end, sum("mixed"));
     fclose(f);
+
+    /* dprintf on a descriptor written with write(2) (more integer and floating
+     * arguments than registers carry, and a text longer than a stream buffer). */
+    fd = open(at("dprintf"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    write(fd, "first line\n", 11);
+    int n1 = dprintf(fd, "%d %s %.3f %d %d %d %d %d %.2f %.2f %.2f %.2f %.2f %.2f %.2f %.2f %.2f %c\n",
+                     1, "two", 3.0, 4, 5, 6, 7, 8, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0,
+                     17.5, 'z');
+    char *longer = malloc(10001);
+    memset(longer, 'y', 10000);
+    longer[10000] = 0;
+    int n2 = dprintf(fd, "%s|%ld\n", longer, 1234567890123L);
+    free(longer);
+    write(fd, "third\n", 6);
+    close(fd);
+    SAY("dprintf: %d %d size %ld sum %08x\n", n1, n2, size_of("dprintf"), sum("dprintf"));
 
     exit_fd = open(at("atexit_fd"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     for (int i = 0; i < 10; i++) write(exit_fd, "0123456789\n", 11);
