@@ -106,16 +106,15 @@ pub fn read(c: &Client, d: &Desc, fd: i32, buf: &mut [u8]) -> R<Do<usize>> {
         return Err(libc::EBADF);
     }
     let fs = c.fs();
-    if d.shared.load(Ordering::Acquire) {
-        let n = with_kernel_pos(c, d, fd, |pos| {
-            let n = fs.read(d.ino, pos, buf).map_err(e)?;
-            Ok((n, pos + n as u64))
-        })?;
+    if let Some(mut p) = d.private_pos() {
+        let n = fs.read(d.ino, *p, buf).map_err(e)?;
+        *p += n as u64;
         return Ok(Do::Done(n));
     }
-    let mut p = d.pos.lock();
-    let n = fs.read(d.ino, *p, buf).map_err(e)?;
-    *p += n as u64;
+    let n = with_kernel_pos(c, d, fd, |pos| {
+        let n = fs.read(d.ino, pos, buf).map_err(e)?;
+        Ok((n, pos + n as u64))
+    })?;
     Ok(Do::Done(n))
 }
 
@@ -164,7 +163,7 @@ pub fn write_mode(c: &Client, d: &Desc, fd: i32, data: &[u8], append: bool) -> R
         // not move to the end.
         return Ok(Do::Done(0));
     }
-    if d.shared.load(Ordering::Acquire) {
+    let Some(mut p) = d.private_pos() else {
         if !writes_direct(d, c) {
             return Ok(Do::Kernel);
         }
@@ -178,8 +177,7 @@ pub fn write_mode(c: &Client, d: &Desc, fd: i32, data: &[u8], append: bool) -> R
             Ok((n, at + n as u64))
         })?;
         return Ok(Do::Done(n));
-    }
-    let mut p = d.pos.lock();
+    };
     if !writes_direct(d, c) {
         // Through the kernel descriptor, keeping the offset here (per-call flags
         // where the mode is not the descriptor's).
@@ -212,30 +210,33 @@ pub fn write_mode(c: &Client, d: &Desc, fd: i32, data: &[u8], append: bool) -> R
 
 /// The description's offset.
 pub fn tell(d: &Desc, fd: i32) -> R<u64> {
-    if d.shared.load(Ordering::Acquire) {
-        return Ok(real::lseek(fd, 0, libc::SEEK_CUR)? as u64);
+    match d.private_pos() {
+        Some(p) => Ok(*p),
+        None => Ok(real::lseek(fd, 0, libc::SEEK_CUR)? as u64),
     }
-    Ok(*d.pos.lock())
 }
 
 /// Set the description's offset to `pos`.
 pub fn set_pos(d: &Desc, fd: i32, pos: u64) -> R<()> {
-    if d.shared.load(Ordering::Acquire) {
-        real::lseek(fd, pos as i64, libc::SEEK_SET)?;
-    } else {
-        *d.pos.lock() = pos;
+    match d.private_pos() {
+        Some(mut p) => *p = pos,
+        None => {
+            real::lseek(fd, pos as i64, libc::SEEK_SET)?;
+        }
     }
     Ok(())
 }
 
 /// lseek.
 pub fn lseek(c: &Client, d: &Desc, fd: i32, off: i64, whence: i32) -> R<Do<i64>> {
+    // Whether the description is shared is read under the offset's lock (see
+    // `Desc::private_pos`).
+    let mut p = d.pos.lock();
     let shared = d.shared.load(Ordering::Acquire);
     if shared && (whence == libc::SEEK_SET || whence == libc::SEEK_CUR) {
         return Ok(Do::Kernel);
     }
     let size = || -> R<i64> { Ok(c.fs().getattr(d.ino).map_err(e)?.size as i64) };
-    let mut p = d.pos.lock();
     let new = match whence {
         libc::SEEK_SET => off,
         libc::SEEK_CUR => (*p as i64).checked_add(off).ok_or(libc::EOVERFLOW)?,

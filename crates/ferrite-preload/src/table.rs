@@ -75,6 +75,18 @@ impl KernelLook {
 }
 
 impl Desc {
+    /// The private offset, locked; `None` once the description is shared (the
+    /// kernel's offset is then the truth). Checked under the lock that
+    /// `sync_desc` takes to hand the offset over: a caller that saw the
+    /// description private before the hand-over and moved the private offset
+    /// after it would leave the kernel's behind (a thread writing while `main`
+    /// returned: `exit` hands offsets over, and the thread's next write landed on
+    /// its last one).
+    pub fn private_pos(&self) -> Option<parking_lot::MutexGuard<'_, u64>> {
+        let p = self.pos.lock();
+        (!self.shared.load(Ordering::Acquire)).then_some(p)
+    }
+
     /// O_APPEND?
     pub fn append(&self) -> bool {
         self.flags.load(Ordering::Relaxed) & libc::O_APPEND != 0

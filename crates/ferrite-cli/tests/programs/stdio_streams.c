@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <locale.h>
+#include <pthread.h>
 #include <wchar.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -52,6 +53,18 @@ static void at_end(void) {
 
 #define SAY(...) do { printf(__VA_ARGS__); fflush(stdout); } while (0)
 
+/* `exit-writer FILE`: a thread writes numbered records to FILE while main
+ * returns; every record that was written must stand where it was written. */
+static int records_fd;
+static void *write_records(void *arg) {
+    (void)arg;
+    char rec[32];
+    for (long i = 0;; i++) {
+        int n = snprintf(rec, sizeof rec, "%015ld\n", i);
+        if (write(records_fd, rec, n) != n) return NULL;
+    }
+}
+
 /* The standard streams (run with them redirected to files): `print N` prints N
  * lines on stdout with some on stderr between; `head N` copies N lines of stdin;
  * `wide` prints with the wide-character functions. And `temp DIR`: files made by
@@ -83,6 +96,13 @@ static int standard(int argc, char **argv) {
             fputs(line, stdout);
         fflush(stdin);
         printf("stdin at %ld, descriptor at %ld\n", ftell(stdin), (long)lseek(0, 0, SEEK_CUR));
+        return 0;
+    }
+    if (!strcmp(argv[1], "exit-writer") && argc == 3) {
+        records_fd = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        pthread_t t;
+        pthread_create(&t, NULL, write_records, NULL);
+        usleep(200000);
         return 0;
     }
     if (!strcmp(argv[1], "temp") && argc == 3) {
