@@ -38,20 +38,38 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
+/// A mount, the program compiled, a tmpfs directory to compare with, and a
+/// directory `d` on the mount.
+fn setup(tag: &str) -> (Mount, PathBuf, tempfile::TempDir, PathBuf) {
+    let m = Mount::new(tag, "256M", "");
+    let bin = m.scratch().join("stdio_streams");
+    compile(&bin);
+    let tmpfs = tempfile::Builder::new().prefix("ferrite-stdio-").tempdir_in("/dev/shm").unwrap();
+    let dir = m.path("d");
+    std::fs::create_dir(&dir).unwrap();
+    (m, bin, tmpfs, dir)
+}
+
+/// `sh`, under `pre` (a command prefix) if given.
+fn shell(pre: Option<Command>) -> Command {
+    match pre {
+        Some(mut c) => {
+            c.arg("sh");
+            c
+        }
+        None => Command::new("sh"),
+    }
+}
+
 fn transcript(mut c: Command) -> String {
     String::from_utf8(run(&mut c).stdout).expect("utf-8")
 }
 
 #[test]
 fn streams_on_direct_files_behave_as_on_tmpfs_and_write_directly() {
-    let m = Mount::new("direct-stdio", "256M", "");
-    let bin = m.scratch().join("stdio_streams");
-    compile(&bin);
-    let tmpfs = tempfile::Builder::new().prefix("ferrite-stdio-").tempdir_in("/dev/shm").unwrap();
+    let (m, bin, tmpfs, direct) = setup("direct-stdio");
     let plain: PathBuf = m.path("plain");
-    let direct: PathBuf = m.path("direct");
     std::fs::create_dir(&plain).unwrap();
-    std::fs::create_dir(&direct).unwrap();
 
     let mut c = Command::new(&bin);
     c.arg(tmpfs.path());
@@ -90,10 +108,7 @@ fn streams_on_direct_files_behave_as_on_tmpfs_and_write_directly() {
 /// would); their bytes.
 fn redirected(pre: Option<Command>, bin: &Path, args: &[&str], dir: &Path) -> (Vec<u8>, Vec<u8>) {
     let (out, err) = (dir.join("out"), dir.join("err"));
-    let mut cmd = pre.unwrap_or_else(|| Command::new("sh"));
-    if cmd.get_program() != "sh" {
-        cmd.arg("sh");
-    }
+    let mut cmd = shell(pre);
     cmd.args(["-c", "out=$1 err=$2; shift 2; exec \"$@\" > \"$out\" 2> \"$err\"", "sh"]);
     cmd.arg(&out).arg(&err).arg(bin).args(args);
     let st = cmd.status().expect("spawn");
@@ -111,10 +126,7 @@ fn preloaded(m: &Mount, stats: &Path) -> Command {
 /// program reads on from where the one before stopped.
 fn heads(pre: Option<Command>, bin: &Path, input: &Path, dir: &Path) -> Vec<u8> {
     let out = dir.join("heads");
-    let mut cmd = pre.unwrap_or_else(|| Command::new("sh"));
-    if cmd.get_program() != "sh" {
-        cmd.arg("sh");
-    }
+    let mut cmd = shell(pre);
     cmd.args(["-c", "{ \"$1\" head 3; \"$1\" head 5000; cat; } < \"$2\" > \"$3\"", "sh"]);
     cmd.arg(bin).arg(input).arg(&out);
     let st = cmd.status().expect("spawn");
@@ -124,12 +136,7 @@ fn heads(pre: Option<Command>, bin: &Path, input: &Path, dir: &Path) -> Vec<u8> 
 
 #[test]
 fn standard_streams_redirected_to_direct_files_read_and_write_directly() {
-    let m = Mount::new("direct-stdout", "256M", "");
-    let bin = m.scratch().join("stdio_streams");
-    compile(&bin);
-    let tmpfs = tempfile::Builder::new().prefix("ferrite-stdout-").tempdir_in("/dev/shm").unwrap();
-    let dir = m.path("d");
-    std::fs::create_dir(&dir).unwrap();
+    let (m, bin, tmpfs, dir) = setup("direct-stdout");
     for args in [&["print", "100000"][..], &["wide"]] {
         let want = redirected(None, &bin, args, tmpfs.path());
         let stats = m.scratch().join(format!("stats-{}", args[0]));
@@ -183,12 +190,7 @@ fn cxx_streams_and_printf_stay_in_order() {
 /// are direct: created through the library, not by the C library's own open.
 #[test]
 fn temp_files_from_mkstemp_are_direct() {
-    let m = Mount::new("direct-mkstemp", "256M", "");
-    let bin = m.scratch().join("stdio_streams");
-    compile(&bin);
-    let tmpfs = tempfile::Builder::new().prefix("ferrite-temp-").tempdir_in("/dev/shm").unwrap();
-    let dir = m.path("d");
-    std::fs::create_dir(&dir).unwrap();
+    let (m, bin, tmpfs, dir) = setup("direct-mkstemp");
     let mut c = Command::new(&bin);
     c.arg("temp").arg(tmpfs.path());
     let want = transcript(c);
