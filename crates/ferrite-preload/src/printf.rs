@@ -37,12 +37,6 @@ extern "C" {
     fn vasprintf(out: *mut *mut c_char, fmt: *const c_char, ap: *mut VaListTag) -> c_int;
 }
 
-/// Is `fd` a descriptor this library serves?
-fn is_direct(fd: c_int) -> bool {
-    table::TRACKED.load(std::sync::atomic::Ordering::Acquire) > 0
-        && table::enter().is_some_and(|_e| table::get(fd).is_some())
-}
-
 /// vdprintf: formatted by glibc, written by the library's `write` (see the
 /// module comment).
 #[no_mangle]
@@ -53,7 +47,7 @@ pub unsafe extern "C" fn vdprintf(fd: c_int, fmt: *const c_char, ap: *mut VaList
 
 /// Both entry points' work.
 unsafe extern "C" fn dprintf_va(fd: c_int, fmt: *const c_char, ap: *mut VaListTag) -> c_int {
-    if table::inside() || !is_direct(fd) {
+    if table::inside() || !table::is_direct(fd) {
         return match real().vdprintf {
             // SAFETY: the caller's arguments, passed on unchanged.
             Some(f) => unsafe { f(fd, fmt, ap.cast()) },

@@ -21,8 +21,13 @@
 //! - At `exit` the library flushes these streams before it tells the daemon that
 //!   the process ends ([`flush_all`]); the C library's own flush at exit comes
 //!   later, after that goodbye, and then finds nothing to write.
-//! - Limits: such a stream is byte-oriented (wide-character functions fail on it, as
-//!   on any `fopencookie` stream); a mode with `,ccs=` is left to the C library.
+//! - The buffer is the one glibc would give the file (`st_blksize`), so a program
+//!   flushes in the same pieces with and without this library.
+//! - The standard streams on direct files are replaced at start ([`adopt_std`]);
+//!   they keep glibc's wide-character state. Not when `std::cout` exists already.
+//! - Limits: a stream `fopen` or `fdopen` made here is byte-oriented
+//!   (wide-character functions fail on it, as on any `fopencookie` stream); a mode
+//!   with `,ccs=` is left to the C library; `freopen` gives back glibc's own stream.
 #![allow(unsafe_code)]
 
 use crate::real::{self, real, set_errno};
@@ -235,12 +240,6 @@ fn make(fd: c_int, mode: &Mode, unbuffered: bool) -> *mut FILE {
 /// glibc's BUFSIZ.
 const BUFSIZ: usize = 8192;
 
-/// Is `fd` a descriptor this library serves?
-fn is_direct(fd: c_int) -> bool {
-    table::TRACKED.load(std::sync::atomic::Ordering::Acquire) > 0
-        && table::enter().is_some_and(|_e| table::get(fd).is_some())
-}
-
 /// fopen: `None` when the C library should open it (not on a mount, a mode left
 /// to it, inside a hook); otherwise the stream, or null with errno.
 pub fn open(path: *const c_char, mode: *const c_char) -> Option<*mut FILE> {
@@ -265,7 +264,7 @@ pub fn open(path: *const c_char, mode: *const c_char) -> Option<*mut FILE> {
     if fd < 0 {
         return Some(std::ptr::null_mut());
     }
-    if !is_direct(fd) {
+    if !table::is_direct(fd) {
         // A FIFO, a device, a directory (read mode): the C library's stream,
         // through the kernel, where glibc's fopen would start it (its fdopen does
         // not move an O_APPEND descriptor to the end).
@@ -299,7 +298,7 @@ fn fail(fd: c_int, e: c_int) -> *mut FILE {
 /// fdopen of a direct descriptor: `None` for any other (the C library's stream);
 /// otherwise the stream, or null with errno (the checks of glibc's fdopen).
 pub fn fdopen(fd: c_int, mode: *const c_char) -> Option<*mut FILE> {
-    if mode.is_null() || table::inside() || !is_direct(fd) || !supported() {
+    if mode.is_null() || table::inside() || !table::is_direct(fd) || !supported() {
         return None;
     }
     // SAFETY: a non-null C string from the caller.
@@ -372,7 +371,7 @@ pub fn adopt_std() {
     }
     let Some(fileno) = real().fileno else { return };
     for (fd, how, unbuffered) in [(0, b"r", false), (1, b"w", false), (2, b"w", true)] {
-        if !is_direct(fd) {
+        if !table::is_direct(fd) {
             continue;
         }
         // SAFETY: glibc's variables, read and written by this thread at start,

@@ -389,6 +389,11 @@ impl Drop for Inside {
     }
 }
 
+/// Is `fd` a descriptor this library serves (asked from outside any hook)?
+pub fn is_direct(fd: i32) -> bool {
+    TRACKED.load(Ordering::Acquire) > 0 && enter().is_some_and(|_e| get(fd).is_some())
+}
+
 /// Is this thread inside a hook (or torn down past reaching any context)?
 pub fn inside() -> bool {
     crate::signals::in_hook() || with_ctx(|_| ()).is_none()
