@@ -432,7 +432,11 @@ fn make_temp(t: *mut c_char, suffix: c_int, flags: c_int) -> c_int {
     if !on_mount {
         return plain();
     }
-    let (len, suffix) = (name.len(), suffix.max(0) as usize);
+    let len = name.len();
+    let Ok(suffix) = usize::try_from(suffix) else {
+        set_errno(libc::EINVAL); // as glibc: a negative length never fits
+        return -1;
+    };
     if suffix > len || len - suffix < 6 || &name[len - suffix - 6..len - suffix] != b"XXXXXX" {
         set_errno(libc::EINVAL);
         return -1;
