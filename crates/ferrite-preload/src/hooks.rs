@@ -2088,6 +2088,65 @@ pub unsafe extern "C" fn freopen64(
     unsafe { freopen(path, mode, fp) }
 }
 
+// ------------------------------------------------------- descriptors passed on
+
+/// The direct descriptors a message passes to another process (SCM_RIGHTS) are
+/// shared from now on: their offsets go to the kernel first. The receiver shares
+/// the description and uses the kernel's offset, which was stale for a private
+/// one (a child's write to a descriptor its parent sent went over the parent's
+/// first bytes).
+///
+/// # Safety
+/// `m` is null or a message header whose control buffer the caller made.
+unsafe fn share_passed(m: *const libc::msghdr) {
+    if m.is_null() || table::TRACKED.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let Some(_e) = table::enter() else { return };
+    // SAFETY: the caller's header and its control buffer of msg_controllen bytes,
+    // walked with the C library's macros, which stay inside it.
+    unsafe {
+        let mut h = libc::CMSG_FIRSTHDR(m);
+        while !h.is_null() {
+            if (*h).cmsg_level == libc::SOL_SOCKET && (*h).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(h);
+                let bytes =
+                    ((*h).cmsg_len as usize).saturating_sub(data.offset_from(h.cast()) as usize);
+                for i in 0..bytes / std::mem::size_of::<c_int>() {
+                    let fd = data.cast::<c_int>().add(i).read_unaligned();
+                    if let Some(d) = table::get(fd) {
+                        crate::sync_desc(fd, &d);
+                    }
+                }
+            }
+            h = libc::CMSG_NXTHDR(m, h);
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendmsg(fd: c_int, m: *const libc::msghdr, flags: c_int) -> ssize_t {
+    // SAFETY: the caller's message.
+    unsafe { share_passed(m) };
+    forward!(sendmsg(fd, m, flags), -1)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendmmsg(
+    fd: c_int,
+    v: *mut libc::mmsghdr,
+    n: c_uint,
+    flags: c_int,
+) -> c_int {
+    if !v.is_null() {
+        for i in 0..n as usize {
+            // SAFETY: the caller's array of n messages.
+            unsafe { share_passed(&(*v.add(i)).msg_hdr) };
+        }
+    }
+    forward!(sendmmsg(fd, v, n, flags), -1)
+}
+
 // ------------------------------------------------------------ new processes
 
 /// Before a new program image that inherits this process's descriptors (spawn,

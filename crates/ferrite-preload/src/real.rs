@@ -90,6 +90,8 @@ reals! {
     fopen64: fn(*const c_char, *const c_char) -> *mut FILE;
     mkostemps64: fn(*mut c_char, c_int, c_int) -> c_int;
     vdprintf: fn(c_int, *const c_char, *mut c_void) -> c_int;
+    sendmsg: fn(c_int, *const libc::msghdr, c_int) -> ssize_t;
+    sendmmsg: fn(c_int, *mut libc::mmsghdr, c_uint, c_int) -> c_int;
     fdopen: fn(c_int, *const c_char) -> *mut FILE;
     fclose: fn(*mut FILE) -> c_int;
     freopen64: fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE;

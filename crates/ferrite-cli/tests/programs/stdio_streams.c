@@ -1,6 +1,7 @@
 /* C library streams (FILE) on files of one directory: fopen modes, fdopen, seeks,
  * reads after writes, fork with buffered data, exit without fclose, freopen, and
- * writes from an atexit handler, and dprintf.
+ * writes from an atexit handler, dprintf, and a descriptor passed to another
+ * process.
  * Prints a transcript that must be the same on tmpfs, on the mount, and on the
  * mount under the preload library (tests/direct_stdio.rs). Usage: stdio_streams DIR */
 #define _GNU_SOURCE
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -356,6 +358,38 @@ int main(int argc, char **argv) {
     write(fd, "third\n", 6);
     close(fd);
     SAY("dprintf: %d %d size %ld sum %08x\n", n1, n2, size_of("dprintf"), sum("dprintf"));
+
+    /* A descriptor passed to another process (SCM_RIGHTS) after this one wrote
+     * it: the receiver writes on where the sender stopped. */
+    int sv[2];
+    socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
+    char ctl[CMSG_SPACE(sizeof(int))], one = 'x';
+    struct iovec io = {&one, 1};
+    struct msghdr msg = {0};
+    msg.msg_iov = &io;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl;
+    msg.msg_controllen = sizeof ctl;
+    pid = fork();
+    if (pid == 0) {
+        recvmsg(sv[1], &msg, 0);
+        int passed;
+        memcpy(&passed, CMSG_DATA(CMSG_FIRSTHDR(&msg)), sizeof passed);
+        write(passed, "|the receiver's", 15);
+        _exit(0);
+    }
+    fd = open(at("passed"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    write(fd, "the sender's", 12);
+    struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
+    h->cmsg_level = SOL_SOCKET;
+    h->cmsg_type = SCM_RIGHTS;
+    h->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(h), &fd, sizeof fd);
+    sendmsg(sv[0], &msg, 0);
+    waitpid(pid, NULL, 0);
+    write(fd, "|the sender's again", 19);
+    close(fd);
+    SAY("passed: size %ld sum %08x\n", size_of("passed"), sum("passed"));
 
     exit_fd = open(at("atexit_fd"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     for (int i = 0; i < 10; i++) write(exit_fd, "0123456789\n", 11);
