@@ -232,3 +232,21 @@ fn a_thread_writing_while_main_returns_loses_no_record() {
         }
     }
 }
+
+/// The exit report counts the calls of every thread, also of threads long gone
+/// (their counters are folded into one total as threads come and go, not kept
+/// one per thread for the life of the process).
+#[test]
+fn calls_of_threads_that_are_gone_still_count() {
+    let m = Mount::new("direct-threads", "256M", "");
+    let bin = m.scratch().join("stdio_streams");
+    compile(&bin);
+    let stats = m.scratch().join("stats");
+    let f = m.path("records");
+    let mut c = preloaded(&m, &stats);
+    c.arg(&bin).arg("threads").arg("1000").arg(&f);
+    run(&mut c);
+    assert_eq!(std::fs::read(&f).unwrap().len(), 7000);
+    let s = direct_stats(&stats);
+    assert!(s.iter().any(|x| x.direct >= 1000), "{s:?}");
+}

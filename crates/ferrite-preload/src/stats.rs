@@ -36,10 +36,31 @@ fn bump(a: &AtomicU64) {
 
 static ALL: Mutex<Vec<Arc<Counters>>> = Mutex::new(Vec::new());
 
-/// New counters for a thread (kept in its hook context).
+/// The counts of threads that are gone, folded out of [`ALL`].
+static GONE: Counters =
+    Counters { direct: AtomicU64::new(0), kernel: AtomicU64::new(0), looks: AtomicU64::new(0) };
+
+/// New counters for a thread (kept in its hook context). Whenever the list's
+/// length reaches a power of two, the counters of threads that are gone (only the
+/// list holds them) are folded into [`GONE`] and dropped: a process that makes a
+/// thread per task no longer keeps an entry per thread it ever ran.
 pub fn register() -> Arc<Counters> {
     let c = Arc::new(Counters::default());
-    ALL.lock().push(c.clone());
+    let mut all = ALL.lock();
+    if all.len() >= 64 && all.len().is_power_of_two() {
+        all.retain(|x| {
+            if Arc::strong_count(x) > 1 {
+                return true;
+            }
+            for (a, g) in
+                [(&x.direct, &GONE.direct), (&x.kernel, &GONE.kernel), (&x.looks, &GONE.looks)]
+            {
+                g.fetch_add(a.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
+            false
+        });
+    }
+    all.push(c.clone());
     c
 }
 
@@ -60,15 +81,19 @@ pub fn look() {
 
 /// (direct, kernel, looks) summed over every thread.
 pub fn totals() -> (u64, u64, u64) {
-    ALL.lock().iter().fold((0, 0, 0), |(d, k, l), c| {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        (d + get(&c.direct), k + get(&c.kernel), l + get(&c.looks))
-    })
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let gone = (get(&GONE.direct), get(&GONE.kernel), get(&GONE.looks));
+    ALL.lock()
+        .iter()
+        .fold(gone, |(d, k, l), c| (d + get(&c.direct), k + get(&c.kernel), l + get(&c.looks)))
 }
 
 /// After fork, in the child: the parent's counters are not ours.
 pub fn reset_after_fork() {
     crate::statics::unlock_after_fork(&ALL);
+    for g in [&GONE.direct, &GONE.kernel, &GONE.looks] {
+        g.store(0, Ordering::Relaxed);
+    }
     for c in ALL.lock().iter() {
         c.direct.store(0, Ordering::Relaxed);
         c.kernel.store(0, Ordering::Relaxed);

@@ -225,7 +225,13 @@ struct Cached {
 impl Ctx {
     fn new() -> Ctx {
         let busy = Arc::new(AtomicBool::new(false));
-        THREADS.lock().push(Arc::downgrade(&busy));
+        let mut t = THREADS.lock();
+        if t.len() >= 64 && t.len().is_power_of_two() {
+            // Threads that are gone, dropped now and then (not only at fork).
+            t.retain(|w| w.strong_count() > 0);
+        }
+        t.push(Arc::downgrade(&busy));
+        drop(t);
         Ctx {
             busy,
             counters: crate::stats::register(),

@@ -67,6 +67,12 @@ static void *write_records(void *arg) {
     }
 }
 
+static void *write_one(void *arg) {
+    (void)arg;
+    write(records_fd, "record\n", 7);
+    return NULL;
+}
+
 /* The standard streams (run with them redirected to files): `print N` prints N
  * lines on stdout with some on stderr between; `head N` copies N lines of stdin;
  * `wide` prints with the wide-character functions. And `temp DIR`: files made by
@@ -98,6 +104,17 @@ static int standard(int argc, char **argv) {
             fputs(line, stdout);
         fflush(stdin);
         printf("stdin at %ld, descriptor at %ld\n", ftell(stdin), (long)lseek(0, 0, SEEK_CUR));
+        return 0;
+    }
+    if (!strcmp(argv[1], "threads") && argc == 4) {
+        /* N threads one after another, each writing one record (the preload's
+         * per-thread counters of finished threads are folded, not kept). */
+        records_fd = open(argv[3], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        for (int i = atoi(argv[2]); i > 0; i--) {
+            pthread_t t;
+            pthread_create(&t, NULL, write_one, NULL);
+            pthread_join(t, NULL);
+        }
         return 0;
     }
     if (!strcmp(argv[1], "exit-writer") && argc == 3) {
