@@ -14,8 +14,9 @@
 //!   function that builds the x86-64 System V `va_list` of its arguments (their
 //!   registers saved in a register save area, the rest on the caller's stack) and
 //!   calls [`dprintf_va`], as a C compiler builds one for `va_start`.
-//! - Nothing here unwinds: the asm frame of `dprintf` has no unwind information
-//!   that a panic could cross.
+//! - Nothing here panics across `dprintf`'s asm frame; it carries call-frame
+//!   information (an unwinder, a debugger or a thread's cancellation can walk
+//!   through it) and starts with `endbr64` (a no-op without CET).
 #![allow(unsafe_code)]
 
 use crate::real::{real, set_errno};
@@ -95,8 +96,13 @@ unsafe extern "C" fn dprintf_va(fd: c_int, fmt: *const c_char, ap: *mut VaListTa
 #[no_mangle]
 pub unsafe extern "C" fn dprintf() -> c_int {
     core::arch::naked_asm!(
+        ".cfi_startproc",
+        "endbr64",
         "push rbp",
+        ".cfi_def_cfa_offset 16",
+        ".cfi_offset rbp, -16",
         "mov rbp, rsp",
+        ".cfi_def_cfa_register rbp",
         "sub rsp, 208",
         "mov [rsp], rdi",
         "mov [rsp + 8], rsi",
@@ -123,7 +129,9 @@ pub unsafe extern "C" fn dprintf() -> c_int {
         "lea rdx, [rsp + 176]",
         "call {va}",
         "leave",
+        ".cfi_def_cfa rsp, 8",
         "ret",
+        ".cfi_endproc",
         va = sym dprintf_va,
     )
 }
