@@ -250,3 +250,40 @@ fn calls_of_threads_that_are_gone_still_count() {
     let s = direct_stats(&stats);
     assert!(s.iter().any(|x| x.direct >= 1000), "{s:?}");
 }
+
+/// Regression: a writable description inherited from a plain process that the
+/// daemon did not count as a direct writer (on a `-o direct_io` mount, a plain
+/// shell's redirection is such an open) was written directly, and the kernel kept
+/// the file's attributes it had cached: `stat` said 0 bytes for a written file.
+/// Such a description now writes through the kernel (unless a direct writer holds
+/// the file's attributes uncached); one opened by a process with the library
+/// writes directly.
+#[test]
+fn output_redirected_by_a_plain_process_keeps_stat_current() {
+    let m = Mount::new("direct-plain-redirect", "256M", "direct_io");
+    let bin = m.scratch().join("stdio_streams");
+    compile(&bin);
+    let stats = m.scratch().join("stats");
+    let want = {
+        let t =
+            tempfile::Builder::new().prefix("ferrite-redirect-").tempdir_in("/dev/shm").unwrap();
+        redirected(None, &bin, &["print", "20000"], t.path()).0
+    };
+    // Redirected by this (plain) process.
+    let out = m.path("plain-out");
+    let mut c = preloaded(&m, &stats);
+    c.arg(&bin).args(["print", "20000"]);
+    c.stdout(std::fs::File::create(&out).unwrap()).stderr(std::process::Stdio::null());
+    assert!(c.status().unwrap().success());
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), want.len() as u64, "stat of plain-out");
+    assert!(std::fs::read(&out).unwrap() == want);
+    // Redirected by a shell with the library: direct, and stat is current too.
+    let stats2 = m.scratch().join("stats2");
+    let dir = m.path("d");
+    std::fs::create_dir(&dir).unwrap();
+    let (got, _) = redirected(Some(preloaded(&m, &stats2)), &bin, &["print", "20000"], &dir);
+    assert!(got == want);
+    assert_eq!(std::fs::metadata(dir.join("out")).unwrap().len(), want.len() as u64);
+    let s = direct_stats(&stats2);
+    assert!(s.iter().any(|x| x.direct >= 50), "{s:?}");
+}

@@ -298,6 +298,8 @@ fn open_direct(
                         access: flags & libc::O_ACCMODE,
                         flags: (flags & STATUS).into(),
                         marker,
+                        writer_registered: (marker || flags & libc::O_DIRECT != 0)
+                            && flags & libc::O_ACCMODE != libc::O_RDONLY,
                         pos: Default::default(),
                         shared: false.into(),
                         kernel_io: false.into(),

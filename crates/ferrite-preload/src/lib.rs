@@ -68,6 +68,8 @@ fn adopt_inherited() {
                 access: fl & libc::O_ACCMODE,
                 flags: (fl & (libc::O_APPEND | libc::O_NONBLOCK | libc::O_DIRECT)).into(),
                 marker: false,
+                writer_registered: fl & libc::O_DIRECT != 0
+                    && fl & libc::O_ACCMODE != libc::O_RDONLY,
                 pos: Default::default(),
                 shared: true.into(),
                 kernel_io: false.into(),

@@ -63,7 +63,12 @@ fn e(err: ferrite_core::Error) -> i32 {
 }
 
 fn writes_direct(d: &Desc, c: &Client) -> bool {
-    let ok = c.may_write_direct(d.ino);
+    // A description the daemon did not count as a direct writer (inherited from
+    // a plain process, on a `-o direct_io` mount or beside a client's writer)
+    // writes directly only while the file's attributes are uncached anyway
+    // (`Desc::writer_registered`); a redirection by a plain shell on a
+    // `-o direct_io` mount left `stat` saying 0 bytes for a written file.
+    let ok = c.may_write_direct(d.ino) && (d.writer_registered || c.party().writers_open(d.ino));
     if !ok {
         d.kernel_io.store(true, Ordering::Relaxed);
     }

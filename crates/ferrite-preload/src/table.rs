@@ -36,6 +36,13 @@ pub struct Desc {
     /// This library added O_DIRECT to the kernel's description (the marker that
     /// tells the daemon a direct-access client opened it).
     pub marker: bool,
+    /// The kernel's description was opened for writing with O_DIRECT (the marker
+    /// or the program's own): the daemon counted it as a direct writer, so the
+    /// file's attributes are not cached by the kernel while it lives. Without it
+    /// (a writable description inherited from a plain process) a direct write
+    /// would leave the kernel's cached size stale: such a description writes
+    /// directly only while another one holds the file's WRITERS flag.
+    pub writer_registered: bool,
     /// The offset, while the description is private.
     pub pos: Mutex<u64>,
     /// Another process may share the description: the kernel's offset is the truth.
