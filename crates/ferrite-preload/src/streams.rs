@@ -366,7 +366,9 @@ impl Forgotten {
 /// the kernel, at the kernel's offset, which is the truth for an inherited
 /// description).
 pub fn adopt_std() {
-    if table::inside() || !supported() || cxx_streams_made() {
+    // Most processes have no standard stream on a direct file: they pay a table
+    // look for each, not the check of `supported` or the symbol lookups.
+    if table::inside() || !(0..3).any(table::is_direct) || !supported() || cxx_streams_made() {
         return;
     }
     let Some(fileno) = real().fileno else { return };
