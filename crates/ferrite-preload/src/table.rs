@@ -294,12 +294,12 @@ thread_local! {
 
 /// Run `f` on this thread's context. While the thread is torn down, after its
 /// context was destroyed (the main thread's, before the atexit handlers and C++
-/// static destructors run at exit; any thread's, before the destructors of
-/// thread-locals registered after it), a second one serves, leaked: such a late
-/// call used to pass to the kernel, which wrote a direct descriptor's data at
-/// the kernel's offset, stale for a description private to the process (an
-/// atexit handler's last line overwrote the start of its log). `None` only if even
-/// that cannot be reached.
+/// static destructors run at exit; any thread's, before the destructors of the
+/// thread-locals registered before it, which run last), a second one serves,
+/// leaked: such a late call used to pass to the kernel, which wrote a direct
+/// descriptor's data at the kernel's offset, stale for a description private to
+/// the process (an atexit handler's last line overwrote the start of its log).
+/// `None` only if even that cannot be reached.
 pub fn with_ctx<T>(f: impl FnOnce(&Ctx) -> T) -> Option<T> {
     let mut f = Some(f);
     if let Ok(v) = CTX.try_with(|cx| f.take().map(|f| f(cx))) {
