@@ -359,6 +359,23 @@ impl MmapMedium {
         self.file.as_raw_fd()
     }
 
+    /// Move the pool file's descriptor to the lowest free number at or above `min`
+    /// (close-on-exec). A direct-access client keeps its descriptors out of the
+    /// low numbers a program names itself (`exec 3>file` in a shell).
+    pub fn raise_fd(&mut self, min: i32) -> std::io::Result<()> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: fcntl on a descriptor this medium owns; a new descriptor is
+        // returned or -1.
+        let fd = unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just made and is owned by nothing else; the old File
+        // (closed when replaced) names the same open file.
+        self.file = unsafe { File::from_raw_fd(fd) };
+        Ok(())
+    }
+
     /// Identity of the pool file: (device, inode).
     pub fn file_id(&self) -> std::io::Result<(u64, u64)> {
         let md = self.file.metadata()?;

@@ -161,11 +161,26 @@ pub struct Client {
     fs: Option<Arc<Fs<MmapMedium>>>,
     conn: Arc<Conn>,
     watcher: Option<JoinHandle<()>>,
-    /// Wakes the watcher when the first lease is taken.
-    waker: Arc<EventFd>,
+    /// Wakes the watcher when the first lease is taken (an eventfd).
+    waker: Arc<OwnedFd>,
     dead: Arc<AtomicBool>,
     mount: PathBuf,
     info: Info,
+}
+
+/// The lowest number a client's own descriptors take: half the process's soft
+/// limit of open files, at most 512 (a shell's `exec 3>file`, or any program's
+/// `dup2` to a number it picked, found the library's descriptors in the low
+/// numbers and failed with EBUSY). Not so high that the kernel grows the
+/// process's descriptor table much.
+fn high_fd_base() -> i32 {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    soft.map_or(512, |s| (s / 2).min(512) as i32)
+}
+
+/// `fd` moved to the lowest free number at or above `min` (close-on-exec).
+fn raised(fd: OwnedFd, min: i32) -> std::io::Result<OwnedFd> {
+    Ok(rustix::io::fcntl_dupfd_cloexec(&fd, min)?)
 }
 
 impl Client {
@@ -174,17 +189,21 @@ impl Client {
         let info = info_of(mount)?;
         let fail =
             |what: &str, e: &dyn std::fmt::Display| AttachError::Failed(format!("{what}: {e}"));
-        let medium = MmapMedium::attach(&info.pool, &MapOptions::default()).map_err(|e| match e
-            .raw_os_error()
-        {
-            Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS) => {
-                AttachError::NoAccess(format!("{}: {e}", info.pool.display()))
-            }
-            _ => fail(&info.pool.display().to_string(), &e),
-        })?;
+        let mut medium =
+            MmapMedium::attach(&info.pool, &MapOptions::default()).map_err(|e| {
+                match e.raw_os_error() {
+                    Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS) => {
+                        AttachError::NoAccess(format!("{}: {e}", info.pool.display()))
+                    }
+                    _ => fail(&info.pool.display().to_string(), &e),
+                }
+            })?;
+        let low = high_fd_base();
+        medium.raise_fd(low).map_err(|e| fail("moving the pool's descriptor", &e))?;
         let sock =
             socket::socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)
                 .map_err(|e| fail("socket", &e))?;
+        let sock = raised(sock, low).map_err(|e| fail("socket", &e))?;
         let addr =
             UnixAddr::new_abstract(info.socket.as_bytes()).map_err(|e| fail("socket name", &e))?;
         socket::connect(sock.as_raw_fd(), &addr)
@@ -232,11 +251,12 @@ impl Client {
         let dead = Arc::new(AtomicBool::new(false));
         let waker =
             EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+                .map(OwnedFd::from)
                 .map_err(|e| fail("eventfd", &e))?;
-        let waker = Arc::new(waker);
+        let waker = Arc::new(raised(waker, low).map_err(|e| fail("eventfd", &e))?);
         let w = waker.clone();
         fs.keep_leases(Box::new(move || {
-            let _ = w.write(1);
+            let _ = rustix::io::write(&*w, &1u64.to_ne_bytes());
         }));
         let watcher = {
             let (fs, conn, dead, waker) = (fs.clone(), conn.clone(), dead.clone(), waker.clone());
@@ -359,7 +379,7 @@ impl Drop for Client {
 fn watch(
     fs: Arc<Fs<MmapMedium>>,
     conn: Arc<Conn>,
-    waker: Arc<EventFd>,
+    waker: Arc<OwnedFd>,
     dead: Arc<AtomicBool>,
     party: u32,
 ) {
@@ -381,7 +401,7 @@ fn watch(
             return;
         }
         if p[1].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
-            let _ = waker.read();
+            let _ = rustix::io::read(&*waker, &mut [0u8; 8]);
         }
         leases = fs.tick_leases(false);
         let p = &p[..1];
