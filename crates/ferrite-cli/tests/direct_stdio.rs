@@ -287,3 +287,35 @@ fn output_redirected_by_a_plain_process_keeps_stat_current() {
     let s = direct_stats(&stats2);
     assert!(s.iter().any(|x| x.direct >= 50), "{s:?}");
 }
+
+/// A shell under the library juggling descriptors. Regressions: `exec 3>f` failed
+/// with EBUSY (the library's own descriptors took the lowest free numbers, 3 and
+/// up, and a program's `dup2` onto one of them is refused); and `echo one >&3`
+/// (bash's builtin writes through glibc's `stdout`, with the kernel's offset, after
+/// `dup2(3, 1)`) followed by `seq 1 3 >&3` lost "one": the fork handed the
+/// description's stale private offset to the kernel. A direct description made
+/// standard input, output or error is now shared (the kernel's offset is the
+/// truth), and the library's descriptors live at 512 and up.
+#[test]
+fn shell_redirections_to_numbered_descriptors_keep_every_line() {
+    let script = r#"cd "$1" || exit 1
+exec 3>f
+echo one >&3
+printf 'two\n' >&3
+seq 1 3 >&3
+{ echo four; seq 5 6; echo seven; } >&3
+exec 3>&-
+exec 4>>g; echo a >&4; echo b >> g; echo c >&4; exec 4>&-
+exec 5<>h; echo 123456 >&5; exec 5<&-
+exec 6<h; read x <&6; exec 6<&-; echo "read $x" >> h
+cat f g h"#;
+    let m = Mount::new("direct-shell", "256M", "");
+    let tmpfs = tempfile::Builder::new().prefix("ferrite-shell-").tempdir_in("/dev/shm").unwrap();
+    let plain = run(Command::new("bash").arg("-c").arg(script).arg("bash").arg(tmpfs.path()));
+    let stats = m.scratch().join("stats");
+    let mut c = preloaded(&m, &stats);
+    c.args(["bash", "-c", script, "bash"]).arg(&m.mnt);
+    let direct = run(&mut c);
+    assert_eq!(String::from_utf8_lossy(&direct.stderr), "", "errors under the library");
+    assert_eq!(String::from_utf8_lossy(&direct.stdout), String::from_utf8_lossy(&plain.stdout));
+}

@@ -301,7 +301,10 @@ fn open_direct(
                         writer_registered: (marker || flags & libc::O_DIRECT != 0)
                             && flags & libc::O_ACCMODE != libc::O_RDONLY,
                         pos: Default::default(),
-                        shared: false.into(),
+                        // On a standard descriptor the C library's own stream
+                        // writes it through the kernel: the kernel's offset must
+                        // be the truth (see `dup_done`).
+                        shared: (fd <= 2).into(),
                         kernel_io: false.into(),
                         look: table::KernelLook::of(&st),
                     })),
@@ -551,6 +554,15 @@ fn dup_done(old: c_int, new: c_int) {
     }
     if let Some(_e) = table::enter() {
         let d = table::get(old);
+        if let Some(d) = d.as_ref().filter(|_| new <= 2) {
+            // A direct description made standard input, output or error: glibc's
+            // stream of that number (`stdout` when a shell runs `echo one >&3`)
+            // writes it with its internal `write`, which moves the kernel's
+            // offset, so that offset is the truth from now on. It was not: the
+            // next fork handed the description's stale private offset to the
+            // kernel, and a child's output went over what `echo` had written.
+            crate::sync_desc(new, d);
+        }
         table::set(new, d);
     }
 }
