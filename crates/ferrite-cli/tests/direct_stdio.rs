@@ -38,12 +38,20 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-/// A mount, the program compiled, a tmpfs directory to compare with, and a
-/// directory `d` on the mount.
-fn setup(tag: &str) -> (Mount, PathBuf, tempfile::TempDir, PathBuf) {
-    let m = Mount::new(tag, "256M", "");
+/// A mount with `opts`, the program compiled in its scratch directory, and a
+/// path there for the preload library's exit reports.
+fn mounted(tag: &str, opts: &str) -> (Mount, PathBuf, PathBuf) {
+    let m = Mount::new(tag, "256M", opts);
     let bin = m.scratch().join("stdio_streams");
     compile(&bin);
+    let stats = m.scratch().join("stats");
+    (m, bin, stats)
+}
+
+/// [`mounted`] (without its report path), a tmpfs directory to compare with,
+/// and a directory `d` on the mount.
+fn setup(tag: &str) -> (Mount, PathBuf, tempfile::TempDir, PathBuf) {
+    let (m, bin, _) = mounted(tag, "");
     let tmpfs = tempfile::Builder::new().prefix("ferrite-stdio-").tempdir_in("/dev/shm").unwrap();
     let dir = m.path("d");
     std::fs::create_dir(&dir).unwrap();
@@ -214,10 +222,7 @@ fn temp_files_from_mkstemp_are_direct() {
 /// write landed on it (one run in four): the offset is now checked under its lock.
 #[test]
 fn a_thread_writing_while_main_returns_loses_no_record() {
-    let m = Mount::new("direct-exit-writer", "256M", "");
-    let bin = m.scratch().join("stdio_streams");
-    compile(&bin);
-    let stats = m.scratch().join("stats");
+    let (m, bin, stats) = mounted("direct-exit-writer", "");
     let f = m.path("records");
     for round in 0..12 {
         let mut c = preloaded(&m, &stats);
@@ -238,10 +243,7 @@ fn a_thread_writing_while_main_returns_loses_no_record() {
 /// one per thread for the life of the process).
 #[test]
 fn calls_of_threads_that_are_gone_still_count() {
-    let m = Mount::new("direct-threads", "256M", "");
-    let bin = m.scratch().join("stdio_streams");
-    compile(&bin);
-    let stats = m.scratch().join("stats");
+    let (m, bin, stats) = mounted("direct-threads", "");
     let f = m.path("records");
     let mut c = preloaded(&m, &stats);
     c.arg(&bin).arg("threads").arg("1000").arg(&f);
@@ -260,10 +262,7 @@ fn calls_of_threads_that_are_gone_still_count() {
 /// writes directly.
 #[test]
 fn output_redirected_by_a_plain_process_keeps_stat_current() {
-    let m = Mount::new("direct-plain-redirect", "256M", "direct_io");
-    let bin = m.scratch().join("stdio_streams");
-    compile(&bin);
-    let stats = m.scratch().join("stats");
+    let (m, bin, stats) = mounted("direct-plain-redirect", "direct_io");
     let want = {
         let t =
             tempfile::Builder::new().prefix("ferrite-redirect-").tempdir_in("/dev/shm").unwrap();

@@ -817,6 +817,24 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
     }
 }
 
+/// Write all `n` bytes at `buf` with [`write`], as a C library stream does;
+/// the count written (short only at an error, whose errno stays set).
+///
+/// # Safety
+/// `buf` points to `n` readable bytes.
+pub(crate) unsafe fn write_all(fd: c_int, buf: *const c_void, n: size_t) -> size_t {
+    let mut done = 0;
+    while done < n {
+        // SAFETY: the rest of the caller's n bytes.
+        let r = unsafe { write(fd, buf.cast::<u8>().add(done).cast(), n - done) };
+        if r <= 0 {
+            break;
+        }
+        done += r as usize;
+    }
+    done
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t {
     // SAFETY: the caller's buffer of n bytes.

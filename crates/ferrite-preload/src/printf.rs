@@ -64,17 +64,8 @@ unsafe extern "C" fn dprintf_va(fd: c_int, fmt: *const c_char, ap: *mut VaListTa
     if n < 0 {
         return -1;
     }
-    let mut done = 0usize;
-    let mut failed = false;
-    while done < n as usize {
-        // SAFETY: the rest of the n bytes vasprintf made.
-        let w = unsafe { hooks::write(fd, text.add(done).cast(), n as usize - done) };
-        if w <= 0 {
-            failed = true;
-            break;
-        }
-        done += w as usize;
-    }
+    // SAFETY: the n bytes vasprintf made.
+    let failed = unsafe { hooks::write_all(fd, text.cast(), n as usize) } < n as usize;
     // SAFETY: allocated by vasprintf, freed once; errno is kept across free.
     let e = crate::real::errno();
     unsafe { libc::free(text.cast()) };

@@ -161,16 +161,8 @@ unsafe extern "C" fn cookie_read(cookie: *mut c_void, buf: *mut c_char, n: size_
 unsafe extern "C" fn cookie_write(cookie: *mut c_void, buf: *const c_char, n: size_t) -> ssize_t {
     // All of it, as the C library's own stream writes (a short count is an error
     // to the stream, and 0 says the error; errno stays the write's).
-    let mut done = 0;
-    while done < n {
-        // SAFETY: the rest of the stream's buffer of `n` bytes.
-        let r = unsafe { hooks::write(cookie as usize as c_int, buf.add(done).cast(), n - done) };
-        if r <= 0 {
-            break;
-        }
-        done += r as usize;
-    }
-    done as ssize_t
+    // SAFETY: the stream's buffer of `n` bytes.
+    unsafe { hooks::write_all(cookie as usize as c_int, buf.cast(), n) as ssize_t }
 }
 
 unsafe extern "C" fn cookie_seek(cookie: *mut c_void, off: *mut off64_t, whence: c_int) -> c_int {
