@@ -1120,6 +1120,133 @@ fn the_daemon_does_not_wait_for_a_lease_after_close_or_fd_setattr() {
     assert!(fsck.is_clean(), "{:?}", fsck.errors);
 }
 
+#[test]
+#[ignore = "run by an_owners_mode_owner_and_times_go_to_the_pool_and_the_rest_to_the_kernel"]
+fn child_owner_setattrs() {
+    use std::os::fd::AsRawFd;
+    let dir = PathBuf::from(env("FT_PATH"));
+    let n = env_n("FT_N");
+    // SAFETY: plain libc calls on descriptors this function owns.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let errno = || std::io::Error::last_os_error().raw_os_error();
+    for i in 0..n {
+        // As `tar x`: write, then times, owner and mode through the descriptor.
+        let f = std::fs::File::create(dir.join(format!("f{i}"))).unwrap();
+        f.write_all_at(&[i as u8; 100], 0).unwrap();
+        let fd = f.as_raw_fd();
+        let omit = libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT };
+        let ts = [omit, libc::timespec { tv_sec: 1_000_000 + i as i64, tv_nsec: 5 }];
+        // SAFETY: a live descriptor and two timespecs.
+        unsafe {
+            assert_eq!(libc::futimens(fd, ts.as_ptr()), 0);
+            assert_eq!(libc::fchown(fd, uid, gid), 0);
+            assert_eq!(libc::fchmod(fd, 0o2640), 0);
+        }
+        let md = f.metadata().unwrap();
+        assert_eq!(
+            (md.mode() & 0o7777, md.mtime(), md.mtime_nsec()),
+            (0o2640, 1_000_000 + i as i64, 5)
+        );
+        if i == 0 {
+            // Held open: a plain process's stat must see the change now.
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::fchmod(fd, 0o604) }, 0);
+            say("held");
+            let mut l = String::new();
+            std::io::stdin().read_line(&mut l).unwrap();
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::fchmod(fd, 0o2640) }, 0);
+        }
+    }
+    let f = std::fs::OpenOptions::new().write(true).open(dir.join("f0")).unwrap();
+    let fd = f.as_raw_fd();
+    // Another file-system user (which drops root's file capabilities): not the
+    // owner, so the kernel decides, and refuses.
+    // SAFETY: setfsuid changes this thread's file-system id; restored below.
+    unsafe { libc::setfsuid(65534) };
+    let ts = [libc::timespec { tv_sec: 5, tv_nsec: 0 }; 2];
+    // SAFETY: a live descriptor and two timespecs.
+    let r = unsafe { [libc::fchmod(fd, 0o600), libc::futimens(fd, ts.as_ptr())] };
+    let e = errno();
+    // SAFETY: as above.
+    unsafe { libc::setfsuid(uid) };
+    assert_eq!((r, e), ([-1, -1], Some(libc::EPERM)));
+    // Another owner: the kernel's (root may, with CAP_CHOWN).
+    let f1 = std::fs::OpenOptions::new().write(true).open(dir.join("f1")).unwrap();
+    // SAFETY: a live descriptor.
+    assert_eq!(unsafe { libc::fchown(f1.as_raw_fd(), 65534, 65534) }, 0);
+    // A file with an access ACL (a named user): the kernel caches the ACL a chmod
+    // rewrites, so the chmod is its; the mask follows the group bits.
+    let acl: Vec<u8> = [
+        (1u16, 6u16, u32::MAX),
+        (2, 6, 1234),
+        (4, 4, u32::MAX),
+        (0x10, 6, u32::MAX),
+        (0x20, 0, u32::MAX),
+    ]
+    .iter()
+    .fold(2u32.to_le_bytes().to_vec(), |mut v, (tag, perm, id)| {
+        v.extend(tag.to_le_bytes());
+        v.extend(perm.to_le_bytes());
+        v.extend(id.to_le_bytes());
+        v
+    });
+    let f2 = std::fs::OpenOptions::new().write(true).open(dir.join("f2")).unwrap();
+    let (fd2, name) = (f2.as_raw_fd(), c"system.posix_acl_access");
+    // SAFETY: a live descriptor, a C string and a buffer of the given lengths.
+    unsafe {
+        assert_eq!(libc::fsetxattr(fd2, name.as_ptr(), acl.as_ptr().cast(), acl.len(), 0), 0);
+        assert_eq!(libc::fchmod(fd2, 0o600), 0);
+        let mut buf = [0u8; 64];
+        let got = libc::fgetxattr(fd2, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len());
+        assert_eq!(got, acl.len() as isize);
+        // The mask entry (the fourth) now grants nothing.
+        assert_eq!(&buf[4 + 3 * 8..4 + 3 * 8 + 4], &[0x10, 0, 0, 0]);
+    }
+    say("done");
+}
+
+/// `tar x` sets each extracted file's times, owner and mode through its
+/// descriptor: three SETATTR round trips to the daemon, and a GETXATTR the kernel
+/// makes for the chmod (its POSIX ACL check). The owner of a file a preloaded
+/// process writes directly needs none of them: the core judges the change under
+/// the inode's lock (`privs::owner_may`) and commits it; what it cannot judge
+/// (another caller, another owner, an ACL) stays the kernel's. The kernel's view
+/// stays current: it caches no attributes of a file a client writes.
+#[test]
+fn an_owners_mode_owner_and_times_go_to_the_pool_and_the_rest_to_the_kernel() {
+    let mut m = Mount::new("direct-owner-setattr", "64M", "");
+    let d = m.path("o");
+    std::fs::create_dir(&d).unwrap();
+    let n = 30u64;
+    let (mut c, mut out) =
+        piped(child("child_owner_setattrs").env("FT_PATH", &d).env("FT_N", n.to_string()));
+    assert_eq!(listen(&mut out, |l| l != "held"), "held");
+    let md = std::fs::metadata(d.join("f0")).unwrap();
+    assert_eq!(md.mode() & 0o7777, 0o604, "a plain stat of a file the client holds");
+    writeln!(c.stdin.as_mut().unwrap(), "go").unwrap();
+    assert_eq!(listen(&mut out, |l| l != "done"), "done");
+    wait_ok(c, "child");
+    // SAFETY: plain libc calls.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    for i in 0..n {
+        let md = std::fs::metadata(d.join(format!("f{i}"))).unwrap();
+        let (u, g) = if i == 1 { (65534, 65534) } else { (uid, gid) };
+        let mode = if i == 2 { 0o600 } else { 0o2640 };
+        assert_eq!(
+            (md.len(), md.mode() & 0o7777, md.uid(), md.gid(), md.mtime(), md.mtime_nsec()),
+            (100, mode, u, g, 1_000_000 + i as i64, 5),
+            "f{i}, stat by a plain process"
+        );
+    }
+    m.umount();
+    // Two setattrs reached the daemon (f1's chown and f2's chmod), not 3 per file.
+    let setattrs = m.served("setattr");
+    assert!(setattrs <= 2, "{setattrs} setattr requests for {n} files\n{}", m.log_text());
+    let (_, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "{:?}", fsck.errors);
+}
+
 // ------------------------------------------------------- dup, fork and exec
 
 #[test]

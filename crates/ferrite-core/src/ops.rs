@@ -765,6 +765,37 @@ impl<M: Medium> Fs<M> {
         ch: &SetAttr,
         lacks_fsetid: impl FnOnce() -> bool,
     ) -> Result<Attr> {
+        let r = self.setattr_gated(ino, ch, lacks_fsetid, |_| true)?;
+        Ok(r.expect("an open gate"))
+    }
+
+    /// [`Fs::setattr_as`] of a change to mode, owner or times that `caller` makes
+    /// without the kernel (the preload library on a descriptor it writes
+    /// directly): made only when [`crate::privs::owner_may`] allows it, judged
+    /// against the attributes under the inode's lock; `Ok(None)` when only the
+    /// kernel can judge it (nothing changed).
+    pub fn setattr_owned(
+        &self,
+        ino: u64,
+        ch: &SetAttr,
+        caller: crate::privs::Caller,
+        lacks_fsetid: impl FnOnce() -> bool,
+    ) -> Result<Option<Attr>> {
+        self.setattr_gated(ino, ch, lacks_fsetid, |st| {
+            let a = &st.attr;
+            let acl = !st.xattrs.is_empty() && st.xattrs.contains_key(acl::ACCESS);
+            crate::privs::owner_may(caller, a.mode, a.uid, a.gid, acl, ch)
+        })
+    }
+
+    /// [`Fs::setattr_as`], made only if `gate` passes on the locked state.
+    fn setattr_gated(
+        &self,
+        ino: u64,
+        ch: &SetAttr,
+        lacks_fsetid: impl FnOnce() -> bool,
+        gate: impl FnOnce(&InodeState) -> bool,
+    ) -> Result<Option<Attr>> {
         self.check_writable()?;
         // A size above 2^63 - 1 is a negative off_t: EINVAL before anything else,
         // as truncate(2).
@@ -794,6 +825,9 @@ impl<M: Medium> Fs<M> {
                 // The pages past the new end would be freed under a live mapping.
                 return Err(Error::DaxMapped);
             }
+        }
+        if !gate(&st) {
+            return Ok(None);
         }
         let now = self.m.now();
         let ftype = st.ftype;
@@ -861,7 +895,7 @@ impl<M: Medium> Fs<M> {
         self.commit_single(&i, &mut st, &mut entries, false, shrink)?;
         // The entry holds the access time (set, or the DRAM-only one).
         i.atime_lazy.store(0, Ordering::Relaxed);
-        Ok(self.attr_of(&i, &st))
+        Ok(Some(self.attr_of(&i, &st)))
     }
 
     // ------------------------------------------------------------- fallocate

@@ -13,10 +13,59 @@
 //! - The entries that remove them are committed with the write itself (one atomic
 //!   operation, where Linux changes the mode before writing).
 
-use crate::fs::Fs;
+use crate::fs::{Fs, SetAttr};
 use crate::index::InodeState;
 use crate::log::{EntryBuf, Ts};
 use crate::pmem::Medium;
+
+/// Who makes a change to a file without the kernel (the preload library and the
+/// C API): its file-system user and group ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// File-system user id (`setfsuid(-1)`; the effective one unless changed).
+    pub uid: u32,
+    /// File-system group id.
+    pub gid: u32,
+}
+
+/// May `caller` change the mode, owner or times of a file whose mode, owner and
+/// group are `mode`, `uid` and `gid` (with an access ACL: `acl`) as `ch` says, by
+/// rules Linux applies to any caller whatever its supplementary groups and
+/// capabilities (`chown_ok`, `chgrp_ok`, `setattr_prepare`)? `false` means only
+/// the kernel can tell, not that Linux refuses: the front end then asks it.
+///
+/// Decided here: the owner may set the times, set the permission bits (not a
+/// set-group-id bit unless the file's group is its own), keep the owner, and set
+/// the group to the file's or its own. Left to the kernel: any other caller,
+/// another owner, a supplementary group, size (a truncate is a write), an empty
+/// change (`chown(f, -1, -1)`, the mount's), a file with
+/// an access ACL (the kernel caches the ACL that a chmod rewrites), and a chown
+/// of a set-group-id file without group execute in a group not the caller's (Linux
+/// clears that bit unless the caller is in the group or has `CAP_FSETID`).
+pub fn owner_may(caller: Caller, mode: u32, uid: u32, gid: u32, acl: bool, ch: &SetAttr) -> bool {
+    // An empty change is chown(file, -1, -1), whose clearing of set-id bits
+    // follows the FUSE kernel's request: the mount's path.
+    if *ch == SetAttr::default() || ch.size.is_some() || caller.uid != uid {
+        return false;
+    }
+    if ch.uid.is_some_and(|u| u != uid) {
+        return false;
+    }
+    if ch.gid.is_some_and(|g| g != gid && g != caller.gid) {
+        return false;
+    }
+    let new_gid = ch.gid.unwrap_or(gid);
+    if let Some(p) = ch.perm {
+        if acl || (p & 0o2000 != 0 && new_gid != caller.gid) {
+            return false;
+        }
+    }
+    let chown = ch.uid.is_some() || ch.gid.is_some();
+    if chown && mode & 0o2010 == 0o2000 && gid != caller.gid {
+        return false;
+    }
+    true
+}
 
 /// The extended attribute that holds file capabilities.
 pub const SECURITY_CAPABILITY: &[u8] = b"security.capability";
@@ -107,6 +156,37 @@ impl<M: Medium> Fs<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_an_owner_may_change_without_the_kernel() {
+        let me = Caller { uid: 1000, gid: 100 };
+        let ch = |perm, uid, gid| SetAttr { perm, uid, gid, ..Default::default() };
+        let times = SetAttr { mtime: Some(crate::fs::SetTime::Now), ..Default::default() };
+        // The owner: times, permission bits, the same owner, its own group.
+        assert!(owner_may(me, 0o644, 1000, 100, false, &times));
+        assert!(owner_may(me, 0o644, 1000, 100, false, &ch(Some(0o4755), None, None)));
+        assert!(owner_may(me, 0o644, 1000, 100, false, &ch(None, Some(1000), Some(100))));
+        assert!(owner_may(me, 0o644, 1000, 50, false, &ch(None, None, Some(100))));
+        assert!(owner_may(me, 0o644, 1000, 50, false, &ch(None, None, Some(50))));
+        // Set-group-id only in its own group (else supplementary groups decide).
+        assert!(owner_may(me, 0o644, 1000, 100, false, &ch(Some(0o2755), None, None)));
+        assert!(!owner_may(me, 0o644, 1000, 50, false, &ch(Some(0o2755), None, None)));
+        assert!(owner_may(me, 0o644, 1000, 50, false, &ch(Some(0o2755), None, Some(100))));
+        // Anyone else, another owner, another group, a size, an ACL: the kernel's.
+        assert!(!owner_may(me, 0o644, 0, 100, false, &times));
+        assert!(!owner_may(Caller { uid: 0, gid: 0 }, 0o644, 1000, 100, false, &times));
+        assert!(!owner_may(me, 0o644, 1000, 100, false, &ch(None, Some(0), None)));
+        assert!(!owner_may(me, 0o644, 1000, 100, false, &ch(None, None, Some(7))));
+        let size = SetAttr { size: Some(0), ..Default::default() };
+        assert!(!owner_may(me, 0o644, 1000, 100, false, &size));
+        assert!(!owner_may(me, 0o644, 1000, 100, false, &SetAttr::default()));
+        assert!(!owner_may(me, 0o644, 1000, 100, true, &ch(Some(0o600), None, None)));
+        assert!(owner_may(me, 0o644, 1000, 100, true, &times));
+        // chown of mandatory-locking set-group-id in another group: the kernel's.
+        assert!(!owner_may(me, 0o2644, 1000, 50, false, &ch(None, Some(1000), None)));
+        assert!(owner_may(me, 0o2654, 1000, 50, false, &ch(None, Some(1000), None)));
+        assert!(owner_may(me, 0o2644, 1000, 100, false, &ch(None, Some(1000), None)));
+    }
 
     #[test]
     fn the_bits_linux_clears() {

@@ -1131,22 +1131,55 @@ fn give_back_lease(d: &Desc) {
     }
 }
 
+/// A change of mode, owner or times on `fd`: made in the pool when `fd` is a
+/// direct writer and the core can judge it (`ops::chattr`), else the kernel's
+/// (after this process gives its lease back: the daemon makes that change).
+fn chattr(fd: c_int, ch: impl FnOnce() -> R<ferrite_core::SetAttr>) -> Option<R<i32>> {
+    direct(fd, |d, c| ops::chattr(c, d, &ch()?))
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn futimens(fd: c_int, times: *const libc::timespec) -> c_int {
-    yield_lease(fd);
-    forward!(futimens(fd, times), -1)
+    let t = if times.is_null() {
+        None
+    } else {
+        // SAFETY: futimens takes two timespecs at a non-null `times`.
+        Some(unsafe { [times.read(), times.add(1).read()] })
+    };
+    // Both UTIME_OMIT: Linux returns 0 before it looks at the descriptor.
+    let omit = t.is_some_and(|t| t.iter().all(|t| t.tv_nsec == libc::UTIME_OMIT));
+    match (!omit).then(|| chattr(fd, || ops::times_change(t))).flatten() {
+        Some(r) => int(r),
+        None => {
+            yield_lease(fd);
+            forward!(futimens(fd, times), -1)
+        }
+    }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fchmod(fd: c_int, mode: libc::mode_t) -> c_int {
-    yield_lease(fd);
-    forward!(fchmod(fd, mode), -1)
+    let ch = || Ok(ferrite_core::SetAttr { perm: Some(mode & 0o7777), ..Default::default() });
+    match chattr(fd, ch) {
+        Some(r) => int(r),
+        None => {
+            yield_lease(fd);
+            forward!(fchmod(fd, mode), -1)
+        }
+    }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
-    yield_lease(fd);
-    forward!(fchown(fd, uid, gid), -1)
+    let id = |v: u32| (v != u32::MAX).then_some(v);
+    let ch = || Ok(ferrite_core::SetAttr { uid: id(uid), gid: id(gid), ..Default::default() });
+    match chattr(fd, ch) {
+        Some(r) => int(r),
+        None => {
+            yield_lease(fd);
+            forward!(fchown(fd, uid, gid), -1)
+        }
+    }
 }
 
 #[no_mangle]

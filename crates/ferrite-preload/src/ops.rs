@@ -302,6 +302,44 @@ pub fn ftruncate(c: &Client, d: &Desc, fd: i32, len: i64) -> R<Do<i32>> {
     }
 }
 
+/// fchmod, fchown, futimens on a descriptor this process writes directly: made in
+/// the pool when the core can judge the permission without the kernel (the owner's
+/// own changes, `ferrite_core::privs::owner_may`), else `Do::Kernel`. The kernel
+/// caches no attributes of the file meanwhile (the daemon counts the descriptor
+/// as a direct writer, FUSE.md "Kernel caches", rule 1), and it drops what it has
+/// when the descriptor is released, so what it answers later is the pool's.
+pub fn chattr(c: &Client, d: &Desc, ch: &SetAttr) -> R<Do<i32>> {
+    if !d.writer_registered || !c.may_write_direct(d.ino) {
+        return Ok(Do::Kernel);
+    }
+    let caller = ferrite_core::privs::Caller { uid: real::fsuid(), gid: real::fsgid() };
+    match c.fs().setattr_owned(d.ino, ch, caller, self_lacks_cap_fsetid).map_err(e)? {
+        Some(_) => Ok(Do::Done(0)),
+        None => Ok(Do::Kernel),
+    }
+}
+
+/// futimens's times as a change: NULL is "now" for both, UTIME_OMIT leaves one
+/// alone, UTIME_NOW is now; any other nanoseconds outside 0..1e9 are EINVAL.
+pub fn times_change(times: Option<[libc::timespec; 2]>) -> R<SetAttr> {
+    use ferrite_core::{SetTime, Ts};
+    let one = |t: libc::timespec| -> R<Option<SetTime>> {
+        match t.tv_nsec {
+            libc::UTIME_OMIT => Ok(None),
+            libc::UTIME_NOW => Ok(Some(SetTime::Now)),
+            ns if (0..1_000_000_000).contains(&ns) => {
+                Ok(Some(SetTime::At(Ts { sec: t.tv_sec, nsec: ns as u32 })))
+            }
+            _ => Err(libc::EINVAL),
+        }
+    };
+    let (atime, mtime) = match times {
+        None => (Some(SetTime::Now), Some(SetTime::Now)),
+        Some([a, m]) => (one(a)?, one(m)?),
+    };
+    Ok(SetAttr { atime, mtime, ..Default::default() })
+}
+
 /// This process's DAX mappings of `d`'s file (whose descriptor is `fd`), handed
 /// to the kernel; see [`hand_maps_to_kernel`].
 fn hand_desc_maps_to_kernel(c: &Client, d: &Desc, fd: i32) -> R<usize> {

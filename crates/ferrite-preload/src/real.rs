@@ -120,6 +120,19 @@ pub fn real() -> &'static Real {
     REAL.get_or_init(load)
 }
 
+/// The calling thread's file-system user id (`setfsuid(-1)` changes nothing and
+/// returns it).
+pub fn fsuid() -> u32 {
+    // SAFETY: an invalid id is refused; the call only reads the credentials.
+    unsafe { libc::setfsuid(u32::MAX) as u32 }
+}
+
+/// The calling thread's file-system group id (as [`fsuid`]).
+pub fn fsgid() -> u32 {
+    // SAFETY: as in `fsuid`.
+    unsafe { libc::setfsgid(u32::MAX) as u32 }
+}
+
 /// Fill `buf` from the kernel's random source (getrandom, not blocking).
 pub fn random(buf: &mut [u8]) -> Result<(), c_int> {
     // SAFETY: a live buffer of buf.len() bytes.
