@@ -81,8 +81,10 @@ pub const LEASE_TICK: std::time::Duration = std::time::Duration::from_millis(2);
 #[derive(Default)]
 pub(crate) struct Leases {
     list: Mutex<Vec<Arc<Inode>>>,
-    /// Called when the list stops being empty: the keeper may sleep until then.
+    /// Called when a lease is listed while the keeper sleeps.
     waker: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// The keeper sleeps until woken (`Fs::lease_keeper_may_sleep`).
+    asleep: AtomicBool,
 }
 
 /// This process holds an inode's cross-process lock while this lives.
@@ -247,18 +249,33 @@ impl<M: Medium> Fs<M> {
 
     /// List a new lease (under its `xh`; lock order `xh`, then the list).
     fn list_lease(&self, i: &Arc<Inode>) {
-        let mut l = self.leases.list.lock();
-        l.push(i.clone());
-        if l.len() == 1 {
+        self.leases.list.lock().push(i.clone());
+        // After the push (the keeper marks itself asleep, then looks at the list):
+        // either it sees this lease or this sees it asleep.
+        if self.leases.asleep.swap(false, Ordering::SeqCst) {
             if let Some(w) = self.leases.waker.get() {
                 w();
             }
         }
     }
 
+    /// The lease keeper is about to sleep until woken: true (and marked asleep, so
+    /// the next listed lease wakes it) when no lease is listed; false when one is
+    /// (tick on). A keeper that lingers a while after its last lease before it
+    /// sleeps spares a program that writes file after file a wake-up per file.
+    pub fn lease_keeper_may_sleep(&self) -> bool {
+        self.leases.asleep.store(true, Ordering::SeqCst);
+        if self.leases.list.lock().is_empty() {
+            return true;
+        }
+        self.leases.asleep.store(false, Ordering::SeqCst);
+        false
+    }
+
     /// Let this client keep leases: the caller promises a keeper that calls
-    /// [`Self::tick_leases`] within every [`LEASE_TICK`] while it returns true, and
-    /// soon after `wake` is called (when a lease is taken while there was none).
+    /// [`Self::tick_leases`] within every [`LEASE_TICK`] unless
+    /// [`Self::lease_keeper_may_sleep`] said it may sleep, and then soon after
+    /// `wake` is called (when a lease is listed while it sleeps).
     /// Without a keeper no lease is kept. Set once; later calls are ignored.
     pub fn keep_leases(&self, wake: Box<dyn Fn() + Send + Sync>) {
         let _ = self.leases.waker.set(wake);

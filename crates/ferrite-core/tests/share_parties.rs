@@ -603,6 +603,49 @@ fn a_lease_given_back_at_close_frees_the_lock_at_once() {
     assert_eq!(read_all(&fs, ino), vec![2u8; 100]);
 }
 
+/// The keeper's sleep: a client's watcher used to be woken (an eventfd write and
+/// two switches to its thread) whenever the lease list stopped being empty, so
+/// `tar x` and `cp -a`, which take a lease per file and give it back at close,
+/// woke it once per file. It now lingers, ticking, and is woken only when it said
+/// it sleeps (`Fs::lease_keeper_may_sleep`).
+#[test]
+fn the_lease_keeper_is_woken_only_when_it_sleeps() {
+    let w = world(32 << 20);
+    let a = w.d.create(w.d.root(), b"a", 0o644, 0, 0).unwrap().ino;
+    let b = w.d.create(w.d.root(), b"b", 0o644, 0, 0).unwrap().ino;
+    let (_, c) = w.client();
+    let wakes = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let n = wakes.clone();
+    c.keep_leases(Box::new(move || {
+        n.fetch_add(1, Ordering::SeqCst);
+    }));
+    let woken = || wakes.load(Ordering::SeqCst);
+    // Awake (lingering): leases come and go without a wake-up.
+    for round in 0..3u8 {
+        c.write(a, 0, &[round; 10]).unwrap();
+        c.give_back_lease(a);
+        assert!(!c.tick_leases(false), "round {round}: the list empties at the tick");
+    }
+    assert_eq!(woken(), 0);
+    // Asleep: the next lease wakes it, once.
+    assert!(c.lease_keeper_may_sleep());
+    c.write(a, 0, b"x").unwrap();
+    assert_eq!(woken(), 1);
+    c.write(b, 0, b"y").unwrap();
+    assert_eq!(woken(), 1, "awake again: no second wake-up");
+    // With a lease listed it may not sleep.
+    assert!(!c.lease_keeper_may_sleep());
+    c.write(a, 1, b"z").unwrap();
+    assert_eq!(woken(), 1);
+    assert!(!c.tick_leases(true), "every lease given back");
+    assert!(c.lease_keeper_may_sleep());
+    c.write(b, 1, b"w").unwrap();
+    assert_eq!(woken(), 2);
+    c.tick_leases(true);
+    drop(c.detach());
+    w.remount_clean();
+}
+
 /// A block source that records every grant (and passes it on to the daemon).
 struct Recording {
     inner: Direct,

@@ -11,7 +11,8 @@
 //! - The watcher is also the keeper of the client's inode-lock leases (see
 //!   `ferrite_core`'s sharing module): while leases exist it wakes every
 //!   `LEASE_TICK` and gives back the ones another party waits for or nobody used;
-//!   with none it sleeps until the core's waker (an eventfd) says one was taken.
+//!   some 0.5 s after the last one went it sleeps until the core's waker (an
+//!   eventfd) says one was taken.
 //!   Before the watcher waits for this client's locks to be released at the
 //!   daemon's end, it gives every lease back.
 //! - After `fork`, the child must call [`Client::abandon`] (never detach): the
@@ -390,20 +391,25 @@ fn watch(
         None,
     );
     let tick = PollTimeout::try_from(ferrite_core::LEASE_TICK).expect("a short tick");
-    let mut leases = false;
+    // Ticks without a lease before the keeper sleeps until woken: a program that
+    // writes file after file (tar, cp) takes a lease per file, and each wake-up
+    // was an eventfd write and two switches to this thread.
+    const LINGER: u32 = 250;
+    let mut idle = LINGER;
     loop {
+        let sleep = idle >= LINGER && fs.lease_keeper_may_sleep();
         let mut p = [
             PollFd::new(conn.fd.as_fd(), PollFlags::from_bits_retain(libc::POLLRDHUP)),
             PollFd::new(waker.as_fd(), PollFlags::POLLIN),
         ];
-        let r = poll(&mut p, if leases { tick } else { PollTimeout::NONE });
+        let r = poll(&mut p, if sleep { PollTimeout::NONE } else { tick });
         if conn.detaching.load(Ordering::Acquire) {
             return;
         }
         if p[1].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
             let _ = rustix::io::read(&*waker, &mut [0u8; 8]);
         }
-        leases = fs.tick_leases(false);
+        idle = if fs.tick_leases(false) { 0 } else { idle.saturating_add(1) };
         let p = &p[..1];
         let hup = p[0].revents().is_some_and(|r| {
             r.intersects(
