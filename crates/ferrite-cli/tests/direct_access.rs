@@ -1120,6 +1120,16 @@ fn the_daemon_does_not_wait_for_a_lease_after_close_or_fd_setattr() {
     assert!(fsck.is_clean(), "{:?}", fsck.errors);
 }
 
+/// A POSIX ACL in the kernel's xattr format: version 2, then (tag, perm, id).
+fn acl_value(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    entries.iter().fold(2u32.to_le_bytes().to_vec(), |mut v, (tag, perm, id)| {
+        v.extend(tag.to_le_bytes());
+        v.extend(perm.to_le_bytes());
+        v.extend(id.to_le_bytes());
+        v
+    })
+}
+
 #[test]
 #[ignore = "run by an_owners_mode_owner_and_times_go_to_the_pool_and_the_rest_to_the_kernel"]
 fn child_owner_setattrs() {
@@ -1177,20 +1187,13 @@ fn child_owner_setattrs() {
     assert_eq!(unsafe { libc::fchown(f1.as_raw_fd(), 65534, 65534) }, 0);
     // A file with an access ACL (a named user): the kernel caches the ACL a chmod
     // rewrites, so the chmod is its; the mask follows the group bits.
-    let acl: Vec<u8> = [
-        (1u16, 6u16, u32::MAX),
+    let acl = acl_value(&[
+        (1, 6, u32::MAX),
         (2, 6, 1234),
         (4, 4, u32::MAX),
         (0x10, 6, u32::MAX),
         (0x20, 0, u32::MAX),
-    ]
-    .iter()
-    .fold(2u32.to_le_bytes().to_vec(), |mut v, (tag, perm, id)| {
-        v.extend(tag.to_le_bytes());
-        v.extend(perm.to_le_bytes());
-        v.extend(id.to_le_bytes());
-        v
-    });
+    ]);
     let f2 = std::fs::OpenOptions::new().write(true).open(dir.join("f2")).unwrap();
     let (fd2, name) = (f2.as_raw_fd(), c"system.posix_acl_access");
     // SAFETY: a live descriptor, a C string and a buffer of the given lengths.
@@ -1203,6 +1206,17 @@ fn child_owner_setattrs() {
         // The mask entry (the fourth) now grants nothing.
         assert_eq!(&buf[4 + 3 * 8..4 + 3 * 8 + 4], &[0x10, 0, 0, 0]);
     }
+    // An ACL that says no more than a mode (as `cp -a` copies): a chmod, the
+    // pool's; nothing is stored.
+    let f3 = std::fs::OpenOptions::new().write(true).open(dir.join("f3")).unwrap();
+    let mode_only = acl_value(&[(1, 7, u32::MAX), (4, 5, u32::MAX), (0x20, 4, u32::MAX)]);
+    // SAFETY: a live descriptor, a C string and a buffer of the given lengths.
+    unsafe {
+        let (fd3, v) = (f3.as_raw_fd(), mode_only.as_ptr().cast());
+        assert_eq!(libc::fsetxattr(fd3, name.as_ptr(), v, mode_only.len(), 0), 0);
+        let got = libc::fgetxattr(fd3, name.as_ptr(), std::ptr::null_mut(), 0);
+        assert_eq!((got, errno()), (-1, Some(libc::ENODATA)));
+    }
     say("done");
 }
 
@@ -1212,7 +1226,8 @@ fn child_owner_setattrs() {
 /// process writes directly needs none of them: the core judges the change under
 /// the inode's lock (`privs::owner_may`) and commits it; what it cannot judge
 /// (another caller, another owner, an ACL) stays the kernel's. The kernel's view
-/// stays current: it caches no attributes of a file a client writes.
+/// stays current: it caches no attributes of a file a client writes. So with an
+/// access ACL that says no more than a mode, which `cp -a` sets on every copy.
 #[test]
 fn an_owners_mode_owner_and_times_go_to_the_pool_and_the_rest_to_the_kernel() {
     let mut m = Mount::new("direct-owner-setattr", "64M", "");
@@ -1232,7 +1247,11 @@ fn an_owners_mode_owner_and_times_go_to_the_pool_and_the_rest_to_the_kernel() {
     for i in 0..n {
         let md = std::fs::metadata(d.join(format!("f{i}"))).unwrap();
         let (u, g) = if i == 1 { (65534, 65534) } else { (uid, gid) };
-        let mode = if i == 2 { 0o600 } else { 0o2640 };
+        let mode = match i {
+            2 => 0o600,
+            3 => 0o2754,
+            _ => 0o2640,
+        };
         assert_eq!(
             (md.len(), md.mode() & 0o7777, md.uid(), md.gid(), md.mtime(), md.mtime_nsec()),
             (100, mode, u, g, 1_000_000 + i as i64, 5),
@@ -1243,6 +1262,9 @@ fn an_owners_mode_owner_and_times_go_to_the_pool_and_the_rest_to_the_kernel() {
     // Two setattrs reached the daemon (f1's chown and f2's chmod), not 3 per file.
     let setattrs = m.served("setattr");
     assert!(setattrs <= 2, "{setattrs} setattr requests for {n} files\n{}", m.log_text());
+    // One setxattr: f2's ACL with a named user.
+    let setxattrs = m.served("setxattr");
+    assert!(setxattrs <= 1, "{setxattrs} setxattr requests\n{}", m.log_text());
     let (_, fsck) = m.check_pool();
     assert!(fsck.is_clean(), "{:?}", fsck.errors);
 }

@@ -765,7 +765,7 @@ impl<M: Medium> Fs<M> {
         ch: &SetAttr,
         lacks_fsetid: impl FnOnce() -> bool,
     ) -> Result<Attr> {
-        let r = self.setattr_gated(ino, ch, lacks_fsetid, |_| true)?;
+        let r = self.setattr_gated(ino, ch, lacks_fsetid, |_, _| true)?;
         Ok(r.expect("an open gate"))
     }
 
@@ -781,20 +781,52 @@ impl<M: Medium> Fs<M> {
         caller: crate::privs::Caller,
         lacks_fsetid: impl FnOnce() -> bool,
     ) -> Result<Option<Attr>> {
-        self.setattr_gated(ino, ch, lacks_fsetid, |st| {
-            let a = &st.attr;
-            let acl = !st.xattrs.is_empty() && st.xattrs.contains_key(acl::ACCESS);
-            crate::privs::owner_may(caller, a.mode, a.uid, a.gid, acl, ch)
-        })
+        self.setattr_gated(ino, ch, lacks_fsetid, |st, ch| Self::owner_may(caller, st, ch))
     }
 
-    /// [`Fs::setattr_as`], made only if `gate` passes on the locked state.
+    /// Setting the access ACL `value` through a descriptor that `caller` writes
+    /// without the kernel (the preload library; `cp -a` and `rsync -A` set one on
+    /// every file they copy): made here only when the ACL says no more than a mode
+    /// (it is then not stored, `acl`; the file's permission bits become its),
+    /// the file has no access ACL (the kernel may cache the one it has), and
+    /// [`crate::privs::owner_may`] allows that chmod. `Ok(None)`: the kernel's.
+    pub fn set_mode_acl_owned(
+        &self,
+        ino: u64,
+        value: &[u8],
+        caller: crate::privs::Caller,
+    ) -> Result<Option<Attr>> {
+        let Ok(Some(a)) = acl::parse(value) else { return Ok(None) };
+        if !a.is_mode_only() {
+            return Ok(None);
+        }
+        let ch = SetAttr { perm: Some(0), ..Default::default() };
+        self.setattr_gated(
+            ino,
+            &ch,
+            || true,
+            |st, ch| {
+                ch.perm = Some(a.apply_to_mode(st.attr.mode) & 0o7777);
+                st.ftype == FileType::Regular && Self::owner_may(caller, st, ch)
+            },
+        )
+    }
+
+    fn owner_may(caller: crate::privs::Caller, st: &InodeState, ch: &SetAttr) -> bool {
+        let a = &st.attr;
+        let acl = !st.xattrs.is_empty() && st.xattrs.contains_key(acl::ACCESS);
+        crate::privs::owner_may(caller, a.mode, a.uid, a.gid, acl, ch)
+    }
+
+    /// [`Fs::setattr_as`], made only if `gate` passes on the locked state; it may
+    /// complete the change from that state (the fields it sets are not checked
+    /// before the lock: only size and times are).
     fn setattr_gated(
         &self,
         ino: u64,
         ch: &SetAttr,
         lacks_fsetid: impl FnOnce() -> bool,
-        gate: impl FnOnce(&InodeState) -> bool,
+        gate: impl FnOnce(&InodeState, &mut SetAttr) -> bool,
     ) -> Result<Option<Attr>> {
         self.check_writable()?;
         // A size above 2^63 - 1 is a negative off_t: EINVAL before anything else,
@@ -826,9 +858,12 @@ impl<M: Medium> Fs<M> {
                 return Err(Error::DaxMapped);
             }
         }
-        if !gate(&st) {
+        let mut gated = *ch;
+        if !gate(&st, &mut gated) {
             return Ok(None);
         }
+        debug_assert!(gated.size == ch.size && gated.atime == ch.atime && gated.mtime == ch.mtime);
+        let ch = &gated;
         let now = self.m.now();
         let ftype = st.ftype;
         // An empty change is chown(file, -1, -1) (the FUSE kernel's request to remove

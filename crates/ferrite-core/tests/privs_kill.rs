@@ -196,3 +196,53 @@ fn fallocate_clears_like_a_write() {
     assert!(fs.fallocate_as(g, keep, 0, 0, || true).is_err());
     assert_eq!(perm(&fs, g), 0o4755);
 }
+
+/// What a process makes without the kernel (`Fs::setattr_owned`,
+/// `Fs::set_mode_acl_owned`, the preload library's fchmod / fchown / futimens /
+/// fsetxattr of a mode-only ACL): the owner's own changes, judged under the lock
+/// against the attributes there; anything else is `None` and changes nothing.
+#[test]
+fn an_owners_changes_are_made_and_the_rest_left_to_the_kernel() {
+    use ferrite_core::privs::Caller;
+    let mut fs = fresh_sim(16 * MB, 1);
+    let ino = fs.create(fs.root(), b"o", 0o644, 1000, 100).unwrap().ino;
+    let me = Caller { uid: 1000, gid: 100 };
+    let ch = |perm, uid, gid| SetAttr { perm, uid, gid, ..Default::default() };
+    let t = Ts { sec: 77, nsec: 9 };
+    let times = SetAttr { mtime: Some(SetTime::At(t)), ..Default::default() };
+    let a = fs.setattr_owned(ino, &times, me, || true).unwrap().expect("the owner's");
+    assert_eq!(a.mtime, t);
+    let a = fs.setattr_owned(ino, &ch(Some(0o2750), Some(1000), None), me, || true).unwrap();
+    assert_eq!(a.expect("the owner's").perm, 0o2750);
+    // Another caller, another owner, a foreign group: nothing changes.
+    let other = Caller { uid: 0, gid: 0 };
+    assert!(fs.setattr_owned(ino, &ch(Some(0o600), None, None), other, || true).unwrap().is_none());
+    assert!(fs.setattr_owned(ino, &ch(None, Some(0), None), me, || true).unwrap().is_none());
+    assert!(fs.setattr_owned(ino, &ch(None, None, Some(5)), me, || true).unwrap().is_none());
+    assert_eq!(perm(&fs, ino), 0o2750);
+    // A mode-only ACL (user rw-, group r--, other ---) is a chmod that keeps
+    // set-group-id; one with a named user is the kernel's.
+    let acl = |e: &[(u16, u16, u32)]| {
+        e.iter().fold(2u32.to_le_bytes().to_vec(), |mut v, &(tag, p, id)| {
+            v.extend(tag.to_le_bytes());
+            v.extend(p.to_le_bytes());
+            v.extend(id.to_le_bytes());
+            v
+        })
+    };
+    let m = u32::MAX;
+    let mode_only = acl(&[(1, 6, m), (4, 4, m), (0x20, 0, m)]);
+    assert!(fs.set_mode_acl_owned(ino, &mode_only, me).unwrap().is_some());
+    assert_eq!(perm(&fs, ino), 0o2640);
+    assert!(fs.getxattr(ino, ferrite_core::acl::ACCESS).is_err(), "not stored");
+    assert!(fs.set_mode_acl_owned(ino, &mode_only, other).unwrap().is_none());
+    let named = acl(&[(1, 6, m), (2, 6, 7), (4, 4, m), (0x10, 6, m), (0x20, 0, m)]);
+    assert!(fs.set_mode_acl_owned(ino, &named, me).unwrap().is_none());
+    // With an access ACL stored, a chmod is the kernel's (it caches the ACL).
+    fs.setxattr(ino, ferrite_core::acl::ACCESS, &named, XattrSet::Any).unwrap();
+    assert!(fs.setattr_owned(ino, &ch(Some(0o600), None, None), me, || true).unwrap().is_none());
+    assert!(fs.setattr_owned(ino, &times, me, || true).unwrap().is_some());
+    fs = remount(fs, Remount::CrashDurable);
+    let a = fs.getattr(ino).unwrap();
+    assert_eq!((a.perm, a.mtime, a.uid, a.gid), (0o2660, t, 1000, 100), "after recovery");
+}

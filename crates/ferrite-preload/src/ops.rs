@@ -319,6 +319,21 @@ pub fn chattr(c: &Client, d: &Desc, ch: &SetAttr) -> R<Do<i32>> {
     }
 }
 
+/// fsetxattr of `system.posix_acl_access` (flags 0) on a descriptor this process
+/// writes directly: an ACL that says no more than a mode is that chmod, made in
+/// the pool when the core can judge it (`Fs::set_mode_acl_owned`), else
+/// `Do::Kernel`.
+pub fn set_access_acl(c: &Client, d: &Desc, value: &[u8]) -> R<Do<i32>> {
+    if !d.writer_registered || !c.may_write_direct(d.ino) {
+        return Ok(Do::Kernel);
+    }
+    let caller = ferrite_core::privs::Caller { uid: real::fsuid(), gid: real::fsgid() };
+    match c.fs().set_mode_acl_owned(d.ino, value, caller).map_err(e)? {
+        Some(_) => Ok(Do::Done(0)),
+        None => Ok(Do::Kernel),
+    }
+}
+
 /// futimens's times as a change: NULL is "now" for both, UTIME_OMIT leaves one
 /// alone, UTIME_NOW is now; any other nanoseconds outside 0..1e9 are EINVAL.
 pub fn times_change(times: Option<[libc::timespec; 2]>) -> R<SetAttr> {
