@@ -1269,6 +1269,80 @@ fn an_owners_mode_owner_and_times_go_to_the_pool_and_the_rest_to_the_kernel() {
     assert!(fsck.is_clean(), "{:?}", fsck.errors);
 }
 
+#[test]
+#[ignore = "run by a_small_private_mapping_is_a_copy_and_leaves_the_file_direct"]
+fn child_private_maps() {
+    use std::os::fd::AsRawFd;
+    let p = PathBuf::from(env("FT_PATH"));
+    let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let w = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    w.write_all_at(&data, 0).unwrap();
+    let map = |fd: i32, len: usize, prot: i32| {
+        // SAFETY: a new private mapping of `fd`, unmapped by the caller.
+        unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_PRIVATE, fd, 0) }
+    };
+    let errno = || std::io::Error::last_os_error().raw_os_error();
+    for round in 0..20 {
+        // As git reads a loose object: open, map, close, read the mapping.
+        let r = std::fs::File::open(&p).unwrap();
+        let m = map(r.as_raw_fd(), data.len(), libc::PROT_READ);
+        assert_ne!(m, libc::MAP_FAILED);
+        drop(r);
+        // SAFETY: the mapping's first page-rounded 8192 bytes are readable.
+        let got = unsafe { std::slice::from_raw_parts(m as *const u8, 8192) };
+        let first = if round == 0 { data[0] } else { round as u8 - 1 };
+        assert_eq!((got[0], &got[1..5000]), (first, &data[1..]), "round {round}");
+        assert!(got[5000..].iter().all(|&b| b == 0), "the last page's tail is zero");
+        // SAFETY: our mapping.
+        assert_eq!(unsafe { libc::munmap(m, data.len()) }, 0);
+        // The file stays written directly meanwhile.
+        w.write_all_at(&[round as u8], 0).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap()[0], round as u8);
+    }
+    // A writable private mapping: stores stay in the process.
+    let m = map(w.as_raw_fd(), 4096, libc::PROT_READ | libc::PROT_WRITE);
+    assert_ne!(m, libc::MAP_FAILED);
+    // SAFETY: a writable private mapping of 4096 bytes.
+    unsafe { (m as *mut u8).add(100).write(0xEE) };
+    assert_ne!(std::fs::read(&p).unwrap()[100], 0xEE);
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(m, 4096) };
+    // Not readable: EACCES, as Linux.
+    let wo = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    assert_eq!(
+        (map(wo.as_raw_fd(), 4096, libc::PROT_READ), errno()),
+        (libc::MAP_FAILED, Some(libc::EACCES))
+    );
+    say("done");
+}
+
+/// A small private mapping of a direct file is a copy of it in an anonymous
+/// mapping. Through the kernel, each cost a round trip for the size and a read
+/// per fault, and the kernel's page cache then held the file, so every client's
+/// writes of it went through the mount until the last descriptor closed: `git`
+/// maps each loose object it reads this way, twice per file of a checkout.
+#[test]
+fn a_small_private_mapping_is_a_copy_and_leaves_the_file_direct() {
+    let mut m = Mount::new("direct-private-map", "64M", "");
+    let p = m.path("obj");
+    run_child(child("child_private_maps").env("FT_PATH", &p), "child");
+    let mut want: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+    want[0] = 19;
+    assert_eq!(std::fs::read(&p).unwrap(), want);
+    m.umount();
+    let (reads, writes) = (m.served("read"), m.served("write"));
+    // One read: this (plain) process's of the file above.
+    assert!(reads <= 1 && writes == 0, "{}", m.log_text());
+    let (_, fsck) = m.check_pool();
+    assert!(fsck.is_clean(), "{:?}", fsck.errors);
+}
+
 // ------------------------------------------------------- dup, fork and exec
 
 #[test]

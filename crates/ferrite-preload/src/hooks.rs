@@ -1976,6 +1976,19 @@ pub unsafe extern "C" fn mmap(
             None => {}
         }
     }
+    if flags & libc::MAP_TYPE == libc::MAP_PRIVATE && flags & libc::MAP_ANONYMOUS == 0 {
+        let copy = |d: &Desc, c: &'static Client| {
+            ops::mmap_private(c, d, addr as usize, len, prot, flags, off)
+        };
+        match direct(fd, copy) {
+            Some(Ok(p)) => return p as *mut c_void,
+            Some(Err(e)) => {
+                set_errno(e);
+                return libc::MAP_FAILED;
+            }
+            None => {}
+        }
+    }
     // A mapping through the kernel, shared (DAX off or refused) or private: its
     // pages come from the kernel's page cache.
     if flags & libc::MAP_ANONYMOUS == 0 {
@@ -1985,9 +1998,7 @@ pub unsafe extern "C" fn mmap(
             c.note_kernel_mapping(d.ino);
             d.kernel_io.store(true, Ordering::Relaxed);
             drop(e);
-            if flags & libc::MAP_SHARED == 0 {
-                stats::kernel(); // (a shared one was counted by `direct` above)
-            }
+            // (Counted by `direct` above, which sent it here.)
             // The kernel's size of the file predates the direct writes: have it ask
             // the daemon again, or the mapping would fault (SIGBUS) past its old end.
             real::refresh_kernel_attrs(fd);

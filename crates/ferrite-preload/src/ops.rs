@@ -555,6 +555,75 @@ fn dax_enabled() -> bool {
     *D.get_or_init(|| std::env::var_os("FERRITE_DAX").is_none_or(|v| v != "0"))
 }
 
+/// `FERRITE_COPY_MAPS=0` turns copied private mappings off (they go to the kernel).
+fn copy_maps_enabled() -> bool {
+    static D: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *D.get_or_init(|| std::env::var_os("FERRITE_COPY_MAPS").is_none_or(|v| v != "0"))
+}
+
+/// The largest private mapping made a copy (see [`mmap_private`]).
+pub const COPY_MAP_MAX: usize = 1 << 20;
+
+/// `mmap(2)` of a direct descriptor with MAP_PRIVATE, up to [`COPY_MAP_MAX`] bytes
+/// within the file's pages, not executable and not at a fixed address: a private
+/// anonymous mapping holding a copy of the range (the rest of the last page zero).
+/// POSIX leaves unspecified whether a private mapping shows the file's later
+/// changes, so a copy made now is one; what differs from the kernel's mapping is
+/// that `madvise(MADV_DONTNEED)` zero-fills instead of reading the file again,
+/// `mremap` grows it with zeros, and `/proc/self/maps` names no file. Through the
+/// kernel such a mapping cost a round trip for the size, a read per fault, and
+/// sent every client's writes of the file through the kernel while it was open
+/// (its page cache held the file): `git` maps each loose object it reads this way,
+/// and its index, and compilers map their inputs. Anything else: `Do::Kernel`.
+#[allow(clippy::too_many_arguments)]
+pub fn mmap_private(
+    c: &Client,
+    d: &Desc,
+    addr: usize,
+    len: usize,
+    prot: i32,
+    flags: i32,
+    off: i64,
+) -> R<Do<usize>> {
+    let served = libc::MAP_PRIVATE
+        | libc::MAP_NORESERVE
+        | libc::MAP_POPULATE
+        | libc::MAP_DENYWRITE
+        | libc::MAP_EXECUTABLE;
+    let plain = flags & libc::MAP_TYPE == libc::MAP_PRIVATE && flags & !served == 0;
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    if !copy_maps_enabled()
+        || !plain
+        || addr != 0
+        || prot & !rw != 0
+        || len == 0
+        || len > COPY_MAP_MAX
+        || off < 0
+        || off % 4096 != 0
+    {
+        return Ok(Do::Kernel);
+    }
+    if !d.readable() {
+        return Err(libc::EACCES);
+    }
+    let size = c.fs().getattr(d.ino).map_err(e)?.size;
+    let off = off as u64;
+    if off + len as u64 > size.next_multiple_of(4096) {
+        return Ok(Do::Kernel); // pages past the end: the kernel's SIGBUS
+    }
+    let mut m = real::AnonMap::new(len, flags & (libc::MAP_NORESERVE | libc::MAP_POPULATE))?;
+    let want = (size - off).min(len as u64) as usize;
+    let mut done = 0;
+    while done < want {
+        let n = c.fs().read(d.ino, off + done as u64, &mut m.bytes()[done..want]).map_err(e)?;
+        if n == 0 {
+            break; // shrunk meanwhile: the rest reads as zeros
+        }
+        done += n;
+    }
+    Ok(Do::Done(m.finish(prot)?))
+}
+
 /// `mmap(2)` of a direct descriptor: a shared mapping is the file's pool blocks
 /// mapped into the process (DAX) when it can be, with the kernel's checks of the
 /// open mode first; anything else (private mappings, flags the core does not

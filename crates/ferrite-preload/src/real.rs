@@ -332,3 +332,54 @@ pub fn open_fds() -> Vec<c_int> {
 pub fn fd_path(fd: c_int) -> Option<std::path::PathBuf> {
     std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()
 }
+
+/// A fresh private anonymous mapping, readable and writable, unmapped when dropped
+/// unless [`AnonMap::finish`]ed: what stands in for a small private mapping of a
+/// direct file (`ops::mmap_private`).
+pub struct AnonMap {
+    addr: usize,
+    len: usize,
+}
+
+impl AnonMap {
+    /// `len` bytes anywhere (`extra` flags: MAP_NORESERVE, MAP_POPULATE).
+    pub fn new(len: usize, extra: c_int) -> Result<AnonMap, c_int> {
+        let f = need!(mmap64);
+        let (prot, flags) =
+            (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra);
+        // SAFETY: a new anonymous mapping at an address the kernel picks.
+        let p = unsafe { f(std::ptr::null_mut(), len, prot, flags, -1, 0) };
+        if p == libc::MAP_FAILED {
+            return Err(errno());
+        }
+        Ok(AnonMap { addr: p as usize, len })
+    }
+
+    /// Its bytes.
+    pub fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: `len` bytes at `addr` are this mapping's, readable and writable,
+        // and borrowed mutably through `self` only.
+        unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) }
+    }
+
+    /// Give it protection `prot` and hand it over (its address).
+    pub fn finish(self, prot: c_int) -> Result<usize, c_int> {
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: the whole of this mapping; mprotect changes no byte.
+        if prot != rw && unsafe { libc::mprotect(self.addr as *mut c_void, self.len, prot) } != 0 {
+            return Err(errno()); // dropped: unmapped
+        }
+        let addr = self.addr;
+        std::mem::forget(self);
+        Ok(addr)
+    }
+}
+
+impl Drop for AnonMap {
+    fn drop(&mut self) {
+        if let Some(f) = real().munmap {
+            // SAFETY: this mapping, never handed out.
+            unsafe { f(self.addr as *mut c_void, self.len) };
+        }
+    }
+}
