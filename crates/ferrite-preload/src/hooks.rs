@@ -1963,24 +1963,12 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     off: off64_t,
 ) -> *mut c_void {
-    if flags & libc::MAP_SHARED != 0 {
-        let dax = |d: &Desc, c: &'static Client| {
+    if flags & libc::MAP_ANONYMOUS == 0 {
+        // DAX for a shared mapping, a copy for a small private one.
+        let served = |d: &Desc, c: &'static Client| {
             ops::mmap(c, d, fd, addr as usize, len, prot, flags, off)
         };
-        match direct(fd, dax) {
-            Some(Ok(p)) => return p as *mut c_void,
-            Some(Err(e)) => {
-                set_errno(e);
-                return libc::MAP_FAILED;
-            }
-            None => {}
-        }
-    }
-    if flags & libc::MAP_TYPE == libc::MAP_PRIVATE && flags & libc::MAP_ANONYMOUS == 0 {
-        let copy = |d: &Desc, c: &'static Client| {
-            ops::mmap_private(c, d, addr as usize, len, prot, flags, off)
-        };
-        match direct(fd, copy) {
+        match direct(fd, served) {
             Some(Ok(p)) => return p as *mut c_void,
             Some(Err(e)) => {
                 set_errno(e);

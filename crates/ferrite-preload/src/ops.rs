@@ -575,8 +575,7 @@ pub const COPY_MAP_MAX: usize = 1 << 20;
 /// sent every client's writes of the file through the kernel while it was open
 /// (its page cache held the file): `git` maps each loose object it reads this way,
 /// and its index, and compilers map their inputs. Anything else: `Do::Kernel`.
-#[allow(clippy::too_many_arguments)]
-pub fn mmap_private(
+fn mmap_private(
     c: &Client,
     d: &Desc,
     addr: usize,
@@ -626,8 +625,9 @@ pub fn mmap_private(
 
 /// `mmap(2)` of a direct descriptor: a shared mapping is the file's pool blocks
 /// mapped into the process (DAX) when it can be, with the kernel's checks of the
-/// open mode first; anything else (private mappings, flags the core does not
-/// serve, files the kernel's page cache may hold) goes to the kernel.
+/// open mode first; a private one a copy ([`mmap_private`]) when it can be;
+/// anything else (flags the core does not serve, files the kernel's page cache
+/// may hold) goes to the kernel.
 #[allow(clippy::too_many_arguments)]
 pub fn mmap(
     c: &Client,
@@ -640,6 +640,9 @@ pub fn mmap(
     off: i64,
 ) -> R<Do<usize>> {
     use ferrite_core::filemap::SERVED_FLAGS;
+    if flags & libc::MAP_TYPE == libc::MAP_PRIVATE {
+        return mmap_private(c, d, addr, len, prot, flags, off);
+    }
     if !dax_enabled()
         || flags & libc::MAP_SHARED == 0
         || flags & !SERVED_FLAGS != 0
