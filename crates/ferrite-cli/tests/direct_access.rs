@@ -1343,6 +1343,55 @@ fn a_small_private_mapping_is_a_copy_and_leaves_the_file_direct() {
     assert!(fsck.is_clean(), "{:?}", fsck.errors);
 }
 
+#[test]
+#[ignore = "run by a_private_mapping_shows_stores_the_kernel_holds"]
+fn child_private_map_of_kernel_mapped() {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(env("FT_PATH")).unwrap();
+    say("opened");
+    let mut l = String::new();
+    std::io::stdin().read_line(&mut l).unwrap();
+    // SAFETY: a new private read-only mapping of 8192 bytes, unmapped below.
+    let m = unsafe {
+        libc::mmap(std::ptr::null_mut(), 8192, libc::PROT_READ, libc::MAP_PRIVATE, f.as_raw_fd(), 0)
+    };
+    assert_ne!(m, libc::MAP_FAILED);
+    // SAFETY: the mapping's first bytes are readable.
+    let got = unsafe { std::slice::from_raw_parts(m as *const u8, 6) }.to_vec();
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(m, 8192) };
+    say(&format!("saw {}", String::from_utf8_lossy(&got)));
+}
+
+/// A file a plain process maps shared through the kernel may hold stores in the
+/// kernel's page cache that the pool has not seen (written back later, or at the
+/// next open: the kernel launders dirty pages when an open drops the cache): a
+/// client's private mapping of it must show them, so it is the kernel's mapping, not
+/// a copy of the pool. Here the stores come after the client's open.
+#[test]
+fn a_private_mapping_shows_stores_the_kernel_holds() {
+    use std::os::fd::AsRawFd;
+    let m = Mount::new("direct-private-kernel", "64M", "");
+    let p = m.path("shared");
+    std::fs::write(&p, vec![b'.'; 8192]).unwrap();
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    // SAFETY: a new shared mapping of 8192 bytes of `f`, unmapped below.
+    let k =
+        unsafe { libc::mmap(std::ptr::null_mut(), 8192, prot, libc::MAP_SHARED, f.as_raw_fd(), 0) };
+    assert_ne!(k, libc::MAP_FAILED);
+    let (mut c, mut out) = piped(child("child_private_map_of_kernel_mapped").env("FT_PATH", &p));
+    assert_eq!(listen(&mut out, |l| l != "opened"), "opened");
+    // SAFETY: a writable shared mapping of at least 6 bytes.
+    unsafe { std::ptr::copy_nonoverlapping(b"stored".as_ptr(), k as *mut u8, 6) };
+    writeln!(c.stdin.as_mut().unwrap(), "go").unwrap();
+    let saw = listen(&mut out, |l| !l.starts_with("saw"));
+    wait_ok(c, "child");
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(k, 8192) };
+    assert_eq!(saw, "saw stored");
+}
+
 // ------------------------------------------------------- dup, fork and exec
 
 #[test]

@@ -605,6 +605,11 @@ fn mmap_private(
     if !d.readable() {
         return Err(libc::EACCES);
     }
+    if !c.may_write_direct(d.ino) {
+        // The kernel's page cache holds the file (a shared mapping through it may
+        // have stores the pool has not seen yet): its mapping shows them.
+        return Ok(Do::Kernel);
+    }
     let size = c.fs().getattr(d.ino).map_err(e)?.size;
     let off = off as u64;
     if off + len as u64 > size.next_multiple_of(4096) {
