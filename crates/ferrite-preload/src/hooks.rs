@@ -1965,9 +1965,8 @@ pub unsafe extern "C" fn mmap(
 ) -> *mut c_void {
     if flags & libc::MAP_ANONYMOUS == 0 {
         // DAX for a shared mapping, a copy for a small private one.
-        let served = |d: &Desc, c: &'static Client| {
-            ops::mmap(c, d, fd, addr as usize, len, prot, flags, off)
-        };
+        let call = ops::MapCall { addr: addr as usize, len, prot, flags, off };
+        let served = |d: &Desc, c: &'static Client| ops::mmap(c, d, fd, call);
         match direct(fd, served) {
             Some(Ok(p)) => return p as *mut c_void,
             Some(Err(e)) => {

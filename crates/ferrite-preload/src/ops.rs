@@ -555,6 +555,21 @@ fn dax_enabled() -> bool {
     *D.get_or_init(|| std::env::var_os("FERRITE_DAX").is_none_or(|v| v != "0"))
 }
 
+/// An `mmap(2)` call's arguments but the descriptor.
+#[derive(Clone, Copy, Debug)]
+pub struct MapCall {
+    /// The address asked for (0: the kernel picks).
+    pub addr: usize,
+    /// Length in bytes.
+    pub len: usize,
+    /// PROT_* bits.
+    pub prot: i32,
+    /// MAP_* flags.
+    pub flags: i32,
+    /// Offset in the file.
+    pub off: i64,
+}
+
 /// `FERRITE_COPY_MAPS=0` turns copied private mappings off (they go to the kernel).
 fn copy_maps_enabled() -> bool {
     static D: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -575,15 +590,8 @@ pub const COPY_MAP_MAX: usize = 1 << 20;
 /// sent every client's writes of the file through the kernel while it was open
 /// (its page cache held the file): `git` maps each loose object it reads this way,
 /// and its index, and compilers map their inputs. Anything else: `Do::Kernel`.
-fn mmap_private(
-    c: &Client,
-    d: &Desc,
-    addr: usize,
-    len: usize,
-    prot: i32,
-    flags: i32,
-    off: i64,
-) -> R<Do<usize>> {
+fn mmap_private(c: &Client, d: &Desc, m: MapCall) -> R<Do<usize>> {
+    let MapCall { addr, len, prot, flags, off } = m;
     let served = libc::MAP_PRIVATE
         | libc::MAP_NORESERVE
         | libc::MAP_POPULATE
@@ -633,21 +641,12 @@ fn mmap_private(
 /// open mode first; a private one a copy ([`mmap_private`]) when it can be;
 /// anything else (flags the core does not serve, files the kernel's page cache
 /// may hold) goes to the kernel.
-#[allow(clippy::too_many_arguments)]
-pub fn mmap(
-    c: &Client,
-    d: &Desc,
-    fd: i32,
-    addr: usize,
-    len: usize,
-    prot: i32,
-    flags: i32,
-    off: i64,
-) -> R<Do<usize>> {
+pub fn mmap(c: &Client, d: &Desc, fd: i32, m: MapCall) -> R<Do<usize>> {
     use ferrite_core::filemap::SERVED_FLAGS;
-    if flags & libc::MAP_TYPE == libc::MAP_PRIVATE {
-        return mmap_private(c, d, addr, len, prot, flags, off);
+    if m.flags & libc::MAP_TYPE == libc::MAP_PRIVATE {
+        return mmap_private(c, d, m);
     }
+    let MapCall { addr, len, prot, flags, off } = m;
     if !dax_enabled()
         || flags & libc::MAP_SHARED == 0
         || flags & !SERVED_FLAGS != 0
