@@ -1131,11 +1131,30 @@ fn give_back_lease(d: &Desc) {
     }
 }
 
-/// A change of mode, owner or times on `fd`: made in the pool when `fd` is a
-/// direct writer and the core can judge it (`ops::chattr`), else the kernel's
-/// (after this process gives its lease back: the daemon makes that change).
-fn chattr(fd: c_int, ch: impl FnOnce() -> R<ferrite_core::SetAttr>) -> Option<R<i32>> {
-    direct(fd, |d, c| ops::chattr(c, d, &ch()?))
+/// A change of `fd`'s file served here (`f`: the pool's when the core can judge
+/// it) or else by `kernel`, after this process gives its lease back (the daemon
+/// makes that change, under the file's lock).
+fn owned_or_kernel(
+    fd: c_int,
+    f: impl FnOnce(&Desc, &'static Client) -> R<Do<i32>>,
+    kernel: impl FnOnce() -> c_int,
+) -> c_int {
+    match direct(fd, f) {
+        Some(r) => int(r),
+        None => {
+            yield_lease(fd);
+            kernel()
+        }
+    }
+}
+
+/// A change of mode, owner or times on `fd` (`ops::chattr`), else `kernel`.
+fn chattr(
+    fd: c_int,
+    ch: impl FnOnce() -> R<ferrite_core::SetAttr>,
+    kernel: impl FnOnce() -> c_int,
+) -> c_int {
+    owned_or_kernel(fd, |d, c| ops::chattr(c, d, &ch()?), kernel)
 }
 
 #[no_mangle]
@@ -1146,40 +1165,25 @@ pub unsafe extern "C" fn futimens(fd: c_int, times: *const libc::timespec) -> c_
         // SAFETY: futimens takes two timespecs at a non-null `times`.
         Some(unsafe { [times.read(), times.add(1).read()] })
     };
+    let kernel = || forward!(futimens(fd, times), -1);
     // Both UTIME_OMIT: Linux returns 0 before it looks at the descriptor.
-    let omit = t.is_some_and(|t| t.iter().all(|t| t.tv_nsec == libc::UTIME_OMIT));
-    match (!omit).then(|| chattr(fd, || ops::times_change(t))).flatten() {
-        Some(r) => int(r),
-        None => {
-            yield_lease(fd);
-            forward!(futimens(fd, times), -1)
-        }
+    if t.is_some_and(|t| t.iter().all(|t| t.tv_nsec == libc::UTIME_OMIT)) {
+        return kernel();
     }
+    chattr(fd, || ops::times_change(t), kernel)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fchmod(fd: c_int, mode: libc::mode_t) -> c_int {
     let ch = || Ok(ferrite_core::SetAttr { perm: Some(mode & 0o7777), ..Default::default() });
-    match chattr(fd, ch) {
-        Some(r) => int(r),
-        None => {
-            yield_lease(fd);
-            forward!(fchmod(fd, mode), -1)
-        }
-    }
+    chattr(fd, ch, || forward!(fchmod(fd, mode), -1))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
     let id = |v: u32| (v != u32::MAX).then_some(v);
     let ch = || Ok(ferrite_core::SetAttr { uid: id(uid), gid: id(gid), ..Default::default() });
-    match chattr(fd, ch) {
-        Some(r) => int(r),
-        None => {
-            yield_lease(fd);
-            forward!(fchown(fd, uid, gid), -1)
-        }
-    }
+    chattr(fd, ch, || forward!(fchown(fd, uid, gid), -1))
 }
 
 #[no_mangle]
@@ -1196,19 +1200,18 @@ pub unsafe extern "C" fn fsetxattr(
         && !name.is_null()
         && (size == 0 || !value.is_null())
         && unsafe { CStr::from_ptr(name) }.to_bytes() == ferrite_core::acl::ACCESS;
-    if acl && size <= 4 + 8 * 64 {
-        let v = if size == 0 {
-            &[][..]
-        } else {
-            // SAFETY: as above.
-            unsafe { std::slice::from_raw_parts(value.cast::<u8>(), size) }
-        };
-        if let Some(r) = direct(fd, |d, c| ops::set_access_acl(c, d, v)) {
-            return int(r);
-        }
+    let kernel = || forward!(fsetxattr(fd, name, value, size, flags), -1);
+    if !acl || size > 4 + 8 * 64 {
+        yield_lease(fd);
+        return kernel();
     }
-    yield_lease(fd);
-    forward!(fsetxattr(fd, name, value, size, flags), -1)
+    let v = if size == 0 {
+        &[][..]
+    } else {
+        // SAFETY: as above.
+        unsafe { std::slice::from_raw_parts(value.cast::<u8>(), size) }
+    };
+    owned_or_kernel(fd, |d, c| ops::set_access_acl(c, d, v), kernel)
 }
 
 #[no_mangle]

@@ -309,14 +309,7 @@ pub fn ftruncate(c: &Client, d: &Desc, fd: i32, len: i64) -> R<Do<i32>> {
 /// as a direct writer, FUSE.md "Kernel caches", rule 1), and it drops what it has
 /// when the descriptor is released, so what it answers later is the pool's.
 pub fn chattr(c: &Client, d: &Desc, ch: &SetAttr) -> R<Do<i32>> {
-    if !d.writer_registered || !c.may_write_direct(d.ino) {
-        return Ok(Do::Kernel);
-    }
-    let caller = ferrite_core::privs::Caller { uid: real::fsuid(), gid: real::fsgid() };
-    match c.fs().setattr_owned(d.ino, ch, caller, self_lacks_cap_fsetid).map_err(e)? {
-        Some(_) => Ok(Do::Done(0)),
-        None => Ok(Do::Kernel),
-    }
+    owned(c, d, |caller| c.fs().setattr_owned(d.ino, ch, caller, self_lacks_cap_fsetid))
 }
 
 /// fsetxattr of `system.posix_acl_access` (flags 0) on a descriptor this process
@@ -324,11 +317,22 @@ pub fn chattr(c: &Client, d: &Desc, ch: &SetAttr) -> R<Do<i32>> {
 /// the pool when the core can judge it (`Fs::set_mode_acl_owned`), else
 /// `Do::Kernel`.
 pub fn set_access_acl(c: &Client, d: &Desc, value: &[u8]) -> R<Do<i32>> {
+    owned(c, d, |caller| c.fs().set_mode_acl_owned(d.ino, value, caller))
+}
+
+/// A change the core makes for the calling thread (`f`, given its file-system
+/// ids) on a descriptor the daemon counts as a direct writer, when it can judge
+/// it (`Some`); `Do::Kernel` otherwise.
+fn owned(
+    c: &Client,
+    d: &Desc,
+    f: impl FnOnce(ferrite_core::privs::Caller) -> ferrite_core::Result<Option<ferrite_core::Attr>>,
+) -> R<Do<i32>> {
     if !d.writer_registered || !c.may_write_direct(d.ino) {
         return Ok(Do::Kernel);
     }
     let caller = ferrite_core::privs::Caller { uid: real::fsuid(), gid: real::fsgid() };
-    match c.fs().set_mode_acl_owned(d.ino, value, caller).map_err(e)? {
+    match f(caller).map_err(e)? {
         Some(_) => Ok(Do::Done(0)),
         None => Ok(Do::Kernel),
     }
