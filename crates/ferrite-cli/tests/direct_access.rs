@@ -1654,11 +1654,26 @@ fn child_acked_writer() {
         match f.write_all_at(&rec, i * 4096) {
             Ok(()) => say(&format!("ack {i}")),
             Err(e) => {
-                say(&format!("error {}", e.raw_os_error().unwrap_or(0)));
+                // The CPU this process uses in a second once the daemon is gone:
+                // its watcher thread must have stopped, not spin.
+                let before = cpu_micros();
+                std::thread::sleep(Duration::from_secs(1));
+                let spent = cpu_micros() - before;
+                say(&format!("error {} cpu {spent}", e.raw_os_error().unwrap_or(0)));
                 return;
             }
         }
     }
+}
+
+/// User and system CPU time of this process, in microseconds.
+fn cpu_micros() -> i64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is valid.
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) }, 0);
+    let t = |v: libc::timeval| v.tv_sec * 1_000_000 + v.tv_usec;
+    t(u.ru_utime) + t(u.ru_stime)
 }
 
 fn acked_child(p: &Path) -> (Child, BufReader<ChildStdout>) {
@@ -1750,11 +1765,19 @@ fn a_daemon_killed_under_its_clients_leaves_errors_not_hangs() {
     // call under way at the kill), where later requests get ENOTCONN. Over FUSE over
     // io_uring, a request in flight in a ring entry of the dead daemon ends with
     // ECANCELED (seen in the first test run over io_uring).
-    let errno: i32 = last.strip_prefix("error ").and_then(|e| e.parse().ok()).unwrap_or(-1);
+    let words: Vec<&str> = last.split_whitespace().collect();
+    let errno: i32 = match words[..] {
+        ["error", e, "cpu", _] => e.parse().unwrap_or(-1),
+        _ => -1,
+    };
     assert!(
         [libc::ENOTCONN, libc::EIO, libc::ECONNABORTED, libc::ECANCELED].contains(&errno),
         "client ended with {last:?}, not ENOTCONN/EIO/ECONNABORTED/ECANCELED"
     );
+    // Regression: the client's watcher did not see the hang-up (nix's poll
+    // flags know no POLLRDHUP) and spun, a core's worth of CPU in that second.
+    let cpu: i64 = words[3].parse().unwrap();
+    assert!(cpu < 200_000, "the client used {cpu} us of CPU in 1 s after the daemon died");
     wait_ok(c, "client after the daemon's death");
     // The pool mounts again as after any crash, with every acknowledged write.
     m.start_foreground("");

@@ -21,11 +21,10 @@
 use crate::wire::{self, In, Out};
 use ferrite_core::share::{BlockSource, Party, Table, P_ACTIVE, P_REVOKED};
 use ferrite_core::{Error, Fs, MapOptions, MmapMedium};
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr};
 use parking_lot::Mutex;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -390,36 +389,34 @@ fn watch(
         Some(&nix::sys::signal::SigSet::all()),
         None,
     );
-    let tick = PollTimeout::try_from(ferrite_core::LEASE_TICK).expect("a short tick");
+    let tick = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: i64::from(ferrite_core::LEASE_TICK.subsec_nanos()),
+    };
+    debug_assert_eq!(ferrite_core::LEASE_TICK.as_secs(), 0);
     // Ticks without a lease before the keeper sleeps until woken: a program that
     // writes file after file (tar, cp) takes a lease per file, and each wake-up
     // was an eventfd write and two switches to this thread.
     const LINGER: u32 = 250;
     let mut idle = LINGER;
     loop {
+        use rustix::event::{PollFd, PollFlags};
         let sleep = idle >= LINGER && fs.lease_keeper_may_sleep();
-        let mut p = [
-            PollFd::new(conn.fd.as_fd(), PollFlags::from_bits_retain(libc::POLLRDHUP)),
-            PollFd::new(waker.as_fd(), PollFlags::POLLIN),
-        ];
-        let r = poll(&mut p, if sleep { PollTimeout::NONE } else { tick });
+        let mut p = [PollFd::new(&conn.fd, PollFlags::RDHUP), PollFd::new(&*waker, PollFlags::IN)];
+        let r = rustix::event::poll(&mut p, if sleep { None } else { Some(&tick) });
         if conn.detaching.load(Ordering::Acquire) {
             return;
         }
-        if p[1].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
+        if p[1].revents().contains(PollFlags::IN) {
             let _ = rustix::io::read(&*waker, &mut [0u8; 8]);
         }
         idle = if fs.tick_leases(false) { 0 } else { idle.saturating_add(1) };
-        let p = &p[..1];
-        let hup = p[0].revents().is_some_and(|r| {
-            r.intersects(
-                PollFlags::from_bits_retain(libc::POLLRDHUP)
-                    | PollFlags::POLLHUP
-                    | PollFlags::POLLERR
-                    | PollFlags::POLLNVAL,
-            )
-        });
-        if r.is_ok() && !hup {
+        // Regression: nix's poll flags know no POLLRDHUP, so its `revents()` was
+        // None whenever the kernel reported a hang-up; the watcher never saw the
+        // daemon go and spun on a poll that returned at once, a core at 100%.
+        let gone = PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL;
+        let hup = p[0].revents().intersects(gone);
+        if !hup && !matches!(r, Err(e) if e != rustix::io::Errno::INTR) {
             continue;
         }
         break;
