@@ -1858,6 +1858,50 @@ fn ferrite_run(m: &Mount, stats: &Path) -> Command {
     c
 }
 
+/// A process attaches to a mount when it writes, or when it reads enough that
+/// direct reads pay for the attach (about 1 ms): a big file, or many files. A
+/// process that reads a few small files (cat, head, grep) reads them through the
+/// kernel and never attaches; before, each such process attached at its first
+/// open and spent more on attaching than on its reads.
+#[test]
+fn a_process_attaches_when_it_writes_or_reads_enough() {
+    let mut m = Mount::new("direct-lazy", "256M", "");
+    let stats = m.scratch().join("stats");
+    let small = b"a small file\n".repeat(200);
+    let big: Vec<u8> = (0..5u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(m.path("s"), &small).unwrap();
+    std::fs::write(m.path("b"), &big).unwrap();
+    std::fs::create_dir(m.path("many")).unwrap();
+    let many: Vec<PathBuf> = (0..20).map(|i| m.path(&format!("many/f{i}"))).collect();
+    for (i, p) in many.iter().enumerate() {
+        std::fs::write(p, format!("file {i}\n")).unwrap();
+    }
+    let cat = |args: &[&Path], eager: bool| {
+        let mut c = ferrite_run(&m, &stats);
+        c.arg("cat").args(args);
+        if eager {
+            c.env("FERRITE_LAZY_ATTACH", "0");
+        }
+        run(&mut c).stdout
+    };
+    // No attach: one small file, read through the kernel, twice.
+    for _ in 0..2 {
+        assert_eq!(cat(&[&m.path("s")], false), small);
+    }
+    // Attaches: a big file; 20 small ones (at the 16th); the first open when
+    // asked to; a write.
+    assert!(cat(&[&m.path("b")], false) == big, "the big file read back differs");
+    let all: Vec<u8> = (0..20).flat_map(|i| format!("file {i}\n").into_bytes()).collect();
+    let refs: Vec<&Path> = many.iter().map(|p| p.as_path()).collect();
+    assert_eq!(cat(&refs, false), all);
+    assert_eq!(cat(&[&m.path("s")], true), small);
+    let w = m.path("w");
+    run(ferrite_run(&m, &stats).args(["sh", "-c", "echo written > \"$0\""]).arg(&w));
+    assert_eq!(std::fs::read(&w).unwrap(), b"written\n");
+    m.umount();
+    assert!(m.log_text().contains("direct access: 4 clients attached"), "{}", m.log_text());
+}
+
 #[test]
 fn fio_with_verify_under_ferrite_run() {
     assert!(have("fio"), "fio is needed (scripts/apt-packages.txt)");

@@ -263,7 +263,21 @@ fn open_direct(
     mode: mode_t,
 ) -> R<c_int> {
     debug_assert!(flags & (libc::O_DIRECTORY | libc::O_PATH) == 0, "open_at keeps these");
-    let client = m.client();
+    let nofollow = flags & libc::O_NOFOLLOW != 0;
+    let mut look = None;
+    let client = match m.attached() {
+        Some(c) => Some(c),
+        None if reads_only(flags) && lazy_attach() && m.may_attach() => {
+            let l = real::look_at(dirfd, p, nofollow);
+            look = Some(l.map(|(t, _)| t));
+            match l {
+                Ok((libc::S_IFREG, size)) if size >= LAZY_BYTES => m.client(),
+                Ok((libc::S_IFREG, _)) if m.note_lazy_read() + 1 >= LAZY_OPENS => m.client(),
+                _ => None,
+            }
+        }
+        None => m.client(),
+    };
     let mut marker = client.is_some() && flags & libc::O_DIRECT == 0;
     if marker && !creates_new(flags) {
         // The marker is for regular files. A FIFO's open blocks until its other end
@@ -274,7 +288,7 @@ fn open_direct(
         // the name is now; and the look would cost it two round trips to the daemon
         // (FUSE asks again for every name an O_EXCL open finds cached, and the
         // look refreshes the directory's attributes first).
-        let t = real::type_at(dirfd, p, flags & libc::O_NOFOLLOW != 0);
+        let t = look.unwrap_or_else(|| real::type_at(dirfd, p, nofollow));
         marker = matches!(t, Ok(libc::S_IFREG) | Err(libc::ENOENT));
     }
     let mut r = real::openat(dirfd, p, if marker { flags | libc::O_DIRECT } else { flags }, mode);
@@ -313,6 +327,32 @@ fn open_direct(
         }
     }
     Ok(fd)
+}
+
+/// A process attaches to a mount (docs/DIRECT-ACCESS.md, "When a process
+/// attaches") at its first open for writing, creating or truncating, at its first
+/// read-only open of a file of at least `LAZY_BYTES`, or at its `LAZY_OPENS`th
+/// read-only open of a regular file; the read-only opens before go through the
+/// kernel, as a plain process's. Attaching costs a process about 1 ms (the daemon's
+/// handshake, the pool's mapping and pages, the lease keeper, the goodbye); a
+/// small file read through the kernel costs a round trip or two (about 20 us
+/// each), so `cat`, `head` or `grep` of a few small files is done before an
+/// attach would have paid. `FERRITE_LAZY_ATTACH=0` attaches at the first open.
+const LAZY_OPENS: u32 = 16;
+
+/// See [`LAZY_OPENS`]: reading a file this large through the mount costs about what
+/// attaching does (FUSE reads of 128 KiB at about a third of a direct copy's speed).
+const LAZY_BYTES: u64 = 4 << 20;
+
+/// `FERRITE_LAZY_ATTACH` is not `0` (read once).
+fn lazy_attach() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("FERRITE_LAZY_ATTACH").is_none_or(|v| v != "0"))
+}
+
+/// An open that neither writes, creates nor truncates.
+fn reads_only(flags: c_int) -> bool {
+    flags & libc::O_ACCMODE == libc::O_RDONLY && flags & (libc::O_CREAT | libc::O_TRUNC) == 0
 }
 
 /// An open that can only make a new regular file (O_CREAT with O_EXCL): whatever

@@ -13,7 +13,7 @@
 use ferrite_direct::{AttachError, Client};
 use parking_lot::Mutex;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 const UNKNOWN: u8 = 0;
@@ -29,6 +29,8 @@ pub struct Mount {
     state: AtomicU8,
     attach: Mutex<()>,
     client: AtomicPtr<Client>,
+    /// Regular files this process opened for reading only before it attached.
+    lazy_reads: AtomicU32,
 }
 
 impl Mount {
@@ -68,6 +70,17 @@ impl Mount {
         }
     }
 
+    /// Might this process attach (it has not found the mount plain)?
+    pub fn may_attach(&self) -> bool {
+        self.state.load(Ordering::Acquire) != PLAIN
+    }
+
+    /// Count a read-only open made through the kernel before attaching; how many
+    /// were made before it.
+    pub fn note_lazy_read(&self) -> u32 {
+        self.lazy_reads.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// The client, if attached (never attaches).
     pub fn attached(&self) -> Option<&'static Client> {
         let p = self.client.load(Ordering::Acquire);
@@ -82,6 +95,7 @@ impl Mount {
             crate::abandon(p);
         }
         self.state.store(UNKNOWN, Ordering::Release);
+        self.lazy_reads.store(0, Ordering::Relaxed);
     }
 }
 
@@ -131,6 +145,7 @@ pub fn mounts() -> &'static [Mount] {
                 state: AtomicU8::new(UNKNOWN),
                 attach: Mutex::new(()),
                 client: AtomicPtr::new(std::ptr::null_mut()),
+                lazy_reads: AtomicU32::new(0),
             })
             .collect()
     })

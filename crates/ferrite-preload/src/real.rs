@@ -287,8 +287,14 @@ pub fn statx_at_cached(dirfd: c_int, path: &CStr, flags: c_int) -> Result<libc::
 /// The file type (S_IFMT bits) at `path` from the kernel's caches (a lookup, with
 /// AT_STATX_DONT_SYNC), following a final symlink unless `nofollow`.
 pub fn type_at(dirfd: c_int, path: &CStr, nofollow: bool) -> Result<u32, c_int> {
+    look_at(dirfd, path, nofollow).map(|(t, _)| t)
+}
+
+/// The file type (S_IFMT bits) and size at `path`, as [`type_at`]: the size is
+/// what the kernel holds, which may be older than the file.
+pub fn look_at(dirfd: c_int, path: &CStr, nofollow: bool) -> Result<(u32, u64), c_int> {
     let flags = if nofollow { libc::AT_SYMLINK_NOFOLLOW } else { 0 };
-    statx_at_cached(dirfd, path, flags).map(|st| st.stx_mode as u32 & libc::S_IFMT)
+    statx_at_cached(dirfd, path, flags).map(|st| (st.stx_mode as u32 & libc::S_IFMT, st.stx_size))
 }
 
 /// The device (st_dev) of the file `fd` names, from the kernel's caches.

@@ -248,8 +248,10 @@ pub fn open(path: *const c_char, mode: *const c_char) -> Option<*mut FILE> {
     {
         let _e = table::enter()?;
         let a = hooks::absolute(libc::AT_FDCWD, p.to_bytes())?;
-        // A mount without direct access: the C library's fopen, as before.
-        mounts::for_path(&a)?.client()?;
+        // A mount without direct access: the C library's fopen, as before. Whether
+        // this process attaches now is the open's to decide (`hooks::open_direct`):
+        // a descriptor it leaves to the kernel gets the C library's stream below.
+        mounts::for_path(&a)?.may_attach().then_some(())?;
     }
     // SAFETY: the caller's path, and the mode glibc's fopen opens it with.
     let fd = unsafe { hooks::open64(path, mode.flags, 0o666) };
@@ -257,9 +259,10 @@ pub fn open(path: *const c_char, mode: *const c_char) -> Option<*mut FILE> {
         return Some(std::ptr::null_mut());
     }
     if !table::is_direct(fd) {
-        // A FIFO, a device, a directory (read mode): the C library's stream,
-        // through the kernel, where glibc's fopen would start it (its fdopen does
-        // not move an O_APPEND descriptor to the end).
+        // A FIFO, a device, a directory, a file read before this process
+        // attached (read mode): the C library's stream, through the kernel, where
+        // glibc's fopen would start it (its fdopen does not move an O_APPEND
+        // descriptor to the end).
         if mode.append_only {
             match real::lseek(fd, 0, libc::SEEK_END) {
                 Err(e) if e != libc::ESPIPE => return Some(fail(fd, e)),
