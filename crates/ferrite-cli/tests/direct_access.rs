@@ -1884,10 +1884,14 @@ fn a_process_attaches_when_it_writes_or_reads_enough() {
         }
         run(&mut c).stdout
     };
-    // No attach: one small file, read through the kernel, twice.
+    // No attach: one small file, read through the kernel, twice; and once as the
+    // standard input a shell opened for it (inherited across exec).
     for _ in 0..2 {
         assert_eq!(cat(&[&m.path("s")], false), small);
     }
+    let mut c = ferrite_run(&m, &stats);
+    c.args(["sh", "-c", "exec cat < \"$0\""]).arg(m.path("s"));
+    assert_eq!(run(&mut c).stdout, small);
     // Attaches: a big file; 20 small ones (at the 16th); the first open when
     // asked to; a write.
     assert!(cat(&[&m.path("b")], false) == big, "the big file read back differs");

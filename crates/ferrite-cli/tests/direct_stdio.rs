@@ -162,7 +162,12 @@ fn standard_streams_redirected_to_direct_files_read_and_write_directly() {
     std::fs::copy(tmpfs.path().join("out"), dir.join("input")).unwrap();
     let want = heads(None, &bin, &tmpfs.path().join("out"), tmpfs.path());
     let stats = m.scratch().join("stats-heads");
-    let got = heads(Some(preloaded(&m, &stats)), &bin, &dir.join("input"), &dir);
+    // The input (about 2 MB) is below the size a process attaches for to read an
+    // inherited descriptor (docs/DIRECT-ACCESS.md, "When a process attaches"):
+    // attach at once, so the three read it directly and share its offset.
+    let mut pre = preloaded(&m, &stats);
+    pre.env("FERRITE_LAZY_ATTACH", "0");
+    let got = heads(Some(pre), &bin, &dir.join("input"), &dir);
     assert!(got == want, "stdin: differs from tmpfs's");
     let s = direct_stats(&stats);
     // The second head reads 5000 lines (about 100 KiB) in 4 KiB buffers.

@@ -59,6 +59,11 @@ fn adopt_inherited() {
         }
         let Some(m) = mounts::for_dev(dev) else { continue };
         let Ok(fl) = real::fcntl(fd, libc::F_GETFL, 0) else { continue };
+        if fl & libc::O_ACCMODE == libc::O_RDONLY && !hooks::attach_for_read(st.stx_size) {
+            // A small file to read (`sh -c 'cat < f'`): the kernel's, as a file this
+            // process opens to read before it attaches (`hooks::open_direct`).
+            continue;
+        }
         table::set(
             fd,
             Some(Arc::new(table::Desc {
