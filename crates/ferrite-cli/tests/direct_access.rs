@@ -1902,8 +1902,15 @@ fn a_process_attaches_when_it_writes_or_reads_enough() {
     let w = m.path("w");
     run(ferrite_run(&m, &stats).args(["sh", "-c", "echo written > \"$0\""]).arg(&w));
     assert_eq!(std::fs::read(&w).unwrap(), b"written\n");
+    // A shell that writes, then becomes a reader: one attach, and the exec is a
+    // goodbye, not a client's death (regression: the daemon counted and logged
+    // every exec of an attached process as one).
+    let mut c = ferrite_run(&m, &stats);
+    c.args(["sh", "-c", "echo again > \"$0\"; exec cat \"$0\""]).arg(&w);
+    assert_eq!(run(&mut c).stdout, b"again\n");
     m.umount();
-    assert!(m.log_text().contains("direct access: 4 clients attached"), "{}", m.log_text());
+    let log = m.log_text();
+    assert!(log.contains("direct access: 5 clients attached, 0 ended without"), "{log}");
 }
 
 #[test]

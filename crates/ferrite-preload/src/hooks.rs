@@ -2290,6 +2290,22 @@ fn before_new_process() {
     }
 }
 
+/// Before an exec: what [`before_new_process`] does, then each attached client says
+/// goodbye, as at exit. Its connection closes with this image, and without the
+/// goodbye the daemon counted every exec of an attached process as a client's
+/// death (and said so in its log). If the exec fails, the process goes on through
+/// the kernel once the daemon has resolved the client, as other threads do after
+/// the goodbye at exit.
+fn before_exec() {
+    before_new_process();
+    let Some(_e) = table::enter() else { return };
+    for m in mounts::mounts() {
+        if let Some(c) = m.attached() {
+            c.exiting();
+        }
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn vfork() -> pid_t {
     // A vfork child would run on this frame; fork is what a vfork-then-exec
@@ -2356,19 +2372,19 @@ pub unsafe extern "C" fn execve(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
-    before_new_process();
+    before_exec();
     forward!(execve(path, argv, envp), -1)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
-    before_new_process();
+    before_exec();
     forward!(execv(path, argv), -1)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
-    before_new_process();
+    before_exec();
     forward!(execvp(file, argv), -1)
 }
 
@@ -2378,7 +2394,7 @@ pub unsafe extern "C" fn execvpe(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
-    before_new_process();
+    before_exec();
     forward!(execvpe(file, argv, envp), -1)
 }
 
@@ -2388,7 +2404,7 @@ pub unsafe extern "C" fn fexecve(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
-    before_new_process();
+    before_exec();
     forward!(fexecve(fd, argv, envp), -1)
 }
 
