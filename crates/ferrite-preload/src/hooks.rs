@@ -2290,15 +2290,18 @@ fn before_new_process() {
     }
 }
 
-/// Before an exec: what [`before_new_process`] does, then each attached client says
-/// goodbye, as at exit. Its connection closes with this image, and without the
-/// goodbye the daemon counted every exec of an attached process as a client's
-/// death (and said so in its log). If the exec fails, the process goes on through
-/// the kernel once the daemon has resolved the client, as other threads do after
-/// the goodbye at exit.
+/// Before an exec: each attached client says goodbye, as at exit. Its connection
+/// closes with this image, and without the goodbye the daemon counted every exec
+/// of an attached process as a client's death (and said so in its log). If the
+/// exec fails, the process goes on through the kernel once the daemon has resolved
+/// the client, as other threads do after the goodbye at exit: so every direct
+/// descriptor's offset goes to the kernel first, not only the inherited ones'
+/// ([`before_new_process`]).
 fn before_exec() {
-    before_new_process();
     let Some(_e) = table::enter() else { return };
+    if table::TRACKED.load(Ordering::Acquire) > 0 {
+        crate::sync_all();
+    }
     for m in mounts::mounts() {
         if let Some(c) = m.attached() {
             c.exiting();
