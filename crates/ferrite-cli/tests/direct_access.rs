@@ -1859,6 +1859,29 @@ fn ferrite_run(m: &Mount, stats: &Path) -> Command {
 }
 
 #[test]
+#[ignore = "run by a_panic_in_the_library_is_an_error_not_an_abort"]
+fn child_panicking_write() {
+    let p = PathBuf::from(env("FT_PATH"));
+    let mut f = std::fs::File::create(&p).unwrap();
+    let e = f.write_all(b"x").expect_err("the injected panic fails the write");
+    assert_eq!(e.raw_os_error(), Some(libc::EIO));
+    say("EIO");
+}
+
+/// A panic inside a hook (a bug) is caught and the call fails with EIO; the
+/// program goes on. The library links its own unwinder (build.rs): without a
+/// working one, the panic would abort the program.
+#[test]
+fn a_panic_in_the_library_is_an_error_not_an_abort() {
+    let mut m = Mount::new("direct-panic", "64M", "");
+    let mut c = child("child_panicking_write");
+    c.env("FT_PATH", m.path("f")).env("FERRITE_TEST_PRELOAD_PANIC_IN", "direct");
+    let out = run_child(&mut c, "child");
+    assert!(out.contains("FT EIO"), "{out}");
+    m.umount();
+}
+
+#[test]
 #[ignore = "run by an_exec_that_fails_leaves_the_offsets_right"]
 fn child_failed_exec() {
     use std::os::unix::process::CommandExt;

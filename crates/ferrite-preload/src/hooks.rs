@@ -68,7 +68,13 @@ fn direct<T>(fd: c_int, f: impl FnOnce(&Desc, &'static Client) -> R<Do<T>>) -> O
     }
     table::with_desc(fd, |d, cx| {
         let c = d.mount.client().filter(|c| c.usable())?;
-        match catch_unwind(AssertUnwindSafe(|| f(d, c))) {
+        match catch_unwind(AssertUnwindSafe(|| {
+            #[cfg(debug_assertions)]
+            if injected_panic("direct") {
+                panic!("FERRITE_TEST_PRELOAD_PANIC_IN=direct");
+            }
+            f(d, c)
+        })) {
             Ok(Ok(Do::Done(v))) => {
                 cx.counters.direct();
                 Some(Ok(v))
@@ -90,6 +96,15 @@ fn direct<T>(fd: c_int, f: impl FnOnce(&Desc, &'static Client) -> R<Do<T>>) -> O
         }
     })
     .flatten()
+}
+
+/// Debug builds only (tests): `FERRITE_TEST_PRELOAD_PANIC_IN=direct` makes every
+/// call served directly panic inside its hook, to exercise the unwinding that turns
+/// a panic into EIO (the library carries its own unwinder: build.rs).
+#[cfg(debug_assertions)]
+fn injected_panic(what: &str) -> bool {
+    static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    AT.get_or_init(|| std::env::var("FERRITE_TEST_PRELOAD_PANIC_IN").ok()).as_deref() == Some(what)
 }
 
 fn ss(r: R<usize>) -> ssize_t {
