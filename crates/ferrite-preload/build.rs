@@ -3,9 +3,10 @@
 //! The Rust standard library links `libgcc_s` for unwinding (`-lgcc_s`), so every
 //! process the library is preloaded into loaded it and ran its start, whose CPU
 //! detection leaves a virtual machine for the hypervisor at each `CPUID`: 0.32 ms of
-//! CPU per process here (`perf stat` of 500 spawns of `/bin/true` with an empty
-//! preloaded library that links it, against one that does not), where the whole
-//! library cost 0.16 ms more. GCC ships the same unwinder as a static archive for
+//! CPU per process here (`perf stat` of 500 spawns of `/bin/true`, an empty
+//! preloaded library that links it against none), where the rest of this library
+//! cost 0.16 ms more; linked in, the library's cost per process went from 0.61 to
+//! 0.37 ms of CPU (1000 spawns). GCC ships the same unwinder as a static archive for
 //! `-static-libgcc` (`libgcc_eh.a`, position independent): a directory that names
 //! it `libgcc_s.a`, searched first, makes `-lgcc_s` take it. Its symbols stay
 //! local to the library (rustc's version script exports only the hooks), so a
