@@ -1336,7 +1336,7 @@ fn a_small_private_mapping_is_a_copy_and_leaves_the_file_direct() {
     // Regression (CI, a0e29c8): this (plain) process once read the file back
     // through the mount before the count below; the kernel's readahead made
     // that one READ or two. The file is now read from the unmounted pool, so
-    // the count is the child's alone (22 reads through the kernel mappings).
+    // the count is the child's alone (21 reads with the copies off).
     let (reads, writes) = (m.served("read"), m.served("write"));
     assert!(reads == 0 && writes == 0, "{}", m.log_text());
     let mut want: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();

@@ -8,9 +8,10 @@
 //! explicitly with utimensat or futimens. The descriptor calls fchmod, fchown and
 //! futimens are generated beside their path forms: under the preload library an
 //! owner's changes through a descriptor it writes are made in the pool, not by the
-//! kernel (a broken time there failed seeds 1 and 3 at once). Compared for ordering only: inode numbers (the same paths
-//! must share an inode on both sides: hard links) and mtime/ctime (when tmpfs shows a
-//! time move forward or back, the mount must show the same direction).
+//! kernel (a broken time there failed seeds 1 and 3 at once). Compared for ordering
+//! only: inode numbers (the same paths must share an inode on both sides: hard
+//! links) and mtime/ctime (when tmpfs shows a time move forward or back, the mount
+//! must show the same direction).
 //!
 //! Documented exceptions (docs/FUSE.md): directory st_size and st_blocks differ by
 //! design (tmpfs counts 20 bytes per entry and whole pages); atime is not compared
@@ -70,151 +71,43 @@ impl std::ops::Deref for Bytes {
     }
 }
 
+/// One call. FChmod, FChown and FUtimens are fchmod, fchown and futimens of a slot's
+/// descriptor (the preload library makes an owner's changes on a file it writes in
+/// the pool).
 #[derive(Clone, Debug)]
 enum Op {
-    Open {
-        slot: usize,
-        path: String,
-        flags: u32,
-        mode: u32,
-    },
-    Close {
-        slot: usize,
-    },
-    Pwrite {
-        slot: usize,
-        off: u64,
-        data: Bytes,
-    },
-    Write {
-        slot: usize,
-        data: Bytes,
-    },
-    Pread {
-        slot: usize,
-        off: u64,
-        len: usize,
-    },
-    Read {
-        slot: usize,
-        len: usize,
-    },
-    Seek {
-        slot: usize,
-        whence: u8,
-        off: i64,
-    },
-    Ftruncate {
-        slot: usize,
-        len: u64,
-    },
-    Fstat {
-        slot: usize,
-    },
-    Fsync {
-        slot: usize,
-    },
-    Fallocate {
-        slot: usize,
-        mode: u32,
-        off: u64,
-        len: u64,
-    },
-    CopyRange {
-        src: usize,
-        dst: usize,
-        off_in: u64,
-        off_out: u64,
-        len: usize,
-    },
-    Stat {
-        path: String,
-        follow: bool,
-    },
-    Rename {
-        a: String,
-        b: String,
-        flags: u32,
-    },
-    Link {
-        a: String,
-        b: String,
-    },
-    Unlink {
-        path: String,
-    },
-    Rmdir {
-        path: String,
-    },
-    Mkdir {
-        path: String,
-        mode: u32,
-    },
-    Symlink {
-        target: String,
-        path: String,
-    },
-    Mknod {
-        path: String,
-        mode: u32,
-    },
-    Readlink {
-        path: String,
-    },
-    Chmod {
-        path: String,
-        mode: u32,
-    },
-    /// fchmod, fchown, futimens of a slot's descriptor (the preload library makes an
-    /// owner's changes on a file it writes in the pool).
-    FChmod {
-        slot: usize,
-        mode: u32,
-    },
-    FChown {
-        slot: usize,
-        uid: Option<u32>,
-        gid: Option<u32>,
-    },
-    FUtimens {
-        slot: usize,
-        atime: Option<(i64, i64)>,
-        mtime: Option<(i64, i64)>,
-    },
-    Chown {
-        path: String,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        follow: bool,
-    },
-    Utimens {
-        path: String,
-        atime: Option<(i64, i64)>,
-        mtime: Option<(i64, i64)>,
-        follow: bool,
-    },
-    SetX {
-        path: String,
-        name: String,
-        value: Bytes,
-        flags: u32,
-        follow: bool,
-    },
-    GetX {
-        path: String,
-        name: String,
-        size: usize,
-    },
-    ListX {
-        path: String,
-    },
-    RemoveX {
-        path: String,
-        name: String,
-    },
-    Readdir {
-        path: String,
-    },
+    Open { slot: usize, path: String, flags: u32, mode: u32 },
+    Close { slot: usize },
+    Pwrite { slot: usize, off: u64, data: Bytes },
+    Write { slot: usize, data: Bytes },
+    Pread { slot: usize, off: u64, len: usize },
+    Read { slot: usize, len: usize },
+    Seek { slot: usize, whence: u8, off: i64 },
+    Ftruncate { slot: usize, len: u64 },
+    Fstat { slot: usize },
+    Fsync { slot: usize },
+    Fallocate { slot: usize, mode: u32, off: u64, len: u64 },
+    CopyRange { src: usize, dst: usize, off_in: u64, off_out: u64, len: usize },
+    Stat { path: String, follow: bool },
+    Rename { a: String, b: String, flags: u32 },
+    Link { a: String, b: String },
+    Unlink { path: String },
+    Rmdir { path: String },
+    Mkdir { path: String, mode: u32 },
+    Symlink { target: String, path: String },
+    Mknod { path: String, mode: u32 },
+    Readlink { path: String },
+    Chmod { path: String, mode: u32 },
+    FChmod { slot: usize, mode: u32 },
+    FChown { slot: usize, uid: Option<u32>, gid: Option<u32> },
+    FUtimens { slot: usize, atime: Option<(i64, i64)>, mtime: Option<(i64, i64)> },
+    Chown { path: String, uid: Option<u32>, gid: Option<u32>, follow: bool },
+    Utimens { path: String, atime: Option<(i64, i64)>, mtime: Option<(i64, i64)>, follow: bool },
+    SetX { path: String, name: String, value: Bytes, flags: u32, follow: bool },
+    GetX { path: String, name: String, size: usize },
+    ListX { path: String },
+    RemoveX { path: String, name: String },
+    Readdir { path: String },
 }
 
 fn gen_path(r: &mut Rng) -> String {

@@ -389,11 +389,7 @@ fn watch(
         Some(&nix::sys::signal::SigSet::all()),
         None,
     );
-    let tick = rustix::event::Timespec {
-        tv_sec: 0,
-        tv_nsec: i64::from(ferrite_core::LEASE_TICK.subsec_nanos()),
-    };
-    debug_assert_eq!(ferrite_core::LEASE_TICK.as_secs(), 0);
+    let tick = rustix::event::Timespec::try_from(ferrite_core::LEASE_TICK).expect("a short tick");
     // Ticks without a lease before the keeper sleeps until woken: a program that
     // writes file after file (tar, cp) takes a lease per file, and each wake-up
     // was an eventfd write and two switches to this thread.

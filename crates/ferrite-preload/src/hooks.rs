@@ -363,7 +363,7 @@ const LAZY_BYTES: u64 = 2 << 20;
 /// `FERRITE_LAZY_ATTACH` is not `0` (read once).
 fn lazy_attach() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("FERRITE_LAZY_ATTACH").is_none_or(|v| v != "0"))
+    crate::switch_on(&ON, "FERRITE_LAZY_ATTACH")
 }
 
 /// Is reading a file of `size` bytes (the kernel's cached size) worth attaching
@@ -2314,9 +2314,16 @@ fn before_new_process() {
 /// ([`before_new_process`]).
 fn before_exec() {
     let Some(_e) = table::enter() else { return };
-    if table::TRACKED.load(Ordering::Acquire) > 0 {
-        crate::sync_all();
-    }
+    goodbye();
+}
+
+/// Every direct descriptor's offset to the kernel, then each attached client's
+/// goodbye (at exit and before an exec). Other threads may go on past it: once the
+/// daemon has resolved the client their calls go to the kernel, whose offset must
+/// then be the truth (a thread logging while `main` returned wrote its last
+/// records over the first ones, about once in five runs). Inside a hook.
+fn goodbye() {
+    crate::sync_all();
     for m in mounts::mounts() {
         if let Some(c) = m.attached() {
             c.exiting();
@@ -2500,16 +2507,7 @@ pub(crate) extern "C" fn at_exit() {
             let _ = f.write_all(stats::line().as_bytes());
         }
     }
-    // Other threads may write on until the process ends, past the goodbye: once
-    // the daemon has resolved this client their calls go to the kernel, whose
-    // offset must then be the truth (a thread logging while `main` returned wrote
-    // its last records over the first ones, about once in five runs).
-    crate::sync_all();
-    for m in mounts::mounts() {
-        if let Some(c) = m.attached() {
-            c.exiting();
-        }
-    }
+    goodbye();
 }
 
 #[no_mangle]

@@ -116,6 +116,12 @@ pub(crate) fn sync_inherited() {
     }
 }
 
+/// An environment switch that is on unless set to `0` (`FERRITE_DAX`,
+/// `FERRITE_COPY_MAPS`, `FERRITE_LAZY_ATTACH`), read once into `cell`.
+pub(crate) fn switch_on(cell: &OnceLock<bool>, name: &str) -> bool {
+    *cell.get_or_init(|| std::env::var_os(name).is_none_or(|v| v != "0"))
+}
+
 extern "C" fn constructor() {
     init();
 }

@@ -556,7 +556,7 @@ pub static DAX_USED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBo
 /// `FERRITE_DAX=0` turns DAX mappings off (shared mappings go through the kernel).
 fn dax_enabled() -> bool {
     static D: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *D.get_or_init(|| std::env::var_os("FERRITE_DAX").is_none_or(|v| v != "0"))
+    crate::switch_on(&D, "FERRITE_DAX")
 }
 
 /// An `mmap(2)` call's arguments but the descriptor.
@@ -577,7 +577,7 @@ pub struct MapCall {
 /// `FERRITE_COPY_MAPS=0` turns copied private mappings off (they go to the kernel).
 fn copy_maps_enabled() -> bool {
     static D: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *D.get_or_init(|| std::env::var_os("FERRITE_COPY_MAPS").is_none_or(|v| v != "0"))
+    crate::switch_on(&D, "FERRITE_COPY_MAPS")
 }
 
 /// The largest private mapping made a copy (see [`mmap_private`]).
