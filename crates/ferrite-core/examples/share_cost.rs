@@ -15,20 +15,6 @@ use std::time::Instant;
 
 type Med = Arc<MmapMedium>;
 
-struct Direct {
-    daemon: Arc<Fs<Med>>,
-    party: u32,
-}
-
-impl BlockSource for Direct {
-    fn grant(&self, want: u64) -> Result<Vec<(u64, u64)>> {
-        self.daemon.grant_blocks(self.party, want)
-    }
-    fn give_back(&self, runs: &[(u64, u64)]) {
-        let _ = self.daemon.take_back(self.party, runs);
-    }
-}
-
 fn pool(name: &str) -> Result<(Med, String)> {
     let p = format!("/dev/shm/share_cost_{}_{name}.pool", std::process::id());
     let _ = std::fs::remove_file(&p);
@@ -74,7 +60,7 @@ fn main() -> Result<()> {
     let table = Arc::new(t);
     let daemon = Arc::new(fs.share_with(Arc::new(Party::daemon(table.clone()))));
     let pid = table.claim_party(std::process::id()).expect("a party slot");
-    let src = Arc::new(Direct { daemon: daemon.clone(), party: pid });
+    let src = Arc::new(DaemonGrants { daemon: daemon.clone(), party: pid, cap: u64::MAX });
     let client = Fs::attach(sm, Arc::new(Party::client(table.clone(), pid, src)))?;
 
     let mut res: [Vec<f64>; 3] = Default::default();

@@ -59,6 +59,6 @@ pub use ops::{INLINE_MAX, MAX_PAGE_OPS, SYMLINK_MAX, XATTR_VALUE_MAX};
 pub use path::{OpenFlags, SlashCall};
 pub use pmem::{Durability, Medium};
 pub use share::{BlockSource, Party, Table};
-pub use sharing::{Resolved, LEASE_TICK};
+pub use sharing::{DaemonGrants, Resolved, LEASE_TICK};
 pub use sim::SimMedium;
 pub use verify::VerifyMode;

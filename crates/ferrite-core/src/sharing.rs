@@ -140,6 +140,31 @@ impl<M: Medium> Drop for Hold<'_, M> {
     }
 }
 
+/// Blocks for a client party that lives in the daemon's own process (the crash
+/// simulator's clients, tests, probes): each grant straight from the daemon's `Fs`, at
+/// most `cap` blocks. Runs the daemon refuses to take back stay where they are (fsck
+/// then reports them leaked).
+pub struct DaemonGrants<M: Medium> {
+    /// The daemon's `Fs`.
+    pub daemon: Arc<Fs<M>>,
+    /// The client's party id.
+    pub party: u32,
+    /// Largest grant.
+    pub cap: u64,
+}
+
+impl<M: Medium> crate::share::BlockSource for DaemonGrants<M>
+where
+    Fs<M>: Send + Sync,
+{
+    fn grant(&self, want: u64) -> Result<Vec<(u64, u64)>> {
+        self.daemon.grant_blocks(self.party, want.min(self.cap))
+    }
+    fn give_back(&self, runs: &[(u64, u64)]) {
+        let _ = self.daemon.take_back(self.party, runs);
+    }
+}
+
 /// What a client's end gave back to the daemon.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Resolved {

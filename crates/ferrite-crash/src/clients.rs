@@ -46,7 +46,7 @@ use crate::workloads::{w, Workload};
 use ferrite_core::share::{HeapRegion, P_REVOKED};
 use ferrite_core::sim::{set_sim_thread, set_wait_hook, step_kind, Step as SimStep};
 use ferrite_core::{
-    AtimeMode, BlockSource, Error, FallocMode, Fs, MkfsOptions, MountOptions, Party, SetAttr,
+    AtimeMode, DaemonGrants, Error, FallocMode, Fs, MkfsOptions, MountOptions, Party, SetAttr,
     Shift, SimMedium, Table,
 };
 use std::cell::RefCell;
@@ -513,22 +513,6 @@ fn client_reflink(rng: &mut Rng, seed: u64) -> Workload {
     )
 }
 
-/// A client's blocks come straight from the daemon's `Fs`.
-struct Grants {
-    daemon: Arc<Fs<Med>>,
-    party: u32,
-}
-
-impl BlockSource for Grants {
-    fn grant(&self, want: u64) -> ferrite_core::Result<Vec<(u64, u64)>> {
-        self.daemon.grant_blocks(self.party, want.min(GRANT_CAP))
-    }
-    fn give_back(&self, runs: &[(u64, u64)]) {
-        // Refused runs (not the client's) stay where they are: fsck finds a leak.
-        let _ = self.daemon.take_back(self.party, runs);
-    }
-}
-
 #[derive(Default)]
 struct Client {
     pid: u32,
@@ -705,7 +689,7 @@ impl World {
 
     fn attach(&self, c: u32) -> Result<(), Error> {
         let pid = self.table.claim_party(1000 + c).ok_or(Error::NoSpace)?;
-        let src = Arc::new(Grants { daemon: self.d.clone(), party: pid });
+        let src = Arc::new(DaemonGrants { daemon: self.d.clone(), party: pid, cap: GRANT_CAP });
         let party = Arc::new(Party::client(self.table.clone(), pid, src));
         let mut fs = Fs::attach(self.m.clone(), party)?;
         fs.set_core_fault(self.fault);

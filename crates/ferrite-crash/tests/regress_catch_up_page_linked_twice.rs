@@ -14,21 +14,10 @@
 use ferrite_core::layout::{logptr, SLOT_STATE, SLOT_TAIL};
 use ferrite_core::log::{self, EntryBuf, LogState};
 use ferrite_core::share::HeapRegion;
-use ferrite_core::{BlockSource, Error, Fs, Medium, MkfsOptions, Party, SimMedium, Table, Ts};
+use ferrite_core::{DaemonGrants, Error, Fs, Medium, MkfsOptions, Party, SimMedium, Table, Ts};
 use std::sync::Arc;
 
 type Med = Arc<SimMedium>;
-
-struct Grants(Arc<Fs<Med>>, u32);
-
-impl BlockSource for Grants {
-    fn grant(&self, want: u64) -> ferrite_core::Result<Vec<(u64, u64)>> {
-        self.0.grant_blocks(self.1, want.min(64))
-    }
-    fn give_back(&self, runs: &[(u64, u64)]) {
-        let _ = self.0.take_back(self.1, runs);
-    }
-}
 
 #[test]
 fn a_page_linked_back_into_the_chain_is_a_corrupt_log_not_a_panic() {
@@ -47,7 +36,11 @@ fn a_page_linked_back_into_the_chain_is_a_corrupt_log_not_a_panic() {
     let pid = table.claim_party(4242).unwrap();
     let c = Fs::attach(
         m.clone(),
-        Arc::new(Party::client(table.clone(), pid, Arc::new(Grants(d.clone(), pid)))),
+        Arc::new(Party::client(
+            table.clone(),
+            pid,
+            Arc::new(DaemonGrants { daemon: d.clone(), party: pid, cap: 64 }),
+        )),
     )
     .unwrap();
     let mut buf = [0u8; 100];
