@@ -1,15 +1,16 @@
 //! What sharing a pool costs one writer: small appends + fsync on a private `Fs`,
 //! on the daemon's `Fs` of a shared pool, and on a direct-access client's `Fs`
 //! attached beside it (threads of one process over one real mapping, no preload
-//! library, no socket), alternated round by round.
+//! library, no socket; the client keeps leases with a keeper thread, as a real
+//! client's watcher does), alternated round by round.
 //!
-//!     cargo run --release -p ferrite-core --example share_cost -- [OPS] [ROUNDS] [SIZE]
+//!     cargo run --release -p ferrite-bench --example share_cost -- [OPS] [ROUNDS] [SIZE]
 //!
 //! Prints ns per operation for each round and the medians.
 //! `FERRITE_SHARE_COST_ONLY=private|daemon|client` runs only that one (to profile it).
 use ferrite_core::share::HeapRegion;
 use ferrite_core::*;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,10 +20,9 @@ fn pool(name: &str) -> Result<(Med, String)> {
     let p = format!("/dev/shm/share_cost_{}_{name}.pool", std::process::id());
     let _ = std::fs::remove_file(&p);
     let m = MmapMedium::create(p.as_ref(), 1 << 30, &MapOptions::default())?;
-    // Every page faulted in first, as the benchmark's library target does: the
-    // rounds then time the file system, not the first touch of tmpfs pages.
-    m.zero_nt(0, m.len());
-    m.fence();
+    // As the benchmark's library target: the rounds time the file system, not the
+    // first touch of tmpfs pages.
+    ferrite_bench::target::lib::prefault(&m);
     Ok((Arc::new(m), p))
 }
 
@@ -61,14 +61,26 @@ fn main() -> Result<()> {
     let daemon = Arc::new(fs.share_with(Arc::new(Party::daemon(table.clone()))));
     let pid = table.claim_party(std::process::id()).expect("a party slot");
     let src = Arc::new(DaemonGrants { daemon: daemon.clone(), party: pid, cap: u64::MAX });
-    let client = Fs::attach(sm, Arc::new(Party::client(table.clone(), pid, src)))?;
+    let client = Arc::new(Fs::attach(sm, Arc::new(Party::client(table.clone(), pid, src)))?);
+    client.keep_leases(Box::new(|| {}));
+    let stop = Arc::new(AtomicBool::new(false));
+    let keeper = {
+        let (c, s) = (client.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::Acquire) {
+                c.tick_leases(false);
+                std::thread::sleep(LEASE_TICK);
+            }
+            c.tick_leases(true);
+        })
+    };
 
+    // FERRITE_SHARE_COST_ONLY=private|daemon|client: time only that one (for a
+    // profile); the others print 0.
+    let only = std::env::var("FERRITE_SHARE_COST_ONLY").ok();
+    let on = |k: &str| only.as_deref().is_none_or(|o| o == k);
     let mut res: [Vec<f64>; 3] = Default::default();
     for r in 0..rounds {
-        // FERRITE_SHARE_COST_ONLY=private|daemon|client: time only that one (for
-        // a profile); the others print 0.
-        let only = std::env::var("FERRITE_SHARE_COST_ONLY").ok();
-        let on = |k: &str| only.as_deref().is_none_or(|o| o == k);
         let a = if on("private") { run(&private, &private, b"p", ops, &data)? } else { 0.0 };
         let b = if on("daemon") { run(&daemon, &daemon, b"d", ops, &data)? } else { 0.0 };
         let c = if on("client") { run(&daemon, &client, b"c", ops, &data)? } else { 0.0 };
@@ -83,6 +95,8 @@ fn main() -> Result<()> {
         b / a,
         c / a
     );
+    stop.store(true, Ordering::Release);
+    keeper.join().expect("lease keeper");
     drop(client);
     drop(private);
     let _ = std::fs::remove_file(pp);
