@@ -287,7 +287,10 @@ fn method_notes(cfg: &Config) -> Vec<String> {
          fsync, through a loop device to a /dev/shm file. hw-memcpy moves bytes with no flush; \
          hw-ntstore uses non-temporal stores and a fence per fsync; hw-clwb uses plain stores, \
          flushes each written line and fences per fsync (the floor of a program's own stores: \
-         a DAX mapping's store + msync, a persistent buffer's filling)."
+         a persistent buffer's filling); hw-msync (mmap experiment) flushes every line from \
+         the written page's start, as an msync of a DAX mapping must (its address is \
+         page-aligned, and no instruction tells which lines changed): the floor of a store \
+         + msync."
             .into(),
         "The machine has no persistent memory: pools live in /dev/shm, so stores reach DRAM. \
          Emulation profiles (--emulate) add delays per fence, per written cache line and per read."

@@ -13,7 +13,8 @@
 
 use super::{io_sample, parallel, pattern, prefill, say, timed_ops, Ctx, Phase};
 use crate::config::{fmt_size, Config};
-use crate::results::{Plot, Row, Series, Table};
+use crate::results::{Plot, Row, Series, Table, TargetStatus};
+use crate::target::hw::{HwMode, HwTarget};
 use crate::target::mapped::{fallocate, Region, SharedMap};
 use crate::target::{Kind, TResult, Target, TargetError};
 use std::time::Duration;
@@ -68,8 +69,9 @@ fn applies(t: &dyn Target, case: Case) -> bool {
         Case::Store | Case::Append(_) => hw || t.dir().is_some(),
         Case::Msync(_) => !hw,
         // A hardware target writes (and fences) plainly: its flavours side by side
-        // are the floors of a buffer write and of a plain one.
-        Case::Buf(_) => true,
+        // are the floors of a buffer write and of a plain one (`hw-msync` is the floor
+        // of an msync, not of a write).
+        Case::Buf(_) => t.name() != HwMode::FlushFromPage.name(),
     }
 }
 
@@ -200,6 +202,44 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
     cases.extend(cfg.append_sizes.iter().map(|&s| (append_key(s), Case::Append(s))));
     cases.extend(ATOMIC_PAGES.iter().map(|&n| (atomic_key(n), Case::Msync(n))));
     cases.extend(BUF_SIZES.iter().map(|&n| (buf_key(n), Case::Buf(n))));
+    // The floor of a store made durable by msync (`hw-msync`), beside the hardware
+    // targets: this experiment's own, taken away again at its end.
+    let extra = cfg.wants("hw").then(|| {
+        let region = (2 * cfg.file_size).max(cfg.rep_bytes).max(cfg.circ_region);
+        let mode = HwMode::FlushFromPage;
+        HwTarget::new(cfg.work_dir.join(format!("{}.map", mode.name())), region, 4, mode)
+    });
+    let pushed = match extra {
+        Some(Ok(t)) => {
+            // Listed with the others (the report's columns and target table).
+            let name = t.name().to_string();
+            if !ctx.res.targets.iter().any(|s| s.name == name) {
+                let detail = t.describe();
+                ctx.res.targets.push(TargetStatus { name: name.clone(), detail, used: true });
+                ctx.res.target_kinds.push((name, t.kind()));
+            }
+            ctx.targets.push(Box::new(t));
+            true
+        }
+        Some(Err(e)) => {
+            ctx.res.fail("mmap", &store_key(), HwMode::FlushFromPage.name(), &e.to_string());
+            false
+        }
+        None => false,
+    };
+    let r = run_cases(ctx, &cases);
+    if pushed {
+        ctx.targets.pop();
+    }
+    r?;
+    push_tables(ctx, &cases);
+    flex_plot(ctx);
+    Ok(())
+}
+
+/// Every case on every target it applies to.
+fn run_cases(ctx: &mut Ctx<'_>, cases: &[(String, Case)]) -> TResult<()> {
+    let cfg = ctx.cfg;
     let pb = ctx.bar("mmap", (cases.len() * ctx.targets.len()) as u64);
     let mut live: Vec<usize> = Vec::new();
     for (i, t) in ctx.targets.iter_mut().enumerate() {
@@ -219,7 +259,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
     }
     let cap = Duration::from_secs_f64(cfg.rep_secs);
     let warm = Duration::from_secs_f64(cfg.rep_secs / 4.0);
-    for (key, case) in &cases {
+    for (key, case) in cases {
         pb.set_message(key.clone());
         let mut on = live.clone();
         for rep in 0..=cfg.reps {
@@ -262,6 +302,12 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
         pb.inc(on.len() as u64);
     }
     pb.finish_and_clear();
+    Ok(())
+}
+
+/// The experiment's tables.
+fn push_tables(ctx: &mut Ctx<'_>, cases: &[(String, Case)]) {
+    let cfg = ctx.cfg;
     ctx.res.tables.push(Table {
         experiment: "mmap".into(),
         title: "Stores into a shared mapping, msync after each".into(),
@@ -316,8 +362,6 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
             .map(|(k, _)| Row { label: k.clone(), case: k.clone() })
             .collect(),
     });
-    flex_plot(ctx);
-    Ok(())
 }
 
 /// FLEX's Figure 5: appends + sync through mappings against write + fsync (from

@@ -13,6 +13,12 @@
 //!   buffer, must pay. A cached store needs its line in the cache (read from memory
 //!   when it is not there) and then a flush; a non-temporal store needs neither, so
 //!   this floor sits above `hw-ntstore`'s.
+//! - `hw-msync` (the mmap experiment only): as `hw-clwb`, but each write's flushes
+//!   start at the beginning of its first page. That is what persisting a program's
+//!   store with `msync` costs at least: msync takes a page-aligned address, and no
+//!   instruction tells which lines of the page the program changed, so a DAX msync
+//!   of `[page start, end of the store)` flushes every line of it (a 64 B store at a
+//!   random place: 32 lines on average).
 //!
 //! Invariants: every store goes through `MmapMedium` (bounds-checked, counted); a
 //! write past a region's capacity fails with `NoSpace`; metadata operations are
@@ -42,10 +48,13 @@ pub enum HwMode {
     NtStore,
     /// Plain stores, each written line flushed, a fence per fsync (`hw-clwb`).
     Flush,
+    /// As `Flush`, the flushes starting at the write's page start (`hw-msync`).
+    FlushFromPage,
 }
 
 impl HwMode {
-    /// Every flavour, in report order.
+    /// The flavours every experiment runs, in report order (`FlushFromPage` is the
+    /// mmap experiment's own).
     pub const ALL: [HwMode; 3] = [HwMode::Memcpy, HwMode::NtStore, HwMode::Flush];
 
     /// The target's name.
@@ -54,6 +63,7 @@ impl HwMode {
             HwMode::Memcpy => "hw-memcpy",
             HwMode::NtStore => "hw-ntstore",
             HwMode::Flush => "hw-clwb",
+            HwMode::FlushFromPage => "hw-msync",
         }
     }
 }
@@ -124,6 +134,12 @@ impl HwTarget {
                 m.write(r.base + off, data);
                 m.flush(r.base + off, data.len() as u64);
             }
+            HwMode::FlushFromPage => {
+                m.write(r.base + off, data);
+                // Regions start on page boundaries (`new`).
+                let at = (r.base + off) / 4096 * 4096;
+                m.flush(at, r.base + end - at);
+            }
         }
         r.len.fetch_max(end, Ordering::AcqRel);
         Ok(())
@@ -154,6 +170,12 @@ impl Target for HwTarget {
             HwMode::Flush => format!(
                 "hardware limit of a program's own stores: memcpy into a /dev/shm mapping, \
                  each written line flushed ({:?}), fsync = sfence",
+                ferrite_core::pmem::config().flush
+            ),
+            HwMode::FlushFromPage => format!(
+                "hardware limit of a program's own stores made durable by msync: memcpy \
+                 into a /dev/shm mapping, every line from the write's page start to its \
+                 end flushed ({:?}), fsync = sfence",
                 ferrite_core::pmem::config().flush
             ),
         }
@@ -259,7 +281,7 @@ mod tests {
     #[test]
     fn regions_write_read_append_and_bounds() {
         let dir = tempfile::tempdir().unwrap();
-        for mode in HwMode::ALL {
+        for mode in HwMode::ALL.into_iter().chain([HwMode::FlushFromPage]) {
             let t = HwTarget::new(dir.path().join(mode.name()), 8192, 2, mode).unwrap();
             let persists = mode != HwMode::Memcpy;
             let f0 = t.persist_counters().map(|c| c.fences);
@@ -278,10 +300,12 @@ mod tests {
             let f1 = t.persist_counters().map(|c| c.fences);
             assert_eq!(f1.zip(f0).map(|(a, b)| a - b), persists.then_some(1));
             // The flushing flavour flushed the lines it wrote (4 bytes in one line,
-            // then one more byte in the same line), the others none.
+            // then one more byte in the same line), the msync-shaped one every line
+            // from the page start each time (lines 0 and 1, twice), the others none.
             let flushed = t.persist_counters().map(|c| c.flushed_bytes);
             match mode {
                 HwMode::Flush => assert_eq!(flushed, Some(128)),
+                HwMode::FlushFromPage => assert_eq!(flushed, Some(256)),
                 HwMode::NtStore => assert_eq!(flushed, Some(0)),
                 HwMode::Memcpy => assert_eq!(flushed, None),
             }
