@@ -451,6 +451,12 @@ impl Config {
         self.targets.iter().any(|x| x == t)
     }
 
+    /// Bytes of each region ("file") of a hardware target: room for every file an
+    /// experiment writes there.
+    pub fn hw_region(&self) -> u64 {
+        (2 * self.file_size).max(self.rep_bytes).max(self.circ_region)
+    }
+
     /// Operations per micro repetition for I/O size `size` (before the time cap).
     pub fn ops_for(&self, size: u64) -> u64 {
         (self.rep_bytes / size).clamp(16, self.max_ops)

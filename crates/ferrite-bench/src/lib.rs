@@ -180,7 +180,7 @@ fn build_targets(cfg: &Config, direct_skip: Option<String>) -> Built {
         );
     }
     if cfg.wants("hw") {
-        let region = (2 * cfg.file_size).max(cfg.rep_bytes).max(cfg.circ_region);
+        let region = cfg.hw_region();
         for mode in HwMode::ALL {
             let name = mode.name();
             let path = w.join(format!("{name}.map"));

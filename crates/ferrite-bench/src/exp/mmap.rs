@@ -5,7 +5,9 @@
 //! msync after each record. On a FerriteFS mount in the preloaded run the mapping
 //! is DAX (msync is flushes and a fence); on the kernel's file systems it is the
 //! page cache. The hardware targets do the same durable stores with their own
-//! copy and fence (the limit), through write + fsync of their regions.
+//! copy and fence (the limit), through write + fsync of their regions; one of them,
+//! `hw-msync`, is this experiment's own: it flushes from each write's page start,
+//! as an msync must (the floor of a store + msync).
 //!
 //! Invariants: the store file is written in full before it is measured; the
 //! append file is recreated (empty) before each repetition, outside the measured
@@ -205,7 +207,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
     // The floor of a store made durable by msync (`hw-msync`), beside the hardware
     // targets: this experiment's own, taken away again at its end.
     let extra = cfg.wants("hw").then(|| {
-        let region = (2 * cfg.file_size).max(cfg.rep_bytes).max(cfg.circ_region);
+        let region = cfg.hw_region();
         let mode = HwMode::FlushFromPage;
         HwTarget::new(cfg.work_dir.join(format!("{}.map", mode.name())), region, 4, mode)
     });
@@ -316,8 +318,9 @@ fn push_tables(ctx: &mut Ctx<'_>, cases: &[(String, Case)]) {
         note: format!(
             "One thread. store: {} B at a stride of 67 lines in a {} file; append: records \
              appended by stores into a mapping grown by fallocate + mremap (FLEX). The \
-             hardware targets store with their own copy and fence. Up to {} operations or \
-             {:.2} s per repetition.",
+             hardware targets store with their own copy and fence; hw-msync flushes from \
+             the written page's start, as an msync must. Up to {} operations or {:.2} s \
+             per repetition.",
             STORE,
             fmt_size(STORE_FILE),
             cfg.max_ops,

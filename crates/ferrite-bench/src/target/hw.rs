@@ -1,7 +1,7 @@
 //! The hardware limit: raw copies into a shared mapping of a /dev/shm file, with no
 //! file system at all. A "file" is a fixed-size region of the mapping.
 //!
-//! Three flavours:
+//! Four flavours:
 //! - `hw-memcpy`: cached stores (a plain memcpy), `fsync` does nothing: the speed of
 //!   light for moving bytes, with no durability.
 //! - `hw-ntstore`: non-temporal stores, `fsync` is a store fence: the least work that
