@@ -137,7 +137,8 @@ impl HwTarget {
             HwMode::FlushFromPage => {
                 m.write(r.base + off, data);
                 // Regions start on page boundaries (`new`).
-                let at = (r.base + off) / 4096 * 4096;
+                let page = super::mapped::PAGE as u64;
+                let at = (r.base + off) / page * page;
                 m.flush(at, r.base + end - at);
             }
         }

@@ -54,7 +54,7 @@ impl RawRegion {
     }
 }
 
-const PAGE: usize = 4096;
+pub(crate) const PAGE: usize = 4096;
 
 /// A shared read-write mapping of the start of a file.
 pub struct SharedMap {
