@@ -42,34 +42,38 @@ pub struct Record {
     pub new: u64,
 }
 
-fn csum(txid: u64, recs: &[Record]) -> u32 {
+/// Bytes a transaction's checksum covers at most: txid and count words, then the
+/// records' words.
+const TX_MAX: usize = 16 + MAX_RECORDS * REC_LEN as usize;
+
+/// The checksummed bytes of a transaction in an array of the largest size, and how
+/// many of them are used: encoded once per commit, for the checksum and the body.
+fn tx_bytes(txid: u64, recs: &[Record]) -> ([u8; TX_MAX], usize) {
     assert!(recs.len() <= MAX_RECORDS, "journal record count");
-    // On the stack: a commit allocates nothing here.
-    let mut b = [0u8; 16 + MAX_RECORDS * REC_LEN as usize];
+    let mut b = [0u8; TX_MAX];
     b[..8].copy_from_slice(&txid.to_le_bytes());
     b[8..16].copy_from_slice(&(recs.len() as u64).to_le_bytes());
-    let n = 16 + encode_records(recs, &mut b[16..]);
-    crate::pmem::crc32c_append(0, &b[..n])
-}
-
-/// The records' little-endian words into `out`; returns the bytes written.
-fn encode_records(recs: &[Record], out: &mut [u8]) -> usize {
-    let mut k = 0;
+    let mut k = 16;
     for r in recs {
         for v in [r.addr, r.old, r.new] {
-            out[k..k + 8].copy_from_slice(&v.to_le_bytes());
+            b[k..k + 8].copy_from_slice(&v.to_le_bytes());
             k += 8;
         }
     }
-    k
+    (b, k)
+}
+
+fn csum(txid: u64, recs: &[Record]) -> u32 {
+    let (b, n) = tx_bytes(txid, recs);
+    crate::pmem::crc32c_append(0, &b[..n])
 }
 
 /// Header words: state (txid << 1 | active), count, checksum.
-fn encode_header(txid: u64, active: bool, recs: &[Record]) -> [u8; 24] {
+fn encode_header(txid: u64, active: bool, count: usize, sum: u32) -> [u8; 24] {
     let mut h = [0u8; 24];
     h[0..8].copy_from_slice(&((txid << 1) | active as u64).to_le_bytes());
-    h[8..16].copy_from_slice(&(recs.len() as u64).to_le_bytes());
-    h[16..20].copy_from_slice(&csum(txid, recs).to_le_bytes());
+    h[8..16].copy_from_slice(&(count as u64).to_le_bytes());
+    h[16..20].copy_from_slice(&sum.to_le_bytes());
     h
 }
 
@@ -85,10 +89,10 @@ fn copies(geo: &Geometry, shard: u32) -> impl Iterator<Item = u64> {
 pub fn begin<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32, txid: u64, recs: &[Record]) {
     assert!(!recs.is_empty() && recs.len() <= MAX_RECORDS, "journal record count");
     debug_assert!(recs.iter().all(|r| geo.is_slot_word(r.addr)), "record outside the inode table");
-    let mut buf = [0u8; MAX_RECORDS * REC_LEN as usize];
-    let n = encode_records(recs, &mut buf);
-    let body = &buf[..n];
-    let h = encode_header(txid, true, recs);
+    // The records are encoded once, for the checksum and the body.
+    let (tx, n) = tx_bytes(txid, recs);
+    let body = &tx[16..n];
+    let h = encode_header(txid, true, recs.len(), crate::pmem::crc32c_append(0, &tx[..n]));
     for base in copies(geo, shard) {
         m.write(base + HDR_LEN, body);
         m.flush(base + HDR_LEN, body.len() as u64);
