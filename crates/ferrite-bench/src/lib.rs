@@ -81,7 +81,9 @@ pub fn lib_target(
         None => {
             let make: MediumFactory<MmapMedium> = Box::new(open_or_create);
             let t = LibTarget::new(name, "", pool, size, make)?;
-            let d = describe(size, "", t.fs()?);
+            let huge = t.fs()?.medium().huge_mapped();
+            let extra = format!(" ({} MiB of it mapped in 2 MiB pages)", huge >> 20);
+            let d = describe(size, &extra, t.fs()?);
             Ok(Box::new(t.with_description(d)))
         }
         Some(p) => {

@@ -160,24 +160,24 @@ impl Target for HwTarget {
     }
 
     fn describe(&self) -> String {
+        // Mapped as a pool is (`MmapMedium`), so with the pool's page size.
+        let map = "a /dev/shm mapping (2 MiB pages where the kernel allows, as the pool's)";
+        let flush = ferrite_core::pmem::config().flush;
         match self.mode {
             HwMode::NtStore => {
-                "hardware limit: non-temporal stores into a /dev/shm mapping, fsync = sfence".into()
+                format!("hardware limit: non-temporal stores into {map}, fsync = sfence")
             }
             HwMode::Memcpy => {
-                "hardware limit: memcpy into a /dev/shm mapping, no flush, fsync does nothing"
-                    .into()
+                format!("hardware limit: memcpy into {map}, no flush, fsync does nothing")
             }
             HwMode::Flush => format!(
-                "hardware limit of a program's own stores: memcpy into a /dev/shm mapping, \
-                 each written line flushed ({:?}), fsync = sfence",
-                ferrite_core::pmem::config().flush
+                "hardware limit of a program's own stores: memcpy into {map}, each written \
+                 line flushed ({flush:?}), fsync = sfence"
             ),
             HwMode::FlushFromPage => format!(
                 "hardware limit of a program's own stores made durable by msync: memcpy \
-                 into a /dev/shm mapping, every line from the write's page start to its \
-                 end flushed ({:?}), fsync = sfence",
-                ferrite_core::pmem::config().flush
+                 into {map}, every line from the write's page start to its end flushed \
+                 ({flush:?}), fsync = sfence"
             ),
         }
     }
