@@ -178,14 +178,14 @@ impl MmapMedium {
         me.file().set_len(0).map_err(|e| Error::io(path, e))?;
         me.file().set_len(len).map_err(|e| Error::io(path, e))?;
         let m = me.map(len, opts)?;
-        m.back(0).map_err(|e| Error::io(path, e))?;
+        m.back().map_err(|e| Error::io(path, e))?;
         Ok(m)
     }
 
-    /// Allocate the backing pages of the pool file from byte `from` on (tmpfs,
-    /// regular files), so that stores never hit ENOSPC/SIGBUS from the backing file
-    /// system later and first-touch page faults stay cheap. Devices and file
-    /// systems without fallocate skip this.
+    /// Allocate the backing pages of a new pool file (tmpfs, regular files), so
+    /// that stores never hit ENOSPC/SIGBUS from the backing file system later and
+    /// first-touch page faults stay cheap. Devices and file systems without
+    /// fallocate skip this.
     ///
     /// On a page-cache file whose kernel can collapse file pages (tmpfs, Linux 6.1
     /// and later), each whole 2 MiB of the pool is allocated as one huge page, as a
@@ -194,7 +194,7 @@ impl MmapMedium {
     /// TLB miss per 2 MiB, not per 4 KiB. The first failure to collapse (an older
     /// kernel, a file system without it, no free huge page) ends the attempt, and
     /// the rest is allocated in small pages.
-    fn back(&self, from: u64) -> std::io::Result<()> {
+    fn back(&self) -> std::io::Result<()> {
         let fd = self.file.as_raw_fd();
         let fallocate = |off: u64, len: u64| {
             // SAFETY: plain syscall on a descriptor we own.
@@ -205,7 +205,7 @@ impl MmapMedium {
                 r => Err(std::io::Error::from_raw_os_error(r)),
             }
         };
-        let mut off = from;
+        let mut off = 0u64;
         if self.durability != Durability::Dax && huge_pages_wanted() && !self.read_only {
             while off.is_multiple_of(HUGE) && off + HUGE <= self.len {
                 // A collapse needs one page of the range in the page cache.
@@ -488,11 +488,10 @@ fn is_char_dev(md: &std::fs::Metadata) -> bool {
 /// 2 MiB: the page size of a PMD mapping on x86-64 (and of arm64 with 4 KiB pages).
 const HUGE: u64 = 2 << 20;
 
-/// Is the pool to be backed by huge pages where the kernel allows (`FERRITE_HUGE`,
-/// default on; `0` turns it off, for comparisons)?
+/// Is a new pool to be backed by huge pages where the kernel allows (`FERRITE_HUGE`,
+/// default on; `0` turns it off, for comparisons)? Asked at each pool creation.
 fn huge_pages_wanted() -> bool {
-    static W: OnceLock<bool> = OnceLock::new();
-    *W.get_or_init(|| !matches!(std::env::var("FERRITE_HUGE").as_deref(), Ok("0")))
+    !matches!(std::env::var("FERRITE_HUGE").as_deref(), Ok("0"))
 }
 
 /// mmap `len` bytes of `fd` from offset 0 at a 2 MiB-aligned address, so that the
