@@ -81,9 +81,10 @@ pub fn lib_target(
         None => {
             let make: MediumFactory<MmapMedium> = Box::new(open_or_create);
             let t = LibTarget::new(name, "", pool, size, make)?;
-            let huge = t.fs()?.medium().huge_mapped();
-            let extra = format!(" ({} MiB of it mapped in 2 MiB pages)", huge >> 20);
-            let d = describe(size, &extra, t.fs()?);
+            let fs = t.fs()?;
+            let extra =
+                format!(" ({} MiB of it mapped in 2 MiB pages)", fs.medium().huge_mapped() >> 20);
+            let d = describe(size, &extra, fs);
             Ok(Box::new(t.with_description(d)))
         }
         Some(p) => {

@@ -223,7 +223,6 @@ impl MmapMedium {
 
     /// Make the pool's 2 MiB at `off` one huge page (MADV_COLLAPSE): true if it is.
     fn collapse(&self, off: u64) -> bool {
-        const MADV_COLLAPSE: libc::c_int = 25;
         assert!(off.is_multiple_of(HUGE) && off + HUGE <= self.len);
         // SAFETY: [off, off + HUGE) lies within our mapping and is 2 MiB aligned;
         // the advice moves the range's bytes into a huge page without changing
@@ -232,7 +231,7 @@ impl MmapMedium {
             libc::madvise(
                 self.ptr.add(off as usize) as *mut libc::c_void,
                 HUGE as usize,
-                MADV_COLLAPSE,
+                libc::MADV_COLLAPSE,
             )
         };
         r == 0
