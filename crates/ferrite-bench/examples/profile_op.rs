@@ -4,7 +4,8 @@
 //!     cargo run --release -p ferrite-bench --example profile_op -- OP [SECONDS] [PERF_OUT]
 //!
 //! OP: create | unlink | randwrite4k | randwrite64 | append64 | append256 | seqwrite1k | seqwrite1m |
-//! randread4k.
+//! randread4k | shared4k | private4k | shared64 | private64 (the last four: 2 threads of
+//! random writes + fsync, on one shared file or a file each; ops/s are the sum).
 //! Prints operations per second; with PERF_OUT, writes a perf.data there
 //! (`perf report -i PERF_OUT --no-children`).
 #![forbid(unsafe_code)]
@@ -39,7 +40,11 @@ fn main() {
     let dir = fs.mkdir(root, b"d", 0o755, 0, 0).expect("mkdir").ino;
     let f = fs.create(root, b"f", 0o644, 0, 0).expect("create").ino;
     let buf = vec![0x5au8; 1 << 20];
-    if op.contains("4k") || op.starts_with("seqwrite") || op == "randwrite64" {
+    if op.contains("4k")
+        || op.starts_with("seqwrite")
+        || op == "randwrite64"
+        || op.starts_with("shared")
+    {
         for off in (0..(64u64 << 20)).step_by(1 << 20) {
             fs.write(f, off, &buf).expect("prefill");
         }
@@ -77,6 +82,42 @@ fn main() {
         x % m
     };
     let mut rbuf = vec![0u8; 4096];
+    if let Some(k) = op.strip_prefix("shared").or_else(|| op.strip_prefix("private")) {
+        let size: u64 = if k == "4k" { 4096 } else { 64 };
+        let g = if op.starts_with("private") {
+            fs.create(root, b"g", 0o644, 0, 0).expect("create").ino
+        } else {
+            f
+        };
+        if op.starts_with("private") {
+            for off in (0..(64u64 << 20)).step_by(1 << 20) {
+                fs.write(g, off, &buf).expect("prefill");
+            }
+        }
+        let total = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for (tid, file) in [(1u64, f), (2, g)] {
+                let (fs, buf, total) = (&fs, &buf, &total);
+                s.spawn(move || {
+                    let mut x = 0x9e37_79b9u64 * tid;
+                    let slots = (64u64 << 20) / size;
+                    let mut k = 0u64;
+                    while t0.elapsed() < cap {
+                        for _ in 0..64 {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            fs.write(file, x % slots * size, &buf[..size as usize]).expect("write");
+                            fs.fsync(file, false).expect("fsync");
+                        }
+                        k += 64;
+                    }
+                    total.fetch_add(k, std::sync::atomic::Ordering::Relaxed);
+                });
+            }
+        });
+        n = total.into_inner();
+    }
     while t0.elapsed() < cap && n < max_ops {
         for _ in 0..64 {
             match op.as_str() {

@@ -354,20 +354,53 @@ impl FreeList {
     }
 }
 
-/// Block allocator.
-pub struct BlockAlloc {
-    geo: Geometry,
-    shards: Vec<Mutex<FreeList>>,
-    /// Shard `s` held free blocks at its last change (written under its lock, read
+/// One shard of the block allocator: its lists and the hints read without their
+/// lock, on a cache line pair of their own. Shards side by side shared lines: two
+/// threads, each in its own shard, bounced one line on every allocation and free
+/// (the lists' mutexes and the hints of all shards were neighbours).
+#[repr(align(128))]
+struct Shard {
+    list: Mutex<FreeList>,
+    /// The shard held free blocks at its last change (written under its lock, read
     /// without): `alloc` skips shards without blocks instead of locking each one. A
     /// client's grants lie in few shards, so its every allocation used to lock and
     /// search all the empty others first (1.8x the allocator's instructions).
-    stocked: Vec<AtomicBool>,
-    /// Shard `s` held `recent` blocks at its last change (as `stocked`).
-    has_recent: Vec<AtomicBool>,
-    /// The group of shard `s` (the shards of its NUMA node): `[lo, hi)`, packed as
+    stocked: AtomicBool,
+    /// The shard held `recent` blocks at its last change (as `stocked`).
+    has_recent: AtomicBool,
+    /// The shard's group (the shards of its NUMA node): `[lo, hi)`, packed as
     /// `lo << 32 | hi`. All shards until [`BlockAlloc::set_groups`].
-    group: Vec<AtomicU64>,
+    group: AtomicU64,
+}
+
+impl Shard {
+    fn lock(&self) -> parking_lot::MutexGuard<'_, FreeList> {
+        self.list.lock()
+    }
+
+    /// Record the list's state in the hints, storing only what changed: a store
+    /// takes the line from the cores that read it.
+    fn note(&self, fl: &FreeList) {
+        set_if_changed(&self.stocked, !fl.is_empty());
+        set_if_changed(&self.has_recent, !fl.recent.is_empty());
+    }
+}
+
+fn set_if_changed(a: &AtomicBool, v: bool) {
+    if a.load(Ordering::Relaxed) != v {
+        a.store(v, Ordering::Release);
+    }
+}
+
+/// The free-block counter, on a line of its own (every allocation and free
+/// changes it).
+#[repr(align(128))]
+struct Counter(AtomicU64);
+
+/// Block allocator.
+pub struct BlockAlloc {
+    geo: Geometry,
+    shards: Vec<Shard>,
     /// A bit per block, set while the block is free (in its shard's extents or
     /// `recent`), changed under that shard's lock: a freed block's double-free check
     /// is a bit, not a search of the extents (a direct-access client's extents are
@@ -375,7 +408,7 @@ pub struct BlockAlloc {
     /// samples per 600,000 4 KiB overwrites with the search, 253-328 without), and
     /// the used-block bitmap of a checkpoint is its complement.
     free_map: AtomicBitmap,
-    free: AtomicU64,
+    free: Counter,
     reserve: u64,
 }
 
@@ -408,11 +441,10 @@ impl BlockAlloc {
 
     /// The allocator of these per-shard lists, holding `free` blocks, all shards in
     /// one group.
-    fn with_lists(geo: &Geometry, shards: Vec<Mutex<FreeList>>, free: u64, reserve: u64) -> Self {
-        let stocked = shards.iter().map(|s| AtomicBool::new(!s.lock().is_empty())).collect();
+    fn with_lists(geo: &Geometry, lists: Vec<Mutex<FreeList>>, free: u64, reserve: u64) -> Self {
         let ns = geo.nshards;
         let free_map = AtomicBitmap::new(geo.nblocks);
-        for sh in &shards {
+        for sh in &lists {
             let fl = sh.lock();
             for (&st, &l) in &fl.ext {
                 free_map.set_range(st, l, true);
@@ -421,16 +453,22 @@ impl BlockAlloc {
                 free_map.set_range(b, 1, true);
             }
         }
-        BlockAlloc {
-            free_map,
-            geo: *geo,
-            shards,
-            stocked,
-            has_recent: (0..ns).map(|_| AtomicBool::new(false)).collect(),
-            group: (0..ns).map(|_| AtomicU64::new(u64::from(ns))).collect(),
-            free: AtomicU64::new(free),
-            reserve,
-        }
+        let shards = lists
+            .into_iter()
+            .map(|list| {
+                let (stocked, has_recent) = {
+                    let fl = list.lock();
+                    (!fl.is_empty(), !fl.recent.is_empty())
+                };
+                Shard {
+                    list,
+                    stocked: AtomicBool::new(stocked),
+                    has_recent: AtomicBool::new(has_recent),
+                    group: AtomicU64::new(u64::from(ns)),
+                }
+            })
+            .collect();
+        BlockAlloc { free_map, geo: *geo, shards, free: Counter(AtomicU64::new(free)), reserve }
     }
 
     /// Group the shards: `group_of(s)` is the range `[lo, hi)` of shards that share
@@ -439,7 +477,9 @@ impl BlockAlloc {
         for s in 0..self.geo.nshards {
             let (lo, hi) = group_of(s);
             assert!(lo <= s && s < hi && hi <= self.geo.nshards, "shard {s} outside {lo}..{hi}");
-            self.group[s as usize].store(u64::from(lo) << 32 | u64::from(hi), Ordering::Relaxed);
+            self.shards[s as usize]
+                .group
+                .store(u64::from(lo) << 32 | u64::from(hi), Ordering::Relaxed);
         }
     }
 
@@ -453,18 +493,18 @@ impl BlockAlloc {
     /// A `recent` block of shard `shard`'s group, its own first (see the module's
     /// invariants); shards without one are skipped without their lock.
     fn take_recent(&self, shard: u32) -> Option<u64> {
-        let g = self.group[shard as usize].load(Ordering::Relaxed);
+        let g = self.shards[shard as usize].group.load(Ordering::Relaxed);
         let (lo, hi) = ((g >> 32) as u32, g as u32);
         debug_assert!(lo <= shard && shard < hi);
         for i in 0..hi - lo {
             let s = lo + (shard - lo + i) % (hi - lo);
-            if !self.has_recent[s as usize].load(Ordering::Acquire) {
+            let sh = &self.shards[s as usize];
+            if !sh.has_recent.load(Ordering::Acquire) {
                 continue;
             }
-            let mut fl = self.shards[s as usize].lock();
+            let mut fl = sh.lock();
             let b = fl.recent.pop();
-            self.has_recent[s as usize].store(!fl.recent.is_empty(), Ordering::Release);
-            self.stocked[s as usize].store(!fl.is_empty(), Ordering::Release);
+            sh.note(&fl);
             if let Some(b) = b {
                 self.free_map.set_range(b, 1, false);
                 return Some(b);
@@ -475,7 +515,7 @@ impl BlockAlloc {
 
     /// Free blocks.
     pub fn free_blocks(&self) -> u64 {
-        self.free.load(Ordering::Relaxed)
+        self.free.0.load(Ordering::Relaxed)
     }
 
     /// Blocks held back for space-freeing operations.
@@ -485,13 +525,17 @@ impl BlockAlloc {
 
     fn debit(&self, n: u64, use_reserve: bool) -> Result<()> {
         let floor = if use_reserve { 0 } else { self.reserve };
-        let mut cur = self.free.load(Ordering::Relaxed);
+        let mut cur = self.free.0.load(Ordering::Relaxed);
         loop {
             if cur < n + floor {
                 return Err(Error::NoSpace);
             }
-            match self.free.compare_exchange_weak(cur, cur - n, Ordering::AcqRel, Ordering::Relaxed)
-            {
+            match self.free.0.compare_exchange_weak(
+                cur,
+                cur - n,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return Ok(()),
                 Err(c) => cur = c,
             }
@@ -531,10 +575,11 @@ impl BlockAlloc {
         'passes: for _pass in 0..1024 {
             for i in 0..ns {
                 let s = (shard + i) % ns;
-                if !self.stocked[s as usize].load(Ordering::Acquire) {
+                let sh = &self.shards[s as usize];
+                if !sh.stocked.load(Ordering::Acquire) {
                     continue;
                 }
-                let mut fl = self.shards[s as usize].lock();
+                let mut fl = sh.lock();
                 while need > 0 {
                     let got = match place {
                         Place::High => fl.take_high(need),
@@ -549,8 +594,7 @@ impl BlockAlloc {
                         None => break,
                     }
                 }
-                self.stocked[s as usize].store(!fl.is_empty(), Ordering::Release);
-                self.has_recent[s as usize].store(!fl.recent.is_empty(), Ordering::Release);
+                sh.note(&fl);
                 if need == 0 {
                     break 'passes;
                 }
@@ -566,9 +610,9 @@ impl BlockAlloc {
                 let r = fl.insert(st, l);
                 debug_assert!(r.is_ok(), "blocks just taken were free");
                 self.free_map.set_range(st, l, true);
-                self.stocked[s].store(true, Ordering::Release);
+                self.shards[s].note(&fl);
             }
-            self.free.fetch_add(got + need, Ordering::AcqRel);
+            self.free.0.fetch_add(got + need, Ordering::AcqRel);
             return Err(Error::NoSpace);
         }
         Ok(out)
@@ -611,7 +655,8 @@ impl BlockAlloc {
             let s = self.geo.block_shard(b);
             let (_, se) = self.geo.shard_range(s);
             let e = end.min(se);
-            let mut fl = self.shards[s as usize].lock();
+            let sh = &self.shards[s as usize];
+            let mut fl = sh.lock();
             let r = match self.free_map.first_set(b, e - b) {
                 Some(x) => Err(x),
                 // Checked by the map: into `recent` without a search of the extents
@@ -623,10 +668,9 @@ impl BlockAlloc {
             match r {
                 Ok(()) => {
                     self.free_map.set_range(b, e - b, true);
-                    self.stocked[s as usize].store(true, Ordering::Release);
-                    self.has_recent[s as usize].store(!fl.recent.is_empty(), Ordering::Release);
+                    sh.note(&fl);
                     drop(fl);
-                    self.free.fetch_add(e - b, Ordering::AcqRel);
+                    self.free.0.fetch_add(e - b, Ordering::AcqRel);
                 }
                 Err(x) => bad = bad.or(Some(x)),
             }
