@@ -7,7 +7,7 @@
 //! - All of them behave as plain blocking locks for every thread without a wait
 //!   hook ([`crate::sim::set_wait_hook`]): the uncontended path is one try of the
 //!   lock (the same atomic operation a blocking acquire starts with), and a
-//!   contended one blocks as before.
+//!   contended one spins a few microseconds ([`SPINS`]), then blocks.
 //! - A thread with a wait hook never blocks on them: while the lock is held it runs
 //!   its hook (holding no internal mutex of the lock) and tries again. The crash
 //!   simulator's token scheduler gives its token to another thread in the hook, so
@@ -33,12 +33,12 @@ impl<T> StateLock<T> {
 
     #[inline]
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, T> {
-        acquire(|| self.0.try_read(), || self.0.read())
+        acquire(|| self.0.try_read(), || self.0.is_locked_exclusive(), || self.0.read())
     }
 
     #[inline]
     pub(crate) fn write(&self) -> RwLockWriteGuard<'_, T> {
-        acquire(|| self.0.try_write(), || self.0.write())
+        acquire(|| self.0.try_write(), || self.0.is_locked(), || self.0.write())
     }
 
     #[inline]
@@ -58,20 +58,44 @@ impl<T> StepMutex<T> {
 
     #[inline]
     pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
-        acquire(|| self.0.try_lock(), || self.0.lock())
+        acquire(|| self.0.try_lock(), || self.0.is_locked(), || self.0.lock())
     }
 }
 
+/// Spins of a contended acquire before it blocks: about 3 us here (26 ns a
+/// `pause` on this machine's EPYC). These locks are held for a commit's
+/// append and tail store, well under that; blocking costs a futex sleep and a
+/// wake-up, and parking_lot's own short spin yields the CPU (a system call)
+/// after a few tries. (Random write + fsync, 2 threads on one file, 8
+/// alternating pairs of `profile_op`, medians: 4 KiB 746K -> 768K ops/s, 64 B
+/// 561K -> 664K.)
+const SPINS: u32 = 128;
+
 /// Take a lock: one try; then, for a thread with a wait hook, its hook and another
-/// try until one succeeds; for any other thread, `block`.
+/// try until one succeeds; for any other thread, a bounded spin while `busy`
+/// says the lock is held (a load, which leaves the holder's line alone), trying
+/// again when it looks free; then `block`.
 #[inline]
-fn acquire<G>(try_once: impl Fn() -> Option<G>, block: impl FnOnce() -> G) -> G {
+fn acquire<G>(
+    try_once: impl Fn() -> Option<G>,
+    busy: impl Fn() -> bool,
+    block: impl FnOnce() -> G,
+) -> G {
     if let Some(g) = try_once() {
         return g;
     }
     while crate::sim::wait_turn() {
         if let Some(g) = try_once() {
             return g;
+        }
+    }
+    // (No wait hook here: a hooked thread left the loop above with the lock.)
+    for _ in 0..SPINS {
+        std::hint::spin_loop();
+        if !busy() {
+            if let Some(g) = try_once() {
+                return g;
+            }
         }
     }
     block()
