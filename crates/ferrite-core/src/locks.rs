@@ -75,15 +75,27 @@ const SPINS: u32 = 128;
 /// try until one succeeds; for any other thread, a bounded spin while `busy`
 /// says the lock is held (a load, which leaves the holder's line alone), trying
 /// again when it looks free; then `block`.
-#[inline]
+#[inline(always)]
 fn acquire<G>(
     try_once: impl Fn() -> Option<G>,
     busy: impl Fn() -> bool,
     block: impl FnOnce() -> G,
 ) -> G {
-    if let Some(g) = try_once() {
-        return g;
+    match try_once() {
+        Some(g) => g,
+        None => contended(try_once, busy, block),
     }
+}
+
+/// [`acquire`] after its first try failed: out of line, so the uncontended path
+/// stays one inlined try.
+#[cold]
+#[inline(never)]
+fn contended<G>(
+    try_once: impl Fn() -> Option<G>,
+    busy: impl Fn() -> bool,
+    block: impl FnOnce() -> G,
+) -> G {
     while crate::sim::wait_turn() {
         if let Some(g) = try_once() {
             return g;
