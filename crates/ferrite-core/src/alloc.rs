@@ -355,9 +355,10 @@ impl FreeList {
 }
 
 /// One shard of the block allocator: its lists and the hints read without their
-/// lock, on a cache line pair of their own. Shards side by side shared lines: two
-/// threads, each in its own shard, bounced one line on every allocation and free
-/// (the lists' mutexes and the hints of all shards were neighbours).
+/// lock, on cache lines of their own (128-byte aligned: the adjacent-line
+/// prefetcher pulls lines in pairs). Shards side by side shared lines: each hint
+/// of all shards lay in one line, stored on every allocation and free, changed or
+/// not, and a shard's lists could end in the line where the next one's mutex began.
 #[repr(align(128))]
 struct Shard {
     list: Mutex<FreeList>,
