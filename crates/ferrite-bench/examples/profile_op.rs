@@ -44,6 +44,7 @@ fn main() {
         || op.starts_with("seqwrite")
         || op == "randwrite64"
         || op.starts_with("shared")
+        || op.starts_with("private")
     {
         for off in (0..(64u64 << 20)).step_by(1 << 20) {
             fs.write(f, off, &buf).expect("prefill");
@@ -83,7 +84,11 @@ fn main() {
     };
     let mut rbuf = vec![0u8; 4096];
     if let Some(k) = op.strip_prefix("shared").or_else(|| op.strip_prefix("private")) {
-        let size: u64 = if k == "4k" { 4096 } else { 64 };
+        let size: u64 = match k {
+            "4k" => 4096,
+            "64" => 64,
+            _ => panic!("unknown op {op}"),
+        };
         let g = if op.starts_with("private") {
             fs.create(root, b"g", 0o644, 0, 0).expect("create").ino
         } else {

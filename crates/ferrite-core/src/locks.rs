@@ -63,12 +63,12 @@ impl<T> StepMutex<T> {
 }
 
 /// Spins of a contended acquire before it blocks: about 3 us here (26 ns a
-/// `pause` on this machine's EPYC). These locks are held for a commit's
-/// append and tail store, well under that; blocking costs a futex sleep and a
-/// wake-up, and parking_lot's own short spin yields the CPU (a system call)
-/// after a few tries. (Random write + fsync, 2 threads on one file, 8
-/// alternating pairs of `profile_op`, medians: 4 KiB 746K -> 768K ops/s, 64 B
-/// 561K -> 664K.)
+/// `pause` on this machine's EPYC), longer than a whole 4 KiB write + fsync
+/// (1.0-1.6 us in this machine's `profile_op randwrite4k` runs), of which the
+/// state lock is held a part. Blocking costs a futex sleep and a wake-up, and
+/// parking_lot's own short spin yields the CPU (a system call) after a few
+/// tries. (Random write + fsync, 2 threads on one file, 8 alternating pairs of
+/// `profile_op`, medians: 4 KiB 746K -> 768K ops/s, 64 B 561K -> 664K.)
 const SPINS: u32 = 128;
 
 /// Take a lock: one try; then, for a thread with a wait hook, its hook and another
