@@ -5,7 +5,10 @@
 //!
 //! OP: create | unlink | randwrite4k | randwrite64 | append64 | append256 | seqwrite1k | seqwrite1m |
 //! randread4k | shared4k | private4k | shared64 | private64 (the last four: 2 threads of
-//! random writes + fsync, on one shared file or a file each; ops/s are the sum).
+//! random writes + fsync, on one shared file or a file each; ops/s are the sum) |
+//! metapath (the metadata benchmark's library target: rounds of FERRITE_PROFILE_FILES (300) creates by
+//! path, each an O_CREAT open and a release, then as many unlinks by path, in a fresh directory; prints
+//! the time of each phase).
 //! Prints operations per second; with PERF_OUT, writes a perf.data there
 //! (`perf report -i PERF_OUT --no-children`).
 #![forbid(unsafe_code)]
@@ -122,6 +125,45 @@ fn main() {
             }
         });
         n = total.into_inner();
+    }
+    if op == "metapath" {
+        // The metadata benchmark's sequence (`target::lib`): open(O_CREAT) by path
+        // and release, then unlink by path; 300 files per round, as --quick.
+        let (mut tc, mut tu, mut round) = (Duration::ZERO, Duration::ZERO, 0u64);
+        let flags = ferrite_core::OpenFlags { create: true, write: true, ..Default::default() };
+        let files = env_u64("FERRITE_PROFILE_FILES").unwrap_or(300);
+        while t0.elapsed() < cap && n < max_ops {
+            let d = format!("/m{round}");
+            fs.mkdir(root, &d.as_bytes()[1..], 0o755, 0, 0).expect("mkdir");
+            let names: Vec<String> = (0..files).map(|i| format!("{d}/f{i}")).collect();
+            let c0 = Instant::now();
+            for p in &names {
+                let a = fs.open_path(p.as_bytes(), flags, 0o644).expect("create");
+                fs.release(a.ino).expect("release");
+            }
+            let c1 = Instant::now();
+            for p in &names {
+                let (dir, name) = fs.resolve_parent(p.as_bytes()).expect("resolve");
+                fs.unlink(dir, name).expect("unlink");
+            }
+            tu += c1.elapsed();
+            tc += c1 - c0;
+            if round < 4 || round.is_power_of_two() {
+                // The first rounds take new inode slots, log pages and DRAM; later
+                // ones reuse what the unlinks freed.
+                let (c, u) = ((c1 - c0).as_secs_f64(), c1.elapsed().as_secs_f64());
+                let k = files as f64 * 1e-6;
+                println!("round {round}: create+close {:.2} us, unlink {:.2} us", c / k, u / k);
+            }
+            fs.rmdir(root, &d.as_bytes()[1..]).expect("rmdir");
+            n += files;
+            round += 1;
+        }
+        println!(
+            "metapath: create+close {:.2} us, unlink {:.2} us ({n} files)",
+            tc.as_secs_f64() / n as f64 * 1e6,
+            tu.as_secs_f64() / n as f64 * 1e6
+        );
     }
     while t0.elapsed() < cap && n < max_ops {
         for _ in 0..64 {
