@@ -1564,7 +1564,13 @@ impl<M: Medium> Fs<M> {
         // Checks in Linux's order (do_renameat2, then vfs_rename): parents are
         // directories, "." and "..", the source name, the target name, flags,
         // ancestry, then types.
-        let _g = self.rename_lock.lock();
+        // The rename lock orders renames that move a name between directories: their
+        // ancestry checks read parent links that only such renames change. A rename
+        // within one directory changes no parent link and checks no ancestry, so it
+        // takes only the inode locks, as Linux's `lock_rename` takes only the
+        // directory's lock when both parents are one (two threads renaming in their
+        // own directories ran no faster together than one alone).
+        let _g = (sp != dp).then(|| self.rename_lock.lock());
         // The old parent is resolved completely before the new one.
         let spi = self.inode(sp)?;
         if spi.st.read().ftype != FileType::Directory {
@@ -1651,7 +1657,8 @@ impl<M: Medium> Fs<M> {
             }
             let mut locked = Locked::new(self, &all)?;
             // Names were looked up before the parents were locked: a create, unlink or
-            // link (they do not take the rename lock) may have changed them meanwhile.
+            // link, or a rename within one directory (they do not take the rename lock)
+            // may have changed them meanwhile.
             let now_at = |l: &Locked<'_, M>, p: u64, n: &[u8]| {
                 l.st(p).dir().and_then(|x| x.names.get(n)).map(|e| e.ino)
             };
