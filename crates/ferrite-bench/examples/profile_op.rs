@@ -7,8 +7,8 @@
 //! randread4k | shared4k | private4k | shared64 | private64 (the last four: 2 threads of
 //! random writes + fsync, on one shared file or a file each; ops/s are the sum) |
 //! metapath (the metadata benchmark's library target: rounds of FERRITE_PROFILE_FILES (300) creates by
-//! path, each an O_CREAT open and a release, then as many unlinks by path, in a fresh directory; prints
-//! the time of each phase).
+//! path, each an O_CREAT open and a release, then as many unlinks by path, in a fresh directory, by FERRITE_PROFILE_THREADS
+//! threads in directories of their own; prints the time of each phase).
 //! Prints operations per second; with PERF_OUT, writes a perf.data there
 //! (`perf report -i PERF_OUT --no-children`).
 #![forbid(unsafe_code)]
@@ -128,42 +128,54 @@ fn main() {
     }
     if op == "metapath" {
         // The metadata benchmark's sequence (`target::lib`): open(O_CREAT) by path
-        // and release, then unlink by path; 300 files per round, as --quick.
-        let (mut tc, mut tu, mut round) = (Duration::ZERO, Duration::ZERO, 0u64);
+        // and release, then unlink by path; 300 files per round, as --quick, in a
+        // directory of each thread's own (FERRITE_PROFILE_THREADS, default 1).
         let flags = ferrite_core::OpenFlags { create: true, write: true, ..Default::default() };
         let files = env_u64("FERRITE_PROFILE_FILES").unwrap_or(300);
-        while t0.elapsed() < cap && n < max_ops {
-            let d = format!("/m{round}");
-            fs.mkdir(root, &d.as_bytes()[1..], 0o755, 0, 0).expect("mkdir");
-            let names: Vec<String> = (0..files).map(|i| format!("{d}/f{i}")).collect();
-            let c0 = Instant::now();
-            for p in &names {
-                let a = fs.open_path(p.as_bytes(), flags, 0o644).expect("create");
-                fs.release(a.ino).expect("release");
+        let threads = env_u64("FERRITE_PROFILE_THREADS").unwrap_or(1);
+        let one = |tid: u64| {
+            let (mut tc, mut tu, mut round, mut k) = (Duration::ZERO, Duration::ZERO, 0u64, 0);
+            while t0.elapsed() < cap && k < max_ops {
+                let d = format!("/m{round}t{tid}");
+                fs.mkdir(root, &d.as_bytes()[1..], 0o755, 0, 0).expect("mkdir");
+                let names: Vec<String> = (0..files).map(|i| format!("{d}/f{i}")).collect();
+                let c0 = Instant::now();
+                for p in &names {
+                    let a = fs.open_path(p.as_bytes(), flags, 0o644).expect("create");
+                    fs.release(a.ino).expect("release");
+                }
+                let c1 = Instant::now();
+                for p in &names {
+                    let (dir, name) = fs.resolve_parent(p.as_bytes()).expect("resolve");
+                    fs.unlink(dir, name).expect("unlink");
+                }
+                tu += c1.elapsed();
+                tc += c1 - c0;
+                if tid == 0 && (round < 4 || round.is_power_of_two()) {
+                    // The first rounds take new inode slots, log pages and DRAM;
+                    // later ones reuse what the unlinks freed.
+                    let (c, u) = ((c1 - c0).as_secs_f64(), c1.elapsed().as_secs_f64());
+                    let k = files as f64 * 1e-6;
+                    println!("round {round}: create+close {:.2} us, unlink {:.2} us", c / k, u / k);
+                }
+                fs.rmdir(root, &d.as_bytes()[1..]).expect("rmdir");
+                k += files;
+                round += 1;
             }
-            let c1 = Instant::now();
-            for p in &names {
-                let (dir, name) = fs.resolve_parent(p.as_bytes()).expect("resolve");
-                fs.unlink(dir, name).expect("unlink");
-            }
-            tu += c1.elapsed();
-            tc += c1 - c0;
-            if round < 4 || round.is_power_of_two() {
-                // The first rounds take new inode slots, log pages and DRAM; later
-                // ones reuse what the unlinks freed.
-                let (c, u) = ((c1 - c0).as_secs_f64(), c1.elapsed().as_secs_f64());
-                let k = files as f64 * 1e-6;
-                println!("round {round}: create+close {:.2} us, unlink {:.2} us", c / k, u / k);
-            }
-            fs.rmdir(root, &d.as_bytes()[1..]).expect("rmdir");
-            n += files;
-            round += 1;
+            (k, tc, tu)
+        };
+        let outs: Vec<(u64, Duration, Duration)> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..threads).map(|t| s.spawn(move || one(t))).collect();
+            hs.into_iter().map(|h| h.join().expect("thread")).collect()
+        });
+        for (t, (k, tc, tu)) in outs.iter().enumerate() {
+            n += k;
+            println!(
+                "metapath thread {t}: create+close {:.2} us, unlink {:.2} us ({k} files)",
+                tc.as_secs_f64() / *k as f64 * 1e6,
+                tu.as_secs_f64() / *k as f64 * 1e6
+            );
         }
-        println!(
-            "metapath: create+close {:.2} us, unlink {:.2} us ({n} files)",
-            tc.as_secs_f64() / n as f64 * 1e6,
-            tu.as_secs_f64() / n as f64 * 1e6
-        );
     }
     while t0.elapsed() < cap && n < max_ops {
         for _ in 0..64 {
