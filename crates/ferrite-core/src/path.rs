@@ -246,16 +246,14 @@ impl<M: Medium> Fs<M> {
                 return Err(Error::IsDir);
             }
             let (p, name) = self.resolve_parent(path)?;
-            match self.lookup_ino(p, name) {
-                Ok(ino) => {
+            // The entry's type says whether it is a symlink; an inode freed after
+            // the lookup fails `open` below, and the attempt is repeated.
+            match self.lookup_typed(p, name) {
+                Ok((ino, symlink)) => {
                     if flags.excl {
                         return Err(Error::Exists);
                     }
-                    let a = match self.getattr(ino) {
-                        Err(Error::NotFound) => return Ok(None),
-                        r => r?,
-                    };
-                    if a.ftype == FileType::Symlink && !flags.nofollow {
+                    if symlink && !flags.nofollow {
                         // O_CREAT follows a final symlink to an existing target.
                         self.resolve(path, true)?
                     } else {
@@ -272,32 +270,40 @@ impl<M: Medium> Fs<M> {
         } else {
             self.resolve(path, !flags.nofollow)?
         };
-        let a = match self.getattr(found) {
+        // The handle first: `open` returns the attributes the checks below need (a
+        // `getattr` before it looked the inode up a second time), and a refusal
+        // gives the handle back.
+        let a = match self.open(found) {
             Err(Error::NotFound) if raced => return Ok(None),
             r => r?,
         };
+        let refuse = |e: Error| {
+            self.release(found)?;
+            Err(e)
+        };
         match a.ftype {
-            FileType::Symlink if flags.nofollow => return Err(Error::Loop),
-            FileType::Directory if flags.write || flags.truncate => return Err(Error::IsDir),
+            FileType::Symlink if flags.nofollow => return refuse(Error::Loop),
+            FileType::Directory if flags.write || flags.truncate => return refuse(Error::IsDir),
             FileType::Directory => {}
-            _ if flags.directory => return Err(Error::NotDir),
+            _ if flags.directory => return refuse(Error::NotDir),
             // The kernel runs FIFOs, sockets and devices: a process that opens one
             // through the mount gets them; the library has none to give.
-            t if t.is_special() => return Err(Error::SpecialFile),
+            t if t.is_special() => return refuse(Error::SpecialFile),
             _ => {}
         }
         // O_TRUNC truncates whatever the access mode, as Linux's open(2) does (it
         // asks for write permission instead; POSIX leaves O_RDONLY | O_TRUNC open).
         if flags.truncate && a.ftype == FileType::Regular && a.size > 0 {
             let t = crate::fs::SetAttr { size: Some(0), ..Default::default() };
-            match self.setattr(found, &t) {
-                Err(Error::NotFound) if raced => return Ok(None),
-                r => r?,
+            return match self.setattr(found, &t) {
+                Ok(a) => Ok(Some(a)),
+                Err(Error::NotFound) if raced => {
+                    self.release(found)?;
+                    Ok(None)
+                }
+                Err(e) => refuse(e),
             };
         }
-        match self.open(found) {
-            Err(Error::NotFound) if raced => Ok(None),
-            r => r.map(Some),
-        }
+        Ok(Some(a))
     }
 }
