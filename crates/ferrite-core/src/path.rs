@@ -277,8 +277,9 @@ impl<M: Medium> Fs<M> {
             Err(Error::NotFound) if raced => return Ok(None),
             r => r?,
         };
+        // A refusal reports the refusal, not an error of the release behind it.
         let refuse = |e: Error| {
-            self.release(found)?;
+            let _ = self.release(found);
             Err(e)
         };
         match a.ftype {
