@@ -6,9 +6,10 @@
 //! OP: create | unlink | randwrite4k | randwrite64 | append64 | append256 | seqwrite1k | seqwrite1m |
 //! randread4k | shared4k | private4k | shared64 | private64 (the last four: 2 threads of
 //! random writes + fsync, on one shared file or a file each; ops/s are the sum) |
-//! metapath (the metadata benchmark's library target: rounds of FERRITE_PROFILE_FILES (300) creates by
-//! path, each an O_CREAT open and a release, then as many unlinks by path, in a fresh directory, by FERRITE_PROFILE_THREADS
-//! threads in directories of their own; prints the time of each phase).
+//! metapath (the metadata benchmark's library target: rounds of FERRITE_PROFILE_FILES
+//! (300) creates by path, each an O_CREAT open and a release, then as many unlinks by
+//! path, each round in a fresh directory, by FERRITE_PROFILE_THREADS threads in
+//! directories of their own; prints the time of each phase).
 //! Prints operations per second; with PERF_OUT, writes a perf.data there
 //! (`perf report -i PERF_OUT --no-children`).
 #![forbid(unsafe_code)]
@@ -128,8 +129,9 @@ fn main() {
     }
     if op == "metapath" {
         // The metadata benchmark's sequence (`target::lib`): open(O_CREAT) by path
-        // and release, then unlink by path; 300 files per round, as --quick, in a
-        // directory of each thread's own (FERRITE_PROFILE_THREADS, default 1).
+        // and release, then unlink by path; 300 files a round unless told (the smoke
+        // preset's count; --quick takes 5,000), in a directory of each thread's own
+        // (FERRITE_PROFILE_THREADS, default 1).
         let flags = ferrite_core::OpenFlags { create: true, write: true, ..Default::default() };
         let files = env_u64("FERRITE_PROFILE_FILES").unwrap_or(300);
         let threads = env_u64("FERRITE_PROFILE_THREADS").unwrap_or(1);
@@ -155,8 +157,12 @@ fn main() {
                     // The first rounds take new inode slots, log pages and DRAM;
                     // later ones reuse what the unlinks freed.
                     let (c, u) = ((c1 - c0).as_secs_f64(), c1.elapsed().as_secs_f64());
-                    let k = files as f64 * 1e-6;
-                    println!("round {round}: create+close {:.2} us, unlink {:.2} us", c / k, u / k);
+                    let per = files as f64 * 1e-6;
+                    println!(
+                        "round {round}: create+close {:.2} us, unlink {:.2} us",
+                        c / per,
+                        u / per
+                    );
                 }
                 fs.rmdir(root, &d.as_bytes()[1..]).expect("rmdir");
                 k += files;

@@ -144,9 +144,9 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
     // does about ten thousand a second): at most three repetitions, after a warm-up
     // of each layout that is not recorded (as in every other experiment). Without
     // it the first repetition measured a fresh process's heap growth: the library's
-    // first 20,000 creates took 3.4-3.6 us each and the next ones 2.0-2.2 us
-    // (`profile_op metapath`), a tenth of the first round's time in the kernel
-    // zeroing new heap pages.
+    // first 20,000 creates took 3.4-3.6 us each and the next ones 2.0-2.2 us in two
+    // of three runs (`profile_op metapath`; 2.9-3.1 us in the third), and perf put
+    // 11% of a first round in the kernel zeroing new heap pages.
     let reps = cfg.reps.min(3);
     let pb = ctx.bar("meta", (idx.len() * (reps * (lays.len() + 2) + lays.len())) as u64);
     for &i in &idx {
