@@ -1984,6 +1984,8 @@ fn fio_with_verify_under_ferrite_run() {
             "--do_verify=1",
             "--verify_fatal=1",
             "--fsync=4",
+            // fio otherwise saves its verify state in the working directory (the crate's).
+            "--verify_state_save=0",
             "--output-format=terse",
         ]));
         assert!(out.status.success());
