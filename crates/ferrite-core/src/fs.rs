@@ -1186,7 +1186,9 @@ impl<M: Medium> Fs<M> {
     /// `fence_locked` keeps the lock through the flushes and the fence: a writer
     /// that took the lock before its non-temporal data copy (see `Fs::write_cow`)
     /// drains data and entries with one fence, where an unlock between them would
-    /// drain the data alone first.
+    /// drain the data alone first. `nt` (only with `fence_locked`) stores the
+    /// entries by non-temporal stores instead of cached ones and flushes only the
+    /// tail's line: see `Fs::write_cow` for who asks.
     pub(crate) fn commit_release(
         &self,
         inode: &Inode,
@@ -1194,7 +1196,9 @@ impl<M: Medium> Fs<M> {
         entries: &mut [EntryBuf],
         on_commit: impl FnOnce(),
         fence_locked: bool,
+        nt: bool,
     ) -> Result<()> {
+        assert!(!nt || fence_locked, "non-temporal entries are fenced under the lock");
         if !log::fits_in_page(&st.log, entries) {
             self.commit_single(inode, &mut st, entries, false, false)?;
             on_commit();
@@ -1204,28 +1208,32 @@ impl<M: Medium> Fs<M> {
             return Err(Error::NotFound); // freed by a concurrent unlink/release
         }
         let from = logptr::addr(st.log.tail);
-        let a = log::append_in_page(&self.m, &st.log, inode.seed, entries);
+        let a = log::append_in_page(&self.m, &st.log, inode.seed, entries, nt);
         let freed = self.apply_owned(&mut st, &a, entries);
         let tail_off = self.geo.slot_off(inode.ino) + SLOT_TAIL;
         self.await_fenced(inode);
         self.m.store_u64(tail_off, a.new_tail);
         on_commit();
-        let persist = || {
+        let persist = |cached: bool| {
             let to = logptr::addr(a.new_tail);
-            self.m.flush(from, to - from);
+            if cached {
+                self.m.flush(from, to - from);
+            }
             self.m.flush(tail_off, 8);
-            self.prefetch_log_lines(to, to - from);
+            if cached {
+                self.prefetch_log_lines(to, to - from);
+            }
             self.m.fence();
         };
         if fence_locked || self.gc_due(&st, false) {
-            persist();
+            persist(!nt);
             self.release_freed(inode.ino, &freed);
             self.after_commit(inode, &mut st, false);
             return Ok(());
         }
         inode.unfenced.store(true, Ordering::Relaxed);
         drop(st);
-        persist();
+        persist(true);
         inode.unfenced.store(false, Ordering::Release);
         self.release_freed(inode.ino, &freed);
         Ok(())

@@ -1218,15 +1218,18 @@ pub fn fits_in_page(st: &LogState, entries: &[EntryBuf]) -> bool {
     pos % BLOCK + len <= LOG_DATA_END - END_RESERVE
 }
 
-/// [`append`] of entries that [`fits_in_page`], with cached stores and no flush:
-/// the caller flushes `[tail, new tail)` (one range) before its fence. So a commit
-/// can issue the flushes after it lets the inode's lock go, which a locked
-/// instruction (the unlock) would otherwise wait for.
+/// [`append`] of entries that [`fits_in_page`], with no flush. With `nt`, by
+/// non-temporal stores (entries are 8-byte aligned, so wholly non-temporal),
+/// persistent after the caller's next fence: for a caller that fences before a
+/// locked instruction (an unlock would wait for them to drain). Without it, by
+/// cached stores: the caller flushes `[tail, new tail)` (one range) before its
+/// fence, and can issue the flushes after it lets the inode's lock go.
 pub fn append_in_page<M: Medium + ?Sized>(
     m: &M,
     st: &LogState,
     seed: u32,
     entries: &mut [EntryBuf],
+    nt: bool,
 ) -> Appended {
     use crate::layout::logptr;
     debug_assert!(fits_in_page(st, entries), "append_in_page needs room in the page");
@@ -1237,7 +1240,11 @@ pub fn append_in_page<M: Medium + ?Sized>(
     for (i, e) in entries.iter_mut().enumerate() {
         e.seal(seq, i + 1 == n, seed);
         seq += 1;
-        m.write(pos, &e.bytes);
+        if nt {
+            m.write_nt(pos, &e.bytes);
+        } else {
+            m.write(pos, &e.bytes);
+        }
         locs.push(pos);
         pos += e.len() as u64;
     }

@@ -7,11 +7,13 @@
 //!
 //! Checked on the simulated medium, whose fences are per thread (a thread's fence
 //! persists its own flushes only): writer A (simulated thread 1) embeds 1 KiB in
-//! the log and is held at its commit's first flush, after it let the lock go, while
-//! writer B (thread 2) overwrites another page of the same file copy-on-write. (A
-//! lone copy-on-write writer takes the lock before its data copy and keeps it
-//! through its fence, see `Fs::write_cow`; an embedded write has no copy, and B,
-//! with A in flight, keeps its copy outside the lock.) Every fence point of both is crashed
+//! the log, on the file's last page, and is held at its commit's first flush, after
+//! it let the lock go, while writer B (thread 2) overwrites the other page of the
+//! same file copy-on-write. (A lone copy-on-write writer takes the lock before its
+//! data copy and keeps it through its fence, and so does a lone embedded write off
+//! the last page, see `Fs::write_cow`; an embedded write on the last page keeps
+//! cached entries and lets the lock go first, and B, with A in flight, keeps its
+//! copy outside the lock.) Every fence point of both is crashed
 //! with many subsets of the words in flight; each image must recover to A-then-B
 //! order (B's page never without A's), keep what had returned, and pass fsck. The
 //! test-only fault that skips the wait (`tail-before-prev-fence`) must be caught.
@@ -27,7 +29,7 @@ use std::time::Duration;
 
 const MB: u64 = 1 << 20;
 const PAGE: usize = 4096;
-/// Bytes A embeds at the start of page 0.
+/// Bytes A embeds at the start of page 1, the last.
 const A_LEN: usize = 1024;
 
 /// One fence of either writer: what is durable and in flight, and which writes had
@@ -101,14 +103,14 @@ fn interleave(fault: bool) -> (Vec<Point>, bool) {
     std::thread::scope(|sc| {
         sc.spawn(|| {
             set_sim_thread(1);
-            fs.write(ino, 0, &[0xAAu8; A_LEN]).unwrap();
+            fs.write(ino, PAGE as u64, &[0xAAu8; A_LEN]).unwrap();
             a_done.store(true, Ordering::SeqCst);
         });
         sc.spawn(|| {
             set_sim_thread(2);
             let (m, cv) = &*sync;
             drop(cv.wait_while(m.lock().unwrap(), |f| !f.a_at_fence).unwrap());
-            fs.write(ino, PAGE as u64, &[0xBBu8; PAGE]).unwrap();
+            fs.write(ino, 0, &[0xBBu8; PAGE]).unwrap();
             b_done.store(true, Ordering::SeqCst);
             m.lock().unwrap().b_done = true;
             cv.notify_all();
@@ -123,10 +125,11 @@ fn interleave(fault: bool) -> (Vec<Point>, bool) {
     );
     let mut page = vec![0u8; 2 * PAGE];
     fs.read(ino, 0, &mut page).unwrap();
+    let (a_page, b_page) = (&page[PAGE..], &page[..PAGE]);
     assert!(
-        page[..A_LEN].iter().all(|&b| b == 0xAA) && page[A_LEN..PAGE].iter().all(|&b| b == 0x11)
+        a_page[..A_LEN].iter().all(|&b| b == 0xAA) && a_page[A_LEN..].iter().all(|&b| b == 0x11)
     );
-    assert!(page[PAGE..].iter().all(|&b| b == 0xBB));
+    assert!(b_page.iter().all(|&b| b == 0xBB));
     let b_waited = f.b_waited;
     drop(f);
     let points = std::mem::take(&mut *points.lock().unwrap());
@@ -159,11 +162,12 @@ fn violations(points: &[Point]) -> Vec<String> {
                 continue;
             }
             let whole = |r: &[u8], b: u8| r.iter().all(|&x| x == b);
-            let a = whole(&page[..A_LEN], 0xAA);
-            let b = whole(&page[PAGE..], 0xBB);
-            let ok = (a || whole(&page[..A_LEN], 0x11))
-                && whole(&page[A_LEN..PAGE], 0x11)
-                && (b || whole(&page[PAGE..], 0x11))
+            let (a_page, b_page) = (&page[PAGE..], &page[..PAGE]);
+            let a = whole(&a_page[..A_LEN], 0xAA);
+            let b = whole(b_page, 0xBB);
+            let ok = (a || whole(&a_page[..A_LEN], 0x11))
+                && whole(&a_page[A_LEN..], 0x11)
+                && (b || whole(b_page, 0x11))
                 && (!b || a)
                 && (!p.a_done || a)
                 && (!p.b_done || b);

@@ -187,3 +187,46 @@ fn older_pools_are_refused_with_both_versions_then_upgraded() {
     let r = Fs::mount(m, &MountOptions::default());
     assert!(matches!(r, Err(Error::Version { found: 7, supported: 6 })));
 }
+
+/// (flushed bytes, non-temporal bytes, fences) stored by `f`.
+fn stores(fs: &Fs<SimMedium>, f: impl FnOnce()) -> (u64, u64, u64) {
+    let a = fs.medium().stats().snapshot();
+    f();
+    let b = fs.medium().stats().snapshot();
+    (b.flushed_bytes - a.flushed_bytes, b.nt_bytes - a.nt_bytes, b.fences - a.fences)
+}
+
+#[test]
+fn a_lone_embedded_overwrite_streams_its_entry_and_flushes_only_the_tail() {
+    let fs = fresh_sim(64 * MB, 2);
+    let ino = file(&fs, "f");
+    fs.write(ino, 0, &vec![1u8; 1 << 20]).unwrap();
+    // An overwrite away from the file's last page: its INLINE entry (56 + 64 bytes)
+    // goes by non-temporal stores, and the only flushed line is the tail's.
+    let (flushed, nt, f) = stores(&fs, || {
+        fs.write(ino, 3 * 4096 + 100, &[3u8; 64]).unwrap();
+    });
+    assert_eq!((flushed, nt, f), (64, 120, 1), "64 B overwrite");
+    // An append keeps cached entries (the append that completes the page reads them
+    // back): entry lines and the tail's line flushed, nothing streamed.
+    let (flushed, nt, f) = stores(&fs, || {
+        fs.append(ino, &[4u8; 64]).unwrap();
+    });
+    assert_eq!((nt, f), (0, 1), "64 B append");
+    assert!((128..=256).contains(&flushed), "64 B append flushed {flushed} bytes");
+    let mut buf = vec![0u8; 64];
+    fs.read(ino, 3 * 4096 + 100, &mut buf).unwrap();
+    assert_eq!(buf, [3u8; 64]);
+    fs.read(ino, 1 << 20, &mut buf).unwrap();
+    assert_eq!(buf, [4u8; 64]);
+    // Many overwrites of one page merge it; the data survives a power loss.
+    for k in 0..40u64 {
+        fs.write(ino, 5 * 4096 + k * 64, &[k as u8; 64]).unwrap();
+    }
+    let fs = remount(fs, Remount::CrashDurable);
+    for k in 0..40u64 {
+        fs.read(ino, 5 * 4096 + k * 64, &mut buf).unwrap();
+        assert_eq!(buf, [k as u8; 64], "overwrite {k} after a remount");
+    }
+    assert_fsck_clean(&fs, "after the overwrites");
+}
