@@ -1,5 +1,6 @@
 //! Compare the library alone and a direct-access client on the same operation:
-//! `cmp MOUNTPOINT SCRATCH_POOL N SIZE append|rand`.
+//! `cmp MOUNTPOINT SCRATCH_POOL N SIZE append|rand` (`CMP_CLIENT_ONLY=1`: the client
+//! alone).
 use ferrite_core::{Fs, MapOptions, MkfsOptions, MmapMedium};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -27,8 +28,12 @@ fn main() {
     let m = MmapMedium::create(scratch, 1 << 30, &MapOptions::default()).unwrap();
     let fs = Fs::mkfs(m, &MkfsOptions::default()).unwrap();
     let ino = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
-    run(&fs, ino, n / 10, size, append);
-    println!("library: {:.3} us", run(&fs, ino, n, size, append));
+    // CMP_CLIENT_ONLY=1: the client alone (a profile of its path, e.g. under callgrind).
+    let client_only = std::env::var_os("CMP_CLIENT_ONLY").is_some();
+    if !client_only {
+        run(&fs, ino, n / 10, size, append);
+        println!("library: {:.3} us", run(&fs, ino, n, size, append));
+    }
     let g = fs.gc_stats();
     use std::sync::atomic::Ordering::Relaxed;
     println!(
