@@ -646,10 +646,12 @@ impl<M: Medium> Fs<M> {
         // A lone embedded overwrite (no piece on the file's last page) keeps the lock
         // through its fence as well, and its entries go by non-temporal stores
         // (`commit_release`'s `nt`; an unlock before the fence would wait for them):
-        // they are read back only when their page is merged, long after. Appends keep
+        // they are read back only when their page is merged, long after, and a
+        // cached store would first read a cold log line in (`ferrite bench`'s pool
+        // bytes per user byte of 64 B random writes: 7.60 -> 6.77). Appends keep
         // cached entries: the append that completes the page reads all of its
-        // page's entries back (64 and 256 B appends + fsync took 5-10% longer with
-        // non-temporal ones; random 64 B overwrites 5-10% less: docs/BENCHMARKS.md).
+        // page's entries back (64 and 256 B appends + fsync took 4-10% and 1-8%
+        // longer with non-temporal ones; docs/BENCHMARKS.md).
         let nt = ncow == 0 && lone && !on_last_page;
         let fence_locked = early.is_some() || nt;
         // With the lock taken before the copy, the write's time is taken now too: on
