@@ -298,11 +298,16 @@ pub fn client_suite(seed: u64) -> Vec<Workload> {
 
     // Clients die in the middle of operations; the daemon takes their files back.
     // A two-page copy-on-write write takes 7 medium steps, a one-page one 6, an
-    // embedded append 5, a fallocate of two blocks more than 8: the death points
+    // embedded append 5, a fallocate of two blocks more than 8, an embedded
+    // overwrite 4: the death points
     // are drawn inside them (tests/crash_clients.rs checks that each one dies).
     let mut p = Plan::new();
     let (d1, d2, d3) = (1 + rng.below(7), 1 + rng.below(5), 1 + rng.below(8));
     let d4 = 1 + (d1 + 2) % 6;
+    // An embedded overwrite off the file's last page (its entry streamed, then the
+    // tail stored and flushed, then the fence) takes 4 steps: it dies at one of the
+    // first three, before its fence.
+    let d5 = 1 + d2 % 3;
     p.one(op(0, create("/d")))
         .one(op(0, create("/e")))
         .one(op(0, write("/d", 0, 3000, 1)))
@@ -327,6 +332,9 @@ pub fn client_suite(seed: u64) -> Vec<Workload> {
         ))
         .one(Step::Resolve(1))
         .one(op(0, append("/d", 100, 12)))
+        .one(Step::Attach(1))
+        .one(Step::Die(1, write("/d", 100, 200, 16), d5))
+        .one(Step::Resolve(1))
         .one(Step::Attach(2))
         .par(vec![Step::Die(2, write("/e", 8192, 4096, 13), d4), op(0, append("/d", 64, 14))])
         .one(Step::Resolve(2))
@@ -335,7 +343,8 @@ pub fn client_suite(seed: u64) -> Vec<Workload> {
         "client-death",
         &format!(
             "clients die inside a copy-on-write write (steps {d1}, {d4}), an embedded append \
-             (step {d2}) and a fallocate (step {d3}); the daemon resolves each and writes on"
+             (step {d2}), a fallocate (step {d3}) and an embedded overwrite (step {d5}); the \
+             daemon resolves each and writes on"
         ),
         2,
         seed,

@@ -61,7 +61,7 @@ fn a_client_run_is_a_function_of_its_seed() {
 #[test]
 fn every_dying_client_dies_inside_its_operation() {
     for seed in 1..=10 {
-        for (name, n) in [("client-death", 4), ("client-reflink", 5)] {
+        for (name, n) in [("client-death", 5), ("client-reflink", 5)] {
             let w = &workloads::select(name, seed).unwrap()[0];
             let d = explore::survey(w, None).unwrap_or_else(|f| panic!("{name}: {}", f.message));
             assert_eq!(d.deaths, n, "{name} seed {seed}: {}", w.about);
