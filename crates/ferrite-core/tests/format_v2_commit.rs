@@ -1,6 +1,7 @@
 //! Format version 2: a copy-on-write write commits with one fence (its WRITE entries
 //! carry the data's checksum), fsync adds none, a torn last write is cut by recovery,
-//! and an older pool is refused with both versions named, then upgraded in place.
+//! and an older pool is refused with both versions named, then upgraded in place. A
+//! lone embedded overwrite streams its entry and flushes only the tail's line.
 
 mod common;
 
