@@ -3,7 +3,8 @@
 //!   sub-page writes embedded in the log) keeps the file's log at a few pages;
 //! - creates + deletes in one directory keep the directory's log bounded (every
 //!   removal is a pinned entry until thorough GC);
-//! - a pool written to 95% and then overwritten steadily never reports ENOSPC.
+//! - a pool written to 95% and then overwritten steadily never reports ENOSPC;
+//! - an append stream's log is compacted at the sparse slack, under 8% of its data.
 //!
 //! Regression note: the 95% test found that a nearly full pool reported ENOSPC
 //! although its live data fit: sub-page writes embedded in logs, and partly dead log
@@ -257,6 +258,40 @@ fn appends_near_a_full_pool_do_not_compact_at_every_page() {
     // appends here (before the fix: one per 15).
     assert!(runs_low * 60 < appends_low, "{runs_low} thorough GCs in {appends_low} appends");
     assert_eq!(fs.getattr(f).unwrap().size, size);
+}
+
+/// An append stream's log (a WRITE entry per merged run of pages among dead
+/// embedded appends) is compacted at `SPARSE_SLACK` times its live state, not
+/// `GC_SLACK`: it stays under 8% of the data, and compactions are rarer than the
+/// smaller slack would make them.
+#[test]
+fn an_append_stream_is_compacted_at_the_sparse_slack() {
+    let (_dir, fs) = shm_pool(256 << 20);
+    let f = fs.create(fs.root(), b"stream", 0o644, 0, 0).unwrap().ino;
+    let buf = vec![3u8; 256];
+    let runs = || fs.gc_stats().thorough_runs.load(std::sync::atomic::Ordering::Relaxed);
+    let mut max_pages = 0usize;
+    let n = 120_000u64;
+    for _ in 0..n {
+        fs.append(f, &buf).unwrap();
+        max_pages = max_pages.max(fs.log_pages(f).unwrap());
+    }
+    let data_pages = (n * 256 / 4096) as usize;
+    eprintln!("{n} appends: log at most {max_pages} pages, {} thorough GCs", runs());
+    assert!(runs() > 0, "the log was never compacted");
+    assert!(max_pages * 100 <= data_pages * 8 + 1600, "log {max_pages} pages for {data_pages}");
+    // Each compaction rewrites the live state, `need` pages (about 8 here); the log
+    // then grows by (slack - 1) * need pages before the next: about 56 log pages of
+    // entries per compaction at the sparse slack, 24 at GC_SLACK (this test with
+    // SPARSE_SLACK = 4: 338 compactions, the log at most 62 pages; at 8: 158 and
+    // 122). At least 40 are asked for.
+    let log_entries_pages = (n as usize * (56 + 256)).div_ceil(4080);
+    assert!(
+        (runs() as usize) * 40 <= log_entries_pages,
+        "{} thorough GCs for {log_entries_pages} log pages appended",
+        runs()
+    );
+    assert_fsck_clean(&fs, "after the append stream");
 }
 
 /// Regression note: in a pool over 15/16 full, every new log page of a file made GC
