@@ -648,7 +648,7 @@ impl<M: Medium> Fs<M> {
         // (`commit_release`'s `nt`; an unlock before the fence would wait for them):
         // they are read back only when their page is merged, long after, and a
         // cached store would first read a cold log line in (`ferrite bench`'s pool
-        // bytes per user byte of 64 B random writes: 7.60 -> 6.77). Appends keep
+        // bytes per user byte of 64 B random writes: 7.59-7.62 -> 6.76-6.78). Appends keep
         // cached entries: the append that completes the page reads all of its
         // page's entries back (64 and 256 B appends + fsync took 4-10% and 1-8%
         // longer with non-temporal ones; docs/BENCHMARKS.md).
