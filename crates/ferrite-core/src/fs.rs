@@ -1391,8 +1391,8 @@ impl<M: Medium> Fs<M> {
             Some(tx) => Ok(tx),
             None => self.journal_open(),
         };
-        match tx {
-            Ok(tx) => self.journal_run(tx, &recs),
+        let tx = match tx {
+            Ok(tx) => tx,
             Err(e) => {
                 // Nothing was applied: the new entries and pages are unreachable.
                 self.free_pages(&cleanup_pages);
@@ -1401,25 +1401,46 @@ impl<M: Medium> Fs<M> {
                 }
                 return Err(e);
             }
-        }
-        // DRAM side.
+        };
+        // DRAM side, while the journal's first fence drains: the inodes are locked,
+        // so nobody sees the new state before the operation is durable, and nothing
+        // is freed or published before it (below).
         let mut all_freed = Freed::new();
-        for (p, a) in parts.iter().zip(&appended) {
-            let st = locked.st_mut(p.ino);
-            let f = Self::apply_committed(st, a, &p.entries);
-            if !f.is_empty() {
-                self.note_free(p.ino);
+        let mut created: Option<Arc<Inode>> = None;
+        let mut freed_from: SmallVec<[u64; 2]> = SmallVec::new();
+        let mut freed_logs: SmallVec<[SmallVec<[u64; 4]>; 1]> = SmallVec::new();
+        self.journal_run(tx, &recs, || {
+            for (p, a) in parts.iter().zip(&appended) {
+                let f = Self::apply_committed(locked.st_mut(p.ino), a, &p.entries);
+                if !f.is_empty() {
+                    freed_from.push(p.ino);
+                }
+                all_freed.extend(f);
             }
-            all_freed.extend(f);
-        }
-        for &ino in free {
+            if let (Some(n), Some(a)) = (new.as_deref(), &new_app) {
+                let mut st = InodeState::new(n.ftype);
+                st.log.head = logptr::make(0, n.head_page);
+                st.log.pages.push(n.head_page);
+                let freed = Self::apply_committed(&mut st, a, &n.entries);
+                debug_assert!(freed.is_empty());
+                st.chain_gen = self.share.as_ref().map_or(0, |p| p.table().chain_gen(n.ino));
+                let shared = self.share.is_some() && n.ftype == FileType::Regular;
+                created = Some(Arc::new(Inode::new(n.ino, n.state_word + 1, n.seed, st, shared)));
+            }
+            for &ino in free {
+                let st = locked.st_mut(ino);
+                all_freed.extend(st.data_runs());
+                freed_logs.push(std::mem::take(&mut st.log.pages).into_pages());
+                let ftype = st.ftype;
+                *st = InodeState::new(ftype); // nothing of the freed inode stays reachable
+            }
+        });
+        for &ino in &freed_from {
             self.note_free(ino);
-            let st = locked.st_mut(ino);
-            all_freed.extend(st.data_runs());
-            let pages = std::mem::take(&mut st.log.pages).into_pages();
-            let ftype = st.ftype;
-            *st = InodeState::new(ftype); // nothing of the freed inode stays reachable
-            self.free_pages(&pages);
+        }
+        for (&ino, pages) in free.iter().zip(&freed_logs) {
+            self.note_free(ino);
+            self.free_pages(pages);
             // Uncache before the number is free again: after `ialloc.free` another
             // thread may create a new inode with this number and cache it.
             self.cache_remove(locked.inode(ino));
@@ -1433,22 +1454,9 @@ impl<M: Medium> Fs<M> {
                 self.after_commit(inode, st, true);
             }
         }
-        let created = match (new, new_app) {
-            (Some(n), Some(a)) => {
-                let mut st = InodeState::new(n.ftype);
-                st.log.head = logptr::make(0, n.head_page);
-                st.log.pages.push(n.head_page);
-                let freed = Self::apply_committed(&mut st, &a, &n.entries);
-                debug_assert!(freed.is_empty());
-                let _ = &n.data;
-                st.chain_gen = self.share.as_ref().map_or(0, |p| p.table().chain_gen(n.ino));
-                let shared = self.share.is_some() && n.ftype == FileType::Regular;
-                let inode = Arc::new(Inode::new(n.ino, n.state_word + 1, n.seed, st, shared));
-                self.cache_insert(inode.clone());
-                Some(inode)
-            }
-            _ => None,
-        };
+        if let Some(inode) = &created {
+            self.cache_insert(inode.clone());
+        }
         Ok(created)
     }
 
@@ -1456,7 +1464,7 @@ impl<M: Medium> Fs<M> {
     /// finish. Also used by thorough GC.
     pub(crate) fn journal_commit(&self, recs: &[Record]) -> Result<()> {
         let tx = self.journal_open()?;
-        self.journal_run(tx, recs);
+        self.journal_run(tx, recs, || {});
         Ok(())
     }
 
@@ -1487,7 +1495,9 @@ impl<M: Medium> Fs<M> {
     }
 
     /// Run the transaction of `recs` in the journal `tx` holds, then let it go.
-    pub(crate) fn journal_run(&self, mut tx: JournalTx<'_>, recs: &[Record]) {
+    /// `dram` runs between the journal's writes and its first fence: work on DRAM
+    /// state only, which overlaps the drain of the operation's flushes.
+    pub(crate) fn journal_run(&self, mut tx: JournalTx<'_>, recs: &[Record], dram: impl FnOnce()) {
         let shard = tx.shard;
         let txid = match &mut tx.held {
             Held::Local(g) => {
@@ -1497,6 +1507,7 @@ impl<M: Medium> Fs<M> {
             Held::Shared(t, _) => t.next_txid(shard),
         };
         if self.fault == Some(CoreFault::JournalOutOfOrder) {
+            dram();
             journal::apply(&self.m, &self.geo, recs);
             self.m.fence();
             journal::begin(&self.m, &self.geo, shard, txid, recs);
@@ -1505,6 +1516,7 @@ impl<M: Medium> Fs<M> {
             journal::begin(&self.m, &self.geo, shard, txid, recs);
             self.m.fence();
             journal::apply(&self.m, &self.geo, recs);
+            dram();
             self.m.fence();
         }
         journal::finish(&self.m, &self.geo, shard, txid);
