@@ -1329,6 +1329,13 @@ impl<M: Medium> Fs<M> {
         // except by a direct-access client, which takes it only at the commit:
         // writing may ask the daemon for blocks, and a client must not wait on the
         // daemon while it holds a lock the daemon may need.
+        // The journal reads each touched slot (its replica's bytes) after the first
+        // fence; asked for now, a cold slot arrives while the entries are written.
+        // `profile_op metapath` with 5,000 files a directory, five alternating runs:
+        // unlink 1.71-1.95 -> 1.52-1.62 us (with 300 files, within the noise).
+        for &ino in parts.iter().map(|p| &p.ino).chain(free) {
+            self.m.prefetch(self.geo.slot_off(ino));
+        }
         let early = if self.is_client() { None } else { Some(self.journal_open()?) };
         // Inline vectors: a create, unlink or rename allocates nothing here.
         let mut appended: SmallVec<[log::Appended; 2]> = SmallVec::new();
