@@ -1059,7 +1059,7 @@ fn names_and_paths_at_the_limits() {
     check(&|r| match rfs::openat(
         CWD,
         r.join(&n256),
-        OFlags::CREATE | OFlags::WRONLY,
+        OFlags::CREATE | OFlags::WRONLY | OFlags::CLOEXEC,
         Mode::from_bits_retain(0o644),
     ) {
         Ok(_) => "ok".into(),
@@ -1097,14 +1097,18 @@ fn names_and_paths_at_the_limits() {
     // Deep trees, walked with directory descriptors (no path length limit applies).
     check(&|r| {
         let mut dir =
-            rfs::openat(CWD, r, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).expect("root");
+            rfs::openat(CWD, r, OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).expect("root");
         let mut out = String::new();
         for i in 0..60 {
             let name = format!("{i:02}{}", "d".repeat(58));
             out += &res(rfs::mkdirat(&dir, name.as_str(), Mode::from_bits_retain(0o755)));
-            dir =
-                rfs::openat(&dir, name.as_str(), OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())
-                    .expect("subdir");
+            dir = rfs::openat(
+                &dir,
+                name.as_str(),
+                OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .expect("subdir");
         }
         out += &format!(" {:?}", rfs::fstat(&dir).map(|s| s.st_nlink));
         out
@@ -1155,7 +1159,7 @@ fn fallocate_always_marks_the_file_modified() {
         let f = rfs::openat(
             CWD,
             root.join("f"),
-            OFlags::CREATE | OFlags::RDWR,
+            OFlags::CREATE | OFlags::RDWR | OFlags::CLOEXEC,
             Mode::from_bits_retain(0o644),
         )
         .unwrap();
@@ -1199,7 +1203,7 @@ fn removed_open_directory_stays_valid_until_closed() {
             let d = root.join(format!("victim-{how}"));
             rfs::mkdirat(CWD, &d, Mode::from_bits_retain(0o755)).unwrap();
             let fd =
-                rfs::openat(CWD, &d, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).unwrap();
+                rfs::openat(CWD, &d, OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).unwrap();
             if how == "rmdir" {
                 rfs::unlinkat(CWD, &d, AtFlags::REMOVEDIR).unwrap();
             } else {
@@ -1413,6 +1417,12 @@ fn listings_of_an_unchanged_directory_come_from_the_kernel_cache() {
 /// mount had no lseek: the kernel reported every byte below the size as data.)
 /// Ranges reserved with fallocate are not compared: FerriteFS zeroes and maps them,
 /// so they count as data, where tmpfs and ext4 report unwritten space as holes.
+///
+/// Regression (CI, 2026-11-30): its final `ferrite umount` once failed with EBUSY.
+/// Its file was opened without O_CLOEXEC, so a child that another test of this
+/// binary spawned meanwhile (a `ferrite mount` daemon, `setpriv`, `sh`) could
+/// inherit the descriptor and keep the file open on this mount. Every open in this
+/// file now sets O_CLOEXEC, as std's opens do.
 #[test]
 fn seek_data_and_hole_match_tmpfs() {
     let mut m = Mount::new("seekhole", "64M", "");
@@ -1422,7 +1432,7 @@ fn seek_data_and_hole_match_tmpfs() {
     let answers = |dir: &Path| -> Vec<String> {
         let fd = rfs::open(
             dir.join("sparse"),
-            OFlags::CREATE | OFlags::RDWR | OFlags::TRUNC,
+            OFlags::CREATE | OFlags::RDWR | OFlags::TRUNC | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o644),
         )
         .expect("open");
