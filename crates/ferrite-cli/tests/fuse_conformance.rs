@@ -1096,8 +1096,13 @@ fn names_and_paths_at_the_limits() {
     });
     // Deep trees, walked with directory descriptors (no path length limit applies).
     check(&|r| {
-        let mut dir =
-            rfs::openat(CWD, r, OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).expect("root");
+        let mut dir = rfs::openat(
+            CWD,
+            r,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .expect("root");
         let mut out = String::new();
         for i in 0..60 {
             let name = format!("{i:02}{}", "d".repeat(58));
@@ -1105,7 +1110,7 @@ fn names_and_paths_at_the_limits() {
             dir = rfs::openat(
                 &dir,
                 name.as_str(),
-                OFlags::DIRECTORY | OFlags::CLOEXEC,
+                OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
                 Mode::empty(),
             )
             .expect("subdir");
@@ -1202,8 +1207,13 @@ fn removed_open_directory_stays_valid_until_closed() {
         for how in ["rmdir", "rename-over"] {
             let d = root.join(format!("victim-{how}"));
             rfs::mkdirat(CWD, &d, Mode::from_bits_retain(0o755)).unwrap();
-            let fd =
-                rfs::openat(CWD, &d, OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).unwrap();
+            let fd = rfs::openat(
+                CWD,
+                &d,
+                OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .unwrap();
             if how == "rmdir" {
                 rfs::unlinkat(CWD, &d, AtFlags::REMOVEDIR).unwrap();
             } else {

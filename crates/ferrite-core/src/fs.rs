@@ -1463,6 +1463,7 @@ impl<M: Medium> Fs<M> {
         for &ino in &freed_from {
             self.note_free(ino);
         }
+        assert_eq!(freed_logs.len(), free.len(), "every freed inode's log was taken");
         for (&ino, pages) in free.iter().zip(&freed_logs) {
             self.note_free(ino);
             self.free_pages(pages);
