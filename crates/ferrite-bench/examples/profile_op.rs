@@ -237,12 +237,15 @@ fn main() {
     }
     let c = fs.medium().stats().snapshot();
     println!(
-        "{op}: {n} ops in {el:.2} s = {:.0} ops/s ({:.2} us/op); fences so far {}; \
+        "{op}: {n} ops in {el:.2} s = {:.0} ops/s ({:.2} us/op); fences so far {}, \
+         bytes flushed {} and streamed {}; \
          file log {} pages; fast GC {} pages, thorough GC {} runs; {} MiB of the pool \
          in 2 MiB pages",
         n as f64 / el,
         el / n as f64 * 1e6,
         c.fences,
+        c.flushed_bytes,
+        c.nt_bytes,
         fs.log_pages(f).unwrap_or(0),
         fs.gc_stats().fast_pages.load(std::sync::atomic::Ordering::Relaxed),
         fs.gc_stats().thorough_runs.load(std::sync::atomic::Ordering::Relaxed),

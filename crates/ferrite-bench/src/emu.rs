@@ -144,6 +144,10 @@ impl<M: Medium> Medium for EmuMedium<M> {
     fn store_u64(&self, off: u64, val: u64) {
         self.inner.store_u64(off, val);
     }
+    fn store_u64_nt(&self, off: u64, val: u64) {
+        self.inner.store_u64_nt(off, val);
+        spin(self.p.line_ns);
+    }
     fn flush(&self, off: u64, len: u64) {
         self.inner.flush(off, len);
         spin(self.p.line_ns * lines(off, len));

@@ -791,6 +791,21 @@ impl Medium for MmapMedium {
         a.store(val.to_le(), Ordering::Release);
     }
 
+    fn store_u64_nt(&self, off: u64, val: u64) {
+        if !config().nt_stores {
+            self.store_u64(off, val);
+            self.flush(off, 8);
+            return;
+        }
+        assert!(!self.read_only, "store to a read-only pool");
+        self.check(off, 8);
+        assert_eq!(off % 8, 0, "unaligned atomic store");
+        // SAFETY: aligned and in bounds of our writable mapping.
+        unsafe { pmem::store_u64_nt_raw(self.ptr.add(off as usize), val) };
+        tally(&self.stats, 0, 8);
+        self.note_dirty(off, 8);
+    }
+
     fn flush(&self, off: u64, len: u64) {
         self.check(off, len);
         // SAFETY: bounds checked.

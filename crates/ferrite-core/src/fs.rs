@@ -1221,14 +1221,23 @@ impl<M: Medium> Fs<M> {
         let freed = self.apply_owned(&mut st, &a, entries);
         let tail_off = self.geo.slot_off(inode.ino) + SLOT_TAIL;
         self.await_fenced(inode);
-        self.m.store_u64(tail_off, a.new_tail);
+        // With the entries streamed, the tail is too: a flushed line held the fence
+        // longer than the streamed ones did (see `Medium::store_u64_nt`). An unlock
+        // before the fence would wait for a streamed tail, so only under the lock.
+        if nt {
+            self.m.store_u64_nt(tail_off, a.new_tail);
+        } else {
+            self.m.store_u64(tail_off, a.new_tail);
+        }
         on_commit();
         let persist = |cached: bool| {
             let to = logptr::addr(a.new_tail);
             if cached {
                 self.m.flush(from, to - from);
             }
-            self.m.flush(tail_off, 8);
+            if !nt {
+                self.m.flush(tail_off, 8);
+            }
             if cached {
                 self.prefetch_log_lines(to, to - from);
             }

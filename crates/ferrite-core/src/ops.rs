@@ -651,8 +651,13 @@ impl<M: Medium> Fs<M> {
         // bytes per user byte of 64 B random writes: 7.59-7.62 -> 6.76-6.78). Appends keep
         // cached entries: the append that completes the page reads all of its
         // page's entries back (64 and 256 B appends + fsync took 4-10% and 1-8%
-        // longer with non-temporal ones; docs/BENCHMARKS.md).
-        let nt = ncow == 0 && lone && !on_last_page;
+        // longer with non-temporal ones; docs/BENCHMARKS.md; with the tail streamed
+        // as well, six alternating pairs showed no gain either). A copy-on-write
+        // write holding the lock from before its copy streams its entries and tail
+        // too: its data already goes that way, and a flushed line held the fence
+        // longer (`profile_op randwrite4k`, ten alternating pairs, the fast-mode
+        // runs: 0.64-0.66 -> 0.61-0.62 µs a write).
+        let nt = (ncow == 0 && lone && !on_last_page) || early.is_some();
         let fence_locked = early.is_some() || nt;
         // With the lock taken before the copy, the write's time is taken now too: on
         // a shared pool `stamp` is an atomic read-modify-write, which after the copy

@@ -488,6 +488,12 @@ impl Medium for SimMedium {
         self.write(off, &val.to_le_bytes());
     }
 
+    /// One word in flight, as a non-temporal store of it: whole or not at all.
+    fn store_u64_nt(&self, off: u64, val: u64) {
+        assert_eq!(off % 8, 0, "unaligned atomic store");
+        self.write_nt(off, &val.to_le_bytes());
+    }
+
     fn flush(&self, off: u64, len: u64) {
         self.step(Step::Flush);
         let mut st = self.st.lock();

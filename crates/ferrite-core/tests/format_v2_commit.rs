@@ -198,16 +198,24 @@ fn stores(fs: &Fs<SimMedium>, f: impl FnOnce()) -> (u64, u64, u64) {
 }
 
 #[test]
-fn a_lone_embedded_overwrite_streams_its_entry_and_flushes_only_the_tail() {
+fn a_lone_overwrite_streams_its_entry_and_tail_and_flushes_nothing() {
     let fs = fresh_sim(64 * MB, 2);
     let ino = file(&fs, "f");
     fs.write(ino, 0, &vec![1u8; 1 << 20]).unwrap();
     // An overwrite away from the file's last page: its INLINE entry (56 + 64 bytes)
-    // goes by non-temporal stores, and the only flushed line is the tail's.
+    // and the 8-byte tail go by non-temporal stores; no line is flushed.
     let (flushed, nt, f) = stores(&fs, || {
         fs.write(ino, 3 * 4096 + 100, &[3u8; 64]).unwrap();
     });
-    assert_eq!((flushed, nt, f), (64, 120, 1), "64 B overwrite");
+    assert_eq!((flushed, nt, f), (0, 120 + 8, 1), "64 B overwrite");
+    // A copy-on-write overwrite of a page streams its data, its WRITE entry and
+    // the tail alike.
+    let (flushed, nt, f) = stores(&fs, || {
+        fs.write(ino, 7 * 4096, &[7u8; 4096]).unwrap();
+    });
+    let entry = nt - 4096 - 8;
+    assert_eq!((flushed, f), (0, 1), "4 KiB overwrite");
+    assert!(entry % 8 == 0 && (48..=128).contains(&entry), "4 KiB overwrite streamed {nt} B");
     // An append keeps cached entries (the append that completes the page reads them
     // back): entry lines and the tail's line flushed, nothing streamed.
     let (flushed, nt, f) = stores(&fs, || {
@@ -220,6 +228,8 @@ fn a_lone_embedded_overwrite_streams_its_entry_and_flushes_only_the_tail() {
     assert_eq!(buf, [3u8; 64]);
     fs.read(ino, 1 << 20, &mut buf).unwrap();
     assert_eq!(buf, [4u8; 64]);
+    fs.read(ino, 7 * 4096, &mut buf).unwrap();
+    assert_eq!(buf, [7u8; 64]);
     // Many overwrites of one page merge it; the data survives a power loss.
     for k in 0..40u64 {
         fs.write(ino, 5 * 4096 + k * 64, &[k as u8; 64]).unwrap();

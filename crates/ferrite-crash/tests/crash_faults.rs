@@ -24,14 +24,36 @@ fn plan(kind: &str) -> (&'static str, usize, u64) {
     }
 }
 
+/// Seeds of the workloads a fault kind is scanned over, until one detects it.
+/// Skipping the wait for another thread's fence harms only in a schedule where a
+/// commit stands between its unlock and its fence while the next one stores its
+/// tail; the deterministic schedule follows the seed and the exact sequence of
+/// stores, so a change of the commit path's stores can move that race to another
+/// seed (streamed tails of copy-on-write writes did, for seed 1).
+fn seeds(kind: &str) -> &'static [u64] {
+    match kind {
+        "tail-before-prev-fence" => &[1, 2, 3],
+        _ => &[1],
+    }
+}
+
 #[test]
 fn every_fault_kind_is_detected() {
     let mut undetected = Vec::new();
     for kind in FAULT_KINDS {
         let (sel, variants, states) = plan(kind);
-        let ws = workloads::select(sel, 1).unwrap();
-        let cfg = Config { states, ..Config::default() };
-        let rep = explore::inject(kind, &ws, variants, &cfg).unwrap();
+        let mut rep = None;
+        for &seed in seeds(kind) {
+            let ws = workloads::select(sel, seed).unwrap();
+            let cfg = Config { states, seed, ..Config::default() };
+            let r = explore::inject(kind, &ws, variants, &cfg).unwrap();
+            let found = r.detected() > 0;
+            rep = Some(r);
+            if found {
+                break;
+            }
+        }
+        let rep = rep.expect("every kind has a seed");
         let n = rep.detected();
         // To the process's stderr, so CI logs show it even when the test passes.
         let _ = writeln!(
