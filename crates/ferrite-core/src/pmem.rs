@@ -86,10 +86,11 @@ pub trait Medium: Send + Sync + 'static {
     fn store_u64(&self, off: u64, val: u64);
     /// Aligned 8-byte atomic non-temporal store: persistent after the next `fence`,
     /// as [`Medium::write_nt`], with no flush. A commit whose other stores are all
-    /// non-temporal stores its tail this way: a store and `clwb` of a cached line
-    /// held each fence on this AMD EPYC to about 167 ns where non-temporal stores
-    /// alone drained in 100-125 (`examples/tail_persist.rs`). The default stores and
-    /// flushes, which persists at the same fence.
+    /// non-temporal stores its tail this way: in a probe of back-to-back commits on
+    /// this AMD EPYC (two streamed lines, then the tail, `sfence`, one locked
+    /// instruction) a commit took 184-188 ns with the tail stored and `clwb`ed and
+    /// 125-129 ns with it streamed. The default stores and flushes, which persists
+    /// at the same fence.
     fn store_u64_nt(&self, off: u64, val: u64) {
         self.store_u64(off, val);
         self.flush(off, 8);
