@@ -632,7 +632,12 @@ impl<M: Medium> Fs<M> {
             (shard, pieces)
         };
         let ncow = pieces.iter().filter(|p| !matches!(p, Piece::Inline { .. })).count() as u64;
-        let runs = self.alloc_blocks(shard, ncow, false)?;
+        // (An embedded write allocates nothing: no call.)
+        let runs = if ncow > 0 {
+            self.alloc_blocks(shard, ncow, false)?
+        } else {
+            crate::alloc::Runs::new()
+        };
         // The lock before the copy, when this is the file's only writer in flight.
         // On x86 an atomic read-modify-write (a lock or an unlock) waits for the
         // core's earlier non-temporal stores: a lock taken after the copy drains the
@@ -699,7 +704,9 @@ impl<M: Medium> Fs<M> {
         let mut entries: SmallVec<[EntryBuf; 2]> = SmallVec::new();
         // Privileges the write takes away go first, in the same commit.
         Self::remove_privs_entries(&st, now, lacks_fsetid, &mut entries);
-        cow_entries(seed, &cow, size, now, checked, &mut entries);
+        if !cow.is_empty() {
+            cow_entries(seed, &cow, size, now, checked, &mut entries);
+        }
         let mut long = false;
         for p in &pieces {
             if let Piece::Inline { off, src, len } = *p {
