@@ -305,10 +305,17 @@ impl<'a> Enc<&'a mut EntryBytes> {
 fn header(v: &mut EntryBytes, t: u8, flags: u8, len: usize) {
     let len = pad8(len);
     assert!(len <= MAX_ENTRY, "entry of {len} bytes too large");
-    v.clear();
-    // From a zeroed slice: `SmallVec::resize` stores the zeros one byte at a time.
-    static ZEROS: [u8; MAX_ENTRY] = [0; MAX_ENTRY];
-    v.extend_from_slice(&ZEROS[..len]);
+    if !v.spilled() && len <= v.inline_size() {
+        // An entry that fits inline: one zeroed buffer moved in, where
+        // `extend_from_slice` takes `insert_from_slice`'s generic path (callgrind:
+        // 2,719 -> 2,687 instructions a 64 B random write, 8,397 -> 8,339 a 4 KiB one).
+        *v = EntryBytes::from_buf_and_len([0u8; ENTRY_INLINE], len);
+    } else {
+        v.clear();
+        // From a zeroed slice: `SmallVec::resize` stores the zeros one byte at a time.
+        static ZEROS: [u8; MAX_ENTRY] = [0; MAX_ENTRY];
+        v.extend_from_slice(&ZEROS[..len]);
+    }
     v[4] = t;
     v[5] = flags;
     v[6..8].copy_from_slice(&(len as u16).to_le_bytes());
