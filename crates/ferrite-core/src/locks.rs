@@ -121,7 +121,14 @@ pub(crate) struct RangeLock {
     /// Ranges held, as last stored under `held`'s mutex (a plain store): a hint
     /// for a writer choosing how to commit, read without the mutex.
     count: AtomicUsize,
+    /// Locks to go before the file counts as written by one writer at a time
+    /// again: set to [`CONTENDED_LOCKS`] by a lock taken beside another range, one
+    /// less at each lock taken alone (stored under the mutex, read without it).
+    contended: AtomicUsize,
 }
+
+/// See `RangeLock::contended`.
+const CONTENDED_LOCKS: usize = 64;
 
 pub(crate) struct RangeGuard<'a> {
     lock: &'a RangeLock,
@@ -144,6 +151,12 @@ impl RangeLock {
         }
         h.push((a, b));
         self.count.store(h.len(), Ordering::Relaxed);
+        let c = self.contended.load(Ordering::Relaxed);
+        if h.len() > 1 {
+            self.contended.store(CONTENDED_LOCKS, Ordering::Relaxed);
+        } else if c > 0 {
+            self.contended.store(c - 1, Ordering::Relaxed);
+        }
         RangeGuard { lock: self, r: (a, b) }
     }
 
@@ -151,6 +164,12 @@ impl RangeLock {
     /// holds one); may be stale by the time it is used.
     pub(crate) fn held_hint(&self) -> usize {
         self.count.load(Ordering::Relaxed)
+    }
+
+    /// No lock of the file's last [`CONTENDED_LOCKS`] was taken beside another
+    /// range (a hint, as `held_hint`): its writers have not overlapped lately.
+    pub(crate) fn alone_lately(&self) -> bool {
+        self.contended.load(Ordering::Relaxed) == 0
     }
 }
 

@@ -662,7 +662,14 @@ impl<M: Medium> Fs<M> {
         // too: its data already goes that way, and a flushed line held the fence
         // longer (`profile_op randwrite4k`, ten alternating pairs, the fast-mode
         // runs: 0.64-0.66 -> 0.61-0.62 µs a write).
-        let nt = (ncow == 0 && lone && !on_last_page) || early.is_some();
+        //
+        // Only when the file's writers have not overlapped lately: two writers of one
+        // file, one streaming and one flushing, would each find the log's and the
+        // inode slot's lines the other had just sent to memory (4 KiB random writes
+        // + fsync by two threads on one file fell from 5,300-7,200 to 3,100-6,300
+        // MB/s in `ferrite bench`'s quick runs when a lone writer streamed anyway).
+        let stream = lone && i.ranges.alone_lately();
+        let nt = stream && ((ncow == 0 && !on_last_page) || early.is_some());
         let fence_locked = early.is_some() || nt;
         // With the lock taken before the copy, the write's time is taken now too: on
         // a shared pool `stamp` is an atomic read-modify-write, which after the copy
