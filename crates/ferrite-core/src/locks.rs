@@ -190,6 +190,26 @@ mod tests {
     use std::sync::atomic::AtomicU32;
     use std::sync::Arc;
 
+    /// A lock taken beside another range marks the file as written by several
+    /// writers for the next `CONTENDED_LOCKS` locks taken alone, and only those.
+    #[test]
+    fn overlapping_writers_are_remembered_for_a_while() {
+        let r = RangeLock::default();
+        assert!(r.alone_lately(), "a fresh file");
+        drop(r.lock(0, 1));
+        assert!(r.alone_lately(), "one writer at a time");
+        {
+            let _a = r.lock(0, 1);
+            let _b = r.lock(5, 6);
+            assert!(!r.alone_lately(), "two ranges held at once");
+        }
+        for k in 0..CONTENDED_LOCKS {
+            assert!(!r.alone_lately(), "after {k} locks taken alone");
+            drop(r.lock(2, 3));
+        }
+        assert!(r.alone_lately(), "after {CONTENDED_LOCKS} locks taken alone");
+    }
+
     /// A thread with a wait hook runs it (and does not block) while another
     /// thread holds the lock, and takes the lock once it is free.
     #[test]
