@@ -88,7 +88,7 @@ pub trait Medium: Send + Sync + 'static {
     /// as [`Medium::write_nt`], with no flush. A commit whose other stores are all
     /// non-temporal stores its tail this way: in a probe of back-to-back commits on
     /// this AMD EPYC (two streamed lines, then the tail, `sfence`, one locked
-    /// instruction) a commit took 184-188 ns with the tail stored and `clwb`ed and
+    /// instruction) a commit took 182-188 ns with the tail stored and `clwb`ed and
     /// 125-129 ns with it streamed. The default stores and flushes, which persists
     /// at the same fence.
     fn store_u64_nt(&self, off: u64, val: u64) {
