@@ -806,6 +806,7 @@ pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
 pub const CRC_3WAY_FROM: usize = 96;
 
 /// Words (8 bytes) a chain of `crc32c_3way` takes, at most.
+#[cfg(target_arch = "x86_64")]
 const CRC_3WAY_WORDS: usize = CRC_FOLD_FROM / 24;
 
 /// Joining constants of `crc32c_3way` for `k` words a chain: multipliers that
@@ -813,6 +814,7 @@ const CRC_3WAY_WORDS: usize = CRC_FOLD_FROM / 24;
 /// x^(128k-33) mod P, bit-reflected, for the `crc32` of their carry-less product;
 /// the exponents were found by checking candidates against the instruction, as
 /// [`fold_k`]'s, and the tests compare every length with the crate).
+#[cfg(target_arch = "x86_64")]
 const CRC_3WAY_K: [(u64, u64); CRC_3WAY_WORDS + 1] = {
     let mut t = [(0u64, 0u64); CRC_3WAY_WORDS + 1];
     let mut k = 1;
