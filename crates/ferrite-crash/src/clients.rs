@@ -297,16 +297,16 @@ pub fn client_suite(seed: u64) -> Vec<Workload> {
     ));
 
     // Clients die in the middle of operations; the daemon takes their files back.
-    // A two-page copy-on-write write takes 7 medium steps, a one-page one 6, an
-    // embedded append 5, a fallocate of two blocks more than 8, an embedded
-    // overwrite 4: the death points
-    // are drawn inside them (tests/crash_clients.rs checks that each one dies).
+    // A lone two-page copy-on-write write takes 5 medium steps (two pages, entry
+    // and tail streamed, the fence), a one-page one 4, an embedded append 5, a
+    // fallocate of two blocks more than 8, an embedded overwrite 3: the death
+    // points are drawn inside them (tests/crash_clients.rs checks that each one
+    // dies; dying at a fence's step is dying before that fence).
     let mut p = Plan::new();
-    let (d1, d2, d3) = (1 + rng.below(7), 1 + rng.below(5), 1 + rng.below(8));
-    let d4 = 1 + (d1 + 2) % 6;
-    // An embedded overwrite off the file's last page (its entry streamed, then the
-    // tail stored and flushed, then the fence) takes 4 steps: it dies at one of the
-    // first three, before its fence.
+    let (d1, d2, d3) = (1 + rng.below(5), 1 + rng.below(5), 1 + rng.below(8));
+    let d4 = 1 + (d1 + 2) % 4;
+    // An embedded overwrite off the file's last page (its entry and tail streamed,
+    // then the fence) takes 3 steps: it dies at one of them, before its fence.
     let d5 = 1 + d2 % 3;
     p.one(op(0, create("/d")))
         .one(op(0, create("/e")))
@@ -400,12 +400,13 @@ pub fn client_suite(seed: u64) -> Vec<Workload> {
     // overwrite, punch, truncate, append to, unshare and clone them (the counts
     // live in the coordination table), some beside a daemon operation on the
     // other file mapping the same blocks, and die in the middle of five of them.
-    // In this workload a copy-on-write write of two pages takes 7 medium steps, a
-    // punch 5, a truncate 5, an unshare of two shared pages 12 and a clone of two
-    // blocks and a copied partial page 10 (tests/crash_clients.rs checks that each
-    // dies): a death after the commit's tail store (a write's, punch's or
-    // truncate's last 2 steps, the unshare's 6th and 7th) or between the clone's
-    // references and its tail store (its steps 2-8) leaves the documented leak.
+    // In this workload a copy-on-write write of two pages takes 5 medium steps
+    // (two pages, entry and tail streamed, the fence), a punch 5, a truncate 5, an
+    // unshare of two shared pages 12 and a clone of two blocks and a copied partial
+    // page 10 (tests/crash_clients.rs checks that each dies): a death after the
+    // commit's tail store (a write's last step, a punch's or truncate's last 2, the
+    // unshare's 6th and 7th) or between the clone's references and its tail store
+    // (its steps 2-8) leaves the documented leak.
     v.push(client_reflink(&mut rng, seed));
 
     // Two clients on different files beside daemon operations.
@@ -463,7 +464,7 @@ fn client_reflink(rng: &mut Rng, seed: u64) -> Workload {
         len,
         keep_size,
     };
-    let (d1, d2, d3) = (1 + rng.below(7), 1 + rng.below(5), 1 + rng.below(5));
+    let (d1, d2, d3) = (1 + rng.below(5), 1 + rng.below(5), 1 + rng.below(5));
     let (d4, d5) = (1 + rng.below(12), 1 + rng.below(10));
     let mut p = Plan::new();
     p.one(op(0, create("/a")))
