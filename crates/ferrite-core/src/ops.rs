@@ -661,7 +661,7 @@ impl<M: Medium> Fs<M> {
         // write holding the lock from before its copy streams its entries and tail
         // too: its data already goes that way, and a flushed line held the fence
         // longer (`profile_op randwrite4k`, ten alternating pairs, the fast-mode
-        // runs: 0.64-0.66 -> 0.61-0.62 µs a write).
+        // runs: 0.64-0.66 -> 0.61-0.68 µs a write, six of seven at 0.61-0.62).
         //
         // Only when the file's writers have not overlapped lately: two writers of one
         // file, one streaming and one flushing, would each find the log's and the
