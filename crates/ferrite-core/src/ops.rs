@@ -632,12 +632,7 @@ impl<M: Medium> Fs<M> {
             (shard, pieces)
         };
         let ncow = pieces.iter().filter(|p| !matches!(p, Piece::Inline { .. })).count() as u64;
-        // (An embedded write allocates nothing: no call.)
-        let runs = if ncow > 0 {
-            self.alloc_blocks(shard, ncow, false)?
-        } else {
-            crate::alloc::Runs::new()
-        };
+        let runs = self.alloc_blocks(shard, ncow, false)?;
         // The lock before the copy, when this is the file's only writer in flight.
         // On x86 an atomic read-modify-write (a lock or an unlock) waits for the
         // core's earlier non-temporal stores: a lock taken after the copy drains the
