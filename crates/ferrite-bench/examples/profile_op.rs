@@ -37,6 +37,9 @@ fn main() {
     let env_u64 = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
     let size = env_u64("FERRITE_PROFILE_POOL_MB").map_or(2u64 << 30, |mb| mb << 20);
     let max_ops = env_u64("FERRITE_PROFILE_OPS").unwrap_or(u64::MAX);
+    // FERRITE_PROFILE_PAGES: the random writes' span in pages (16384, the prefilled
+    // 64 MiB), smaller to see what the DRAM indexes' cache misses cost.
+    let span = env_u64("FERRITE_PROFILE_PAGES").unwrap_or(16384).clamp(1, 16384);
     let m = MmapMedium::create(pool.as_ref(), size, &MapOptions::default()).expect("pool");
     ferrite_bench::target::lib::prefault(&m);
     let fs = Fs::mkfs(m, &MkfsOptions::default()).expect("mkfs");
@@ -199,11 +202,11 @@ fn main() {
                     fs.unlink(dir, format!("u{n}").as_bytes()).expect("unlink");
                 }
                 "randwrite4k" => {
-                    fs.write(f, rnd(16384) * 4096, &buf[..4096]).expect("write");
+                    fs.write(f, rnd(span) * 4096, &buf[..4096]).expect("write");
                     fs.fsync(f, false).expect("fsync");
                 }
                 "randwrite64" => {
-                    fs.write(f, rnd(16384 * 64) * 64, &buf[..64]).expect("write");
+                    fs.write(f, rnd(span * 64) * 64, &buf[..64]).expect("write");
                     fs.fsync(f, false).expect("fsync");
                 }
                 "randread4k" => {
