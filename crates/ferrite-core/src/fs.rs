@@ -427,6 +427,11 @@ pub struct Inode {
     /// in that state: anything that makes a later log state durable waits for it
     /// first ([`Fs::await_fenced`]).
     pub(crate) unfenced: AtomicBool,
+    /// A client's last proof that this is the incarnation the slot holds: the
+    /// daemon's count of freed inodes ([`crate::share::Table::inode_frees`]) read
+    /// before a load of the slot's state word found it unchanged (`u64::MAX`: none
+    /// yet). While the count stays, so does the incarnation.
+    pub(crate) frees_seen: AtomicU64,
 }
 
 impl Inode {
@@ -447,6 +452,7 @@ impl Inode {
             dax: AtomicU32::new(0),
             ftype: st_ftype,
             unfenced: AtomicBool::new(false),
+            frees_seen: AtomicU64::new(u64::MAX),
         }
     }
 }
@@ -707,6 +713,16 @@ impl<M: Medium> Fs<M> {
         }
     }
 
+    /// Give inode number `ino` back to the allocator, its slot's state word already
+    /// changed: on a shared pool, counted first for the clients' caches (see
+    /// `Inode::frees_seen`), since a new file may take the number right after.
+    pub(crate) fn free_ino(&self, ino: u64) {
+        if let Some(p) = &self.share {
+            p.table().bump_inode_frees();
+        }
+        self.poison_on(self.ialloc.free(ino));
+    }
+
     /// An inconsistency found while running (the allocators and the logs
     /// disagree): from now on this `Fs` commits nothing (writes fail with
     /// EROFS), and the reason is told once on stderr and kept for `poisoned`.
@@ -820,7 +836,18 @@ impl<M: Medium> Fs<M> {
         let client = self.is_client();
         loop {
             if let Some(i) = self.cache_shard(ino).read().get(&ino) {
-                if !client || !self.stale_incarnation(i) {
+                if !client {
+                    return Ok(i.clone());
+                }
+                // The count first: a free after it changes it (see `frees_seen`).
+                let frees = self.share.as_ref().and_then(|p| p.table().inode_frees());
+                if frees.is_some_and(|f| i.frees_seen.load(Ordering::Acquire) == f) {
+                    return Ok(i.clone());
+                }
+                if !self.stale_incarnation(i) {
+                    if let Some(f) = frees {
+                        i.frees_seen.store(f, Ordering::Release);
+                    }
                     return Ok(i.clone());
                 }
             }
@@ -1495,7 +1522,7 @@ impl<M: Medium> Fs<M> {
             // Uncache before the number is free again: after `ialloc.free` another
             // thread may create a new inode with this number and cache it.
             self.cache_remove(locked.inode(ino));
-            self.poison_on(self.ialloc.free(ino));
+            self.free_ino(ino);
         }
         self.free_runs(&all_freed);
         for p in parts.iter() {
@@ -1596,7 +1623,7 @@ impl<M: Medium> Fs<M> {
         *st = InodeState::new(st.ftype); // nothing of the freed inode stays reachable
         self.free_pages(&pages);
         self.cache_remove(inode); // before the number can be reused (see commit_multi)
-        self.poison_on(self.ialloc.free(inode.ino));
+        self.free_ino(inode.ino);
     }
 
     /// Build a SETATTR entry for `st` with changes from `f`.

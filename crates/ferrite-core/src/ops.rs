@@ -1359,7 +1359,7 @@ impl<M: Medium> Fs<M> {
         let head = match self.balloc.alloc_placed(shard, 1, false, crate::alloc::Place::High) {
             Ok(r) => r[0].0 * BLOCK,
             Err(e) => {
-                self.poison_on(self.ialloc.free(ino));
+                self.free_ino(ino);
                 return Err(e);
             }
         };
@@ -1397,7 +1397,7 @@ impl<M: Medium> Fs<M> {
                     Ok(b) => b,
                     Err(e) => {
                         self.free_pages(&[head]);
-                        self.poison_on(self.ialloc.free(ino));
+                        self.free_ino(ino);
                         return Err(e);
                     }
                 };
@@ -1438,7 +1438,7 @@ impl<M: Medium> Fs<M> {
             Err(e) => {
                 self.free_pages(&[head]);
                 self.free_runs(&new.data);
-                self.poison_on(self.ialloc.free(ino));
+                self.free_ino(ino);
                 Err(e)
             }
         }

@@ -26,6 +26,13 @@
 //!   under the inode's lock before it maps anything and clears it after its last
 //!   mapping is gone; the daemon clears a dead party's bit when it resolves it.
 //!
+//! Header: the count of inodes the daemon freed, `inode_frees` (a 64-bit value in
+//! two words under a sequence word, written by the daemon alone, after each freed
+//! inode's state word and before the number can be used again). A client checks
+//! that a cached inode is still the incarnation its slot holds by loading the slot's
+//! state word, a line each commit's streamed tail store sends to memory; an
+//! unchanged count since the last such check proves it without that load.
+//!
 //! Per block: the owner byte. Invariant: a data block that is free in some party's
 //! allocator, or allocated by a party for an operation not yet committed, is owned by
 //! that party; every block a party frees into its own allocator is marked owned by it
@@ -82,7 +89,7 @@ pub const MAPPED: u32 = 2;
 pub const WRITERS: u32 = 4;
 
 const MAGIC: [u32; 2] = [u32::from_le_bytes(*b"FRRT"), u32::from_le_bytes(*b"SHM1")];
-const VERSION: u32 = 8;
+const VERSION: u32 = 9;
 /// `FUTEX_OWNER_DIED`: set by the kernel in a robust futex word whose owner died.
 pub const OWNER_DIED: u32 = 0x4000_0000;
 const WAITERS: u32 = 1 << 31;
@@ -106,6 +113,14 @@ const H_FREE: usize = 10; // two words
 const H_UUID: usize = 12; // four words
 /// Nonzero once some block has an extra reference (`refs`).
 const H_REFS: usize = 16;
+/// The count of inodes the daemon freed (see the module invariants): a sequence
+/// word, odd while the daemon changes the count, then the count in two words. On a
+/// line of their own: clients load them on every lookup.
+const H_FREES_SEQ: usize = 32;
+const H_FREES: usize = 33; // two words
+const _: () =
+    assert!((H_FREES_SEQ * 4).is_multiple_of(64) && (H_FREES + 1) * 4 < H_FREES_SEQ * 4 + 64);
+const _: () = assert!(H_REFS * 4 < H_FREES_SEQ * 4 && H_FREES + 2 <= HEADER_WORDS);
 const HEADER_WORDS: usize = 64;
 const F_SHUTDOWN: u32 = 1;
 
@@ -167,6 +182,8 @@ impl HeapRegion {
 /// The coordination table.
 pub struct Table {
     r: Mem,
+    /// Serialises the daemon's threads' changes of `inode_frees`.
+    frees_lock: parking_lot::Mutex<()>,
     ninodes: u64,
     nblocks: u64,
 }
@@ -191,7 +208,7 @@ impl Table {
     pub fn create(r: Box<dyn Region>, ninodes: u64, nblocks: u64, uuid: &[u8; 16]) -> Table {
         let (w, o) = Self::sizes(ninodes, nblocks);
         assert!(r.words().len() >= w && r.owners().len() >= o, "region too small");
-        let t = Table { r: Mem::new(r), ninodes, nblocks };
+        let t = Table { r: Mem::new(r), frees_lock: Default::default(), ninodes, nblocks };
         let ws = t.r.words();
         let (a, b) = lo_hi(ninodes);
         ws[H_NINODES].store(a, Ordering::Relaxed);
@@ -241,7 +258,7 @@ impl Table {
         if r.words().len() < w || r.owners().len() < o {
             return Err(Error::Foreign("coordination table is truncated".into()));
         }
-        Ok(Table { r: Mem::new(r), ninodes, nblocks })
+        Ok(Table { r: Mem::new(r), frees_lock: Default::default(), ninodes, nblocks })
     }
 
     /// Inodes covered.
@@ -590,6 +607,35 @@ impl Table {
         self.entry(ino)[E_FREE_SEQ].fetch_add(1, Ordering::Relaxed);
         // Later stores (a reuse of the freed blocks) are ordered after the bump.
         fence(Ordering::Release);
+    }
+
+    /// The count of inodes the daemon freed, or None while the daemon changes it.
+    /// Loaded before anything it vouches for (Acquire).
+    pub fn inode_frees(&self) -> Option<u64> {
+        let ws = self.r.words();
+        let s1 = ws[H_FREES_SEQ].load(Ordering::Acquire);
+        let n = ws[H_FREES].load(Ordering::Acquire) as u64
+            | (ws[H_FREES + 1].load(Ordering::Acquire) as u64) << 32;
+        fence(Ordering::Acquire);
+        let s2 = ws[H_FREES_SEQ].load(Ordering::Relaxed);
+        (s1 == s2 && s1.is_multiple_of(2)).then_some(n)
+    }
+
+    /// Count one more freed inode (the daemon, after the inode's state word changed
+    /// and before its number can be used again).
+    pub fn bump_inode_frees(&self) {
+        let _g = self.frees_lock.lock();
+        // The state word's store is ordered before the count's change.
+        fence(Ordering::Release);
+        let ws = self.r.words();
+        ws[H_FREES_SEQ].fetch_add(1, Ordering::AcqRel);
+        let n = (ws[H_FREES].load(Ordering::Relaxed) as u64
+            | (ws[H_FREES + 1].load(Ordering::Relaxed) as u64) << 32)
+            + 1;
+        let (a, b) = lo_hi(n);
+        ws[H_FREES].store(a, Ordering::Release);
+        ws[H_FREES + 1].store(b, Ordering::Release);
+        ws[H_FREES_SEQ].fetch_add(1, Ordering::Release);
     }
 
     /// `ino`'s chain generation.
@@ -980,6 +1026,23 @@ mod tests {
             Err(Error::NoSpace)
         }
         fn give_back(&self, _: &[(u64, u64)]) {}
+    }
+
+    /// The daemon's count of freed inodes starts at 0, carries into its high word,
+    /// and reads as unknown (None) while a change is in progress, so that a client
+    /// never trusts a count the daemon is writing.
+    #[test]
+    fn the_freed_inode_count_counts_carries_and_hides_a_change_in_progress() {
+        let t = table();
+        assert_eq!(t.inode_frees(), Some(0));
+        t.bump_inode_frees();
+        assert_eq!(t.inode_frees(), Some(1));
+        let ws = t.r.words();
+        ws[H_FREES].store(u32::MAX, Ordering::Relaxed);
+        t.bump_inode_frees();
+        assert_eq!(t.inode_frees(), Some(1 << 32));
+        ws[H_FREES_SEQ].fetch_add(1, Ordering::Relaxed); // a writer in the middle
+        assert_eq!(t.inode_frees(), None);
     }
 
     /// An idle lease is taken over at once by another party (lock or try_lock), and
