@@ -718,6 +718,7 @@ impl<M: Medium> Fs<M> {
     /// `Inode::frees_seen`), since a new file may take the number right after.
     pub(crate) fn free_ino(&self, ino: u64) {
         if let Some(p) = &self.share {
+            debug_assert!(!p.is_client(), "a client frees no inode number");
             p.table().bump_inode_frees();
         }
         self.poison_on(self.ialloc.free(ino));

@@ -182,8 +182,6 @@ impl HeapRegion {
 /// The coordination table.
 pub struct Table {
     r: Mem,
-    /// Serialises the daemon's threads' changes of `inode_frees`.
-    frees_lock: parking_lot::Mutex<()>,
     ninodes: u64,
     nblocks: u64,
 }
@@ -208,7 +206,7 @@ impl Table {
     pub fn create(r: Box<dyn Region>, ninodes: u64, nblocks: u64, uuid: &[u8; 16]) -> Table {
         let (w, o) = Self::sizes(ninodes, nblocks);
         assert!(r.words().len() >= w && r.owners().len() >= o, "region too small");
-        let t = Table { r: Mem::new(r), frees_lock: Default::default(), ninodes, nblocks };
+        let t = Table { r: Mem::new(r), ninodes, nblocks };
         let ws = t.r.words();
         let (a, b) = lo_hi(ninodes);
         ws[H_NINODES].store(a, Ordering::Relaxed);
@@ -258,7 +256,7 @@ impl Table {
         if r.words().len() < w || r.owners().len() < o {
             return Err(Error::Foreign("coordination table is truncated".into()));
         }
-        Ok(Table { r: Mem::new(r), frees_lock: Default::default(), ninodes, nblocks })
+        Ok(Table { r: Mem::new(r), ninodes, nblocks })
     }
 
     /// Inodes covered.
@@ -622,20 +620,33 @@ impl Table {
     }
 
     /// Count one more freed inode (the daemon, after the inode's state word changed
-    /// and before its number can be used again).
+    /// and before its number can be used again). The sequence word is the writers'
+    /// lock (odd while one changes the count), so that the daemon's threads, each
+    /// with a handle of its own or not, never interleave their changes.
     pub fn bump_inode_frees(&self) {
-        let _g = self.frees_lock.lock();
-        // The state word's store is ordered before the count's change.
-        fence(Ordering::Release);
         let ws = self.r.words();
-        ws[H_FREES_SEQ].fetch_add(1, Ordering::AcqRel);
+        let seq = &ws[H_FREES_SEQ];
+        let mut s = seq.load(Ordering::Relaxed);
+        loop {
+            if !s.is_multiple_of(2) {
+                std::hint::spin_loop();
+                s = seq.load(Ordering::Relaxed);
+                continue;
+            }
+            // Acquire: the count is read after the lock; the state word's store,
+            // before it, is ordered before the count's change (AcqRel).
+            match seq.compare_exchange_weak(s, s + 1, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(x) => s = x,
+            }
+        }
         let n = (ws[H_FREES].load(Ordering::Relaxed) as u64
             | (ws[H_FREES + 1].load(Ordering::Relaxed) as u64) << 32)
             + 1;
         let (a, b) = lo_hi(n);
         ws[H_FREES].store(a, Ordering::Release);
         ws[H_FREES + 1].store(b, Ordering::Release);
-        ws[H_FREES_SEQ].fetch_add(1, Ordering::Release);
+        seq.store(s + 2, Ordering::Release);
     }
 
     /// `ino`'s chain generation.
@@ -1043,6 +1054,36 @@ mod tests {
         assert_eq!(t.inode_frees(), Some(1 << 32));
         ws[H_FREES_SEQ].fetch_add(1, Ordering::Relaxed); // a writer in the middle
         assert_eq!(t.inode_frees(), None);
+    }
+
+    /// Threads counting freed inodes at once lose no count, and a reader meanwhile
+    /// sees the count only grow.
+    #[test]
+    fn concurrent_counts_of_freed_inodes_add_up_and_only_grow() {
+        let t = table();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = {
+            let (t, stop) = (t.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut last = 0;
+                while !stop.load(Ordering::Acquire) {
+                    if let Some(n) = t.inode_frees() {
+                        assert!(n >= last, "the count went back from {last} to {n}");
+                        last = n;
+                    }
+                }
+            })
+        };
+        let writers: Vec<_> = (0..3)
+            .map(|_| {
+                let t = t.clone();
+                std::thread::spawn(move || (0..20_000).for_each(|_| t.bump_inode_frees()))
+            })
+            .collect();
+        writers.into_iter().for_each(|w| w.join().unwrap());
+        stop.store(true, Ordering::Release);
+        reader.join().unwrap();
+        assert_eq!(t.inode_frees(), Some(60_000));
     }
 
     /// An idle lease is taken over at once by another party (lock or try_lock), and
