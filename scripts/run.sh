@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cargo build --release -q -p ferrite-cli -p ferrite-preload -p ferrite-capi
-F=target/release/ferrite
+# Where cargo put the build (CARGO_TARGET_DIR, when the environment sets it).
+F=${CARGO_TARGET_DIR:-target}/release/ferrite
 POOL=${FERRITE_POOL:-/dev/shm/ferrite.pool}
 MNT=${FERRITE_MNT:-/mnt/ferrite}
 SIZE=${FERRITE_SIZE:-1G}
