@@ -466,6 +466,17 @@ impl MmapMedium {
         );
     }
 
+    /// The address of the 8-byte word at `off`, for an atomic store: the pool is
+    /// writable, and the word aligned and in bounds.
+    #[inline]
+    fn store_word(&self, off: u64) -> *mut u8 {
+        assert!(!self.read_only, "store to a read-only pool");
+        self.check(off, 8);
+        assert_eq!(off % 8, 0, "unaligned atomic store");
+        // SAFETY: in bounds (checked above), so the offset stays in our mapping.
+        unsafe { self.ptr.add(off as usize) }
+    }
+
     #[inline]
     fn note_dirty(&self, off: u64, len: u64) {
         if self.durability == Durability::MsyncEachCommit {
@@ -783,11 +794,8 @@ impl Medium for MmapMedium {
 
     #[inline]
     fn store_u64(&self, off: u64, val: u64) {
-        assert!(!self.read_only, "store to a read-only pool");
-        self.check(off, 8);
-        assert_eq!(off % 8, 0, "unaligned atomic store");
-        // SAFETY: aligned and in bounds.
-        let a = unsafe { &*(self.ptr.add(off as usize) as *const AtomicU64) };
+        // SAFETY: aligned and in bounds (`store_word`); AtomicU64 has u64's layout.
+        let a = unsafe { &*(self.store_word(off) as *const AtomicU64) };
         a.store(val.to_le(), Ordering::Release);
     }
 
@@ -797,11 +805,8 @@ impl Medium for MmapMedium {
             self.flush(off, 8);
             return;
         }
-        assert!(!self.read_only, "store to a read-only pool");
-        self.check(off, 8);
-        assert_eq!(off % 8, 0, "unaligned atomic store");
-        // SAFETY: aligned and in bounds of our writable mapping.
-        unsafe { pmem::store_u64_nt_raw(self.ptr.add(off as usize), val) };
+        // SAFETY: aligned and in bounds of our writable mapping (`store_word`).
+        unsafe { pmem::store_u64_nt_raw(self.store_word(off), val) };
         tally(&self.stats, 0, 8);
         self.note_dirty(off, 8);
     }
