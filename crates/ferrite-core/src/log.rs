@@ -86,9 +86,7 @@ impl Ts {
     /// the old time). The clock reads the TSC in an ordered way, which waits for
     /// stores in flight: take it before copying data, not after.
     pub fn now() -> Ts {
-        let d =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        Ts { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+        crate::pmem::fine_now()
     }
 }
 

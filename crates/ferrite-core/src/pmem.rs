@@ -141,6 +141,17 @@ pub fn prefetch_dram<T>(p: *const T) {
     };
 }
 
+/// CLOCK_REALTIME, read from the vDSO straight into a `Ts`: 22.7 ns a call here,
+/// against 33-34 ns for `SystemTime::now` and its `duration_since` the epoch (a
+/// probe, 5,000,000 calls each, three rounds).
+pub fn fine_now() -> crate::log::Ts {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid timespec for the call to fill; the clock id is valid
+    // on Linux (a failure leaves zeros, the epoch).
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut t) };
+    crate::log::Ts { sec: t.tv_sec, nsec: t.tv_nsec as u32 }
+}
+
 /// CLOCK_REALTIME_COARSE: the time of the last clock tick (a few milliseconds'
 /// resolution), read from the vDSO without the TSC, a third of the fine clock's cost.
 pub fn coarse_now() -> crate::log::Ts {
