@@ -713,9 +713,11 @@ impl<M: Medium> Fs<M> {
         }
     }
 
-    /// Give inode number `ino` back to the allocator, its slot's state word already
-    /// changed: on a shared pool, counted first for the clients' caches (see
-    /// `Inode::frees_seen`), since a new file may take the number right after.
+    /// Give inode number `ino` back to the allocator: a freed inode's, whose slot's
+    /// state word changed already, or a failed create's, whose slot never changed.
+    /// On a shared pool it is counted first for the clients' caches (see
+    /// `Inode::frees_seen`), since a new file may take the number right after (a
+    /// failed create's count costs a client one slot load, nothing more).
     pub(crate) fn free_ino(&self, ino: u64) {
         if let Some(p) = &self.share {
             debug_assert!(!p.is_client(), "a client frees no inode number");

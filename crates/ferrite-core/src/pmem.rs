@@ -145,20 +145,21 @@ pub fn prefetch_dram<T>(p: *const T) {
 /// against 33-34 ns for `SystemTime::now` and its `duration_since` the epoch (a
 /// probe, 5,000,000 calls each, three rounds).
 pub fn fine_now() -> crate::log::Ts {
-    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `t` is a valid timespec for the call to fill; the clock id is valid
-    // on Linux (a failure leaves zeros, the epoch).
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut t) };
-    crate::log::Ts { sec: t.tv_sec, nsec: t.tv_nsec as u32 }
+    clock_now(libc::CLOCK_REALTIME)
 }
 
 /// CLOCK_REALTIME_COARSE: the time of the last clock tick (a few milliseconds'
 /// resolution), read from the vDSO without the TSC, a third of the fine clock's cost.
 pub fn coarse_now() -> crate::log::Ts {
+    clock_now(libc::CLOCK_REALTIME_COARSE)
+}
+
+fn clock_now(id: libc::clockid_t) -> crate::log::Ts {
     let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `t` is a valid timespec for the call to fill; the clock id is valid
-    // on Linux (a failure leaves zeros, which the caller's floor raises).
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut t) };
+    // SAFETY: `t` is a valid timespec for the call to fill; both clock ids are
+    // valid on Linux (a failure leaves zeros: the epoch, which a coarse stamp's
+    // floor raises).
+    unsafe { libc::clock_gettime(id, &mut t) };
     crate::log::Ts { sec: t.tv_sec, nsec: t.tv_nsec as u32 }
 }
 

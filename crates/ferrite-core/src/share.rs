@@ -190,6 +190,11 @@ fn lo_hi(v: u64) -> (u32, u32) {
     (v as u32, (v >> 32) as u32)
 }
 
+/// The 64-bit value of words `i` (low half) and `i + 1`, each loaded with `o`.
+fn hi_lo(w: &[AtomicU32], i: usize, o: Ordering) -> u64 {
+    w[i].load(o) as u64 | (w[i + 1].load(o) as u64) << 32
+}
+
 impl Table {
     /// Words and owner bytes a table needs.
     pub fn sizes(ninodes: u64, nblocks: u64) -> (usize, usize) {
@@ -240,9 +245,7 @@ impl Table {
                 "coordination table version {v}, this library speaks {VERSION}"
             )));
         }
-        let get2 = |i: usize| {
-            ws[i].load(Ordering::Relaxed) as u64 | (ws[i + 1].load(Ordering::Relaxed) as u64) << 32
-        };
+        let get2 = |i: usize| hi_lo(ws, i, Ordering::Relaxed);
         let (ninodes, nblocks) = (get2(H_NINODES), get2(H_NBLOCKS));
         let mut u = [0u8; 16];
         for k in 0..4 {
@@ -321,8 +324,7 @@ impl Table {
     /// Free blocks the daemon has (published for clients' space decisions).
     pub fn global_free(&self) -> u64 {
         let ws = self.r.words();
-        ws[H_FREE].load(Ordering::Relaxed) as u64
-            | (ws[H_FREE + 1].load(Ordering::Relaxed) as u64) << 32
+        hi_lo(ws, H_FREE, Ordering::Relaxed)
     }
 
     /// Publish the daemon's free block count.
@@ -390,8 +392,7 @@ impl Table {
     /// Blocks free in party `p`'s allocator (as it last published).
     pub fn party_pool(&self, p: u32) -> u64 {
         let w = self.party_words(p);
-        w[S_POOL].load(Ordering::Relaxed) as u64
-            | (w[S_POOL + 1].load(Ordering::Relaxed) as u64) << 32
+        hi_lo(w, S_POOL, Ordering::Relaxed)
     }
 
     fn set_party_pool(&self, p: u32, n: u64) {
@@ -579,8 +580,7 @@ impl Table {
     /// The next transaction id of journal `shard` (under its lock).
     pub fn next_txid(&self, shard: u32) -> u64 {
         let w = self.journal_words(shard);
-        let cur = w[J_TXID].load(Ordering::Relaxed) as u64
-            | (w[J_TXID + 1].load(Ordering::Relaxed) as u64) << 32;
+        let cur = hi_lo(w, J_TXID, Ordering::Relaxed);
         self.set_txid(shard, cur + 1);
         cur + 1
     }
@@ -612,8 +612,7 @@ impl Table {
     pub fn inode_frees(&self) -> Option<u64> {
         let ws = self.r.words();
         let s1 = ws[H_FREES_SEQ].load(Ordering::Acquire);
-        let n = ws[H_FREES].load(Ordering::Acquire) as u64
-            | (ws[H_FREES + 1].load(Ordering::Acquire) as u64) << 32;
+        let n = hi_lo(ws, H_FREES, Ordering::Acquire);
         fence(Ordering::Acquire);
         let s2 = ws[H_FREES_SEQ].load(Ordering::Relaxed);
         (s1 == s2 && s1.is_multiple_of(2)).then_some(n)
@@ -640,9 +639,7 @@ impl Table {
                 Err(x) => s = x,
             }
         }
-        let n = (ws[H_FREES].load(Ordering::Relaxed) as u64
-            | (ws[H_FREES + 1].load(Ordering::Relaxed) as u64) << 32)
-            + 1;
+        let n = hi_lo(ws, H_FREES, Ordering::Relaxed) + 1;
         let (a, b) = lo_hi(n);
         ws[H_FREES].store(a, Ordering::Release);
         ws[H_FREES + 1].store(b, Ordering::Release);
