@@ -391,9 +391,10 @@ pub struct DirEnt {
 /// of the name a slot pointed to and 6% in malloc and free. `profile_op metapath`
 /// with 100,000 files a round (the full benchmark's directories), three
 /// alternating pairs: create + close 1.57-2.56 -> 1.40-1.53 µs, unlink 1.69-2.27
-/// -> 1.64-1.68 µs. The cost is DRAM: 192 -> 225 bytes per idle file in `ferrite
-/// bench --quick --experiments memory` (the goal is at most 300; 16 inline bytes
-/// measured the same).
+/// -> 1.64-1.68 µs. DRAM per idle file (`ferrite bench --quick --experiments
+/// memory`, the goal at most 300 bytes) stayed 192 bytes in four runs against
+/// three of the build before; a build between them (and one with 16 inline bytes)
+/// measured 225 in two runs each, which did not recur.
 pub type DirName = SmallVec<[u8; DIR_NAME_INLINE]>;
 
 /// Bytes of a name kept inline (a [`DirName`] is 32 bytes).
