@@ -9,16 +9,19 @@
 //!    flushed; **fence**;
 //! 2. each word is set to its new value with an 8-byte atomic store and flushed;
 //!    **fence** — the operation is now durable;
-//! 3. the header is marked inactive (store + flush, no fence: the next fence of any
-//!    later operation of this thread persists it).
+//! 3. the header is marked inactive (store + flush, no fence: the locked instructions
+//!    that release the operation's inode locks wait for the flush, so the mark is on
+//!    media before a later operation changes any of its words).
 //!
 //! Recovery of an active, checksum-valid journal: if some record's word still holds
 //! its *old* value (and old != new) the transaction did not finish step 2: every word
 //! that holds its *new* value is set back to its old value, and **fence** before the
 //! journal is marked inactive (else a crash could keep "inactive" and lose the
 //! rollback). Otherwise it finished and nothing is done. This is sound because a word changed by a later operation can
-//! only change after step 2 (inode locks), and a word never returns to an earlier
-//! value: slot states only grow and log pointers carry an epoch bumped by GC.
+//! only change after step 2 (inode locks), and while the journal is active on media a
+//! word never returns to an earlier value: slot states only grow, log pointers carry
+//! an epoch bumped by GC, and a slot is reused (its new log starting at epoch 0 again)
+//! only after step 3's mark reached media.
 
 use crate::error::{Error, Result};
 use crate::layout::{Geometry, Reader, JOURNAL_SIZE};
