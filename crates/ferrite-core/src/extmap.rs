@@ -1,8 +1,8 @@
 //! The extent map of a file: first page -> run of consecutive blocks, with the log
 //! entry that mapped it. DRAM-only, rebuilt from the log.
 //!
-//! Layout: sorted leaves of at most [`LEAF`] packed 24-byte runs, found by a binary
-//! search of their first pages. A file written 4 KiB at a time in random order
+//! Layout: sorted leaves of at most [`LEAF`] packed 24-byte runs, found by a search
+//! of their first pages (`Leaves`). A file written 4 KiB at a time in random order
 //! has one run per page, so bytes per run are bytes of DRAM per 4 KiB of data (the
 //! goal is under 41: 1% of the data). `ferrite bench` measured 63 B per page with a
 //! `BTreeMap<u64, Ext>` (and a replay that collected the whole log), 45 B with these
@@ -90,7 +90,9 @@ fn guess(first: u64, pg: u64) -> usize {
 /// megabytes for a file of millions of runs.
 ///
 /// Invariants: chunks are non-empty, `firsts[c]` is chunk `c`'s first key, and
-/// keys increase strictly through the chunks in order.
+/// keys increase strictly through the chunks in order. A chunk that shrinks is not
+/// merged with its neighbour: at worst (removals that leave one leaf a chunk) the
+/// firsts hold a key per leaf, as one sorted vector of all leaves would.
 #[derive(Clone, Debug, Default)]
 struct Leaves {
     firsts: Vec<u64>,

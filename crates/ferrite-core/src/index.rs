@@ -388,18 +388,20 @@ pub struct DirEnt {
 /// lookup compares it in the hash table's own slot, and adding or removing one
 /// allocates nothing. They were `Arc<[u8]>`s shared by both maps: `profile_op
 /// unlink` (200,000 files in one directory) spent 15% of its samples on the load
-/// of the name a slot pointed to and 6% in malloc and free. `profile_op metapath`
-/// with 100,000 files a round (the full benchmark's directories), three
-/// alternating pairs: create + close 1.57-2.56 -> 1.40-1.53 µs, unlink 1.69-2.27
-/// -> 1.64-1.68 µs. DRAM per idle file (`ferrite bench --quick --experiments
-/// memory`, the goal at most 300 bytes) stayed 192 bytes in four runs against
-/// three of the build before; a build between them (and one with 16 inline bytes)
-/// measured 225 in two runs each, which did not recur.
+/// of the name a slot pointed to and 6% in malloc and free.
+///
+/// Measured (`ferrite bench --quick --experiments meta --targets lib,tmpfs --files
+/// 100000 --reps 3`, the full preset's directories): create 491K and 331K ops/s
+/// before, 619K and 568K after; unlink 458K and 348K before, 501K and 516K after
+/// (tmpfs 142K-176K and 164K-205K). DRAM per idle file (the full preset's memory
+/// experiment, goal at most 300 bytes): 193 bytes before, 194 after; with 24 inline
+/// bytes it was 225 (a table of 1,000 names is then just over 128 KiB, glibc's
+/// default threshold for a mapping of its own; not looked into further).
 pub type DirName = SmallVec<[u8; DIR_NAME_INLINE]>;
 
-/// Bytes of a name kept inline (a [`DirName`] is 32 bytes).
-pub const DIR_NAME_INLINE: usize = 24;
-const _: () = assert!(std::mem::size_of::<DirName>() == 32);
+/// Bytes of a name kept inline (a [`DirName`] is 24 bytes).
+pub const DIR_NAME_INLINE: usize = 16;
+const _: () = assert!(std::mem::size_of::<DirName>() == 24);
 
 /// Name index of a directory.
 #[derive(Clone, Debug, Default)]
