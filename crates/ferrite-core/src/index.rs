@@ -394,9 +394,10 @@ pub struct DirEnt {
 /// 100000 --reps 3`, the full preset's directories): create 491K and 331K ops/s
 /// before, 619K and 568K after; unlink 458K and 348K before, 501K and 516K after
 /// (tmpfs 142K-176K and 164K-205K). DRAM per idle file (the full preset's memory
-/// experiment, goal at most 300 bytes): 193 bytes before, 194 after; with 24 inline
-/// bytes it was 225 (a table of 1,000 names is then just over 128 KiB, glibc's
-/// default threshold for a mapping of its own; not looked into further).
+/// experiment, goal at most 300 bytes; four rounds of the builds in turn): 193 bytes
+/// before, 194 after; with 24 inline bytes 225 (a table of 1,000 names is then just
+/// over 128 KiB, glibc's default threshold for a mapping of its own; not looked
+/// into further).
 pub type DirName = SmallVec<[u8; DIR_NAME_INLINE]>;
 
 /// Bytes of a name kept inline (a [`DirName`] is 24 bytes).
