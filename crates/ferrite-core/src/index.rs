@@ -388,7 +388,9 @@ pub struct DirEnt {
 /// lookup compares it in the hash table's own slot, and adding or removing one
 /// allocates nothing. They were `Arc<[u8]>`s shared by both maps: `profile_op
 /// unlink` (200,000 files in one directory) spent 15% of its samples on the load
-/// of the name a slot pointed to and 6% in malloc and free.
+/// of the name a slot pointed to and 6% in malloc and free. A longer name spills
+/// to the heap once per map (the `Arc` was shared): more DRAM for directories of
+/// long names, not measured.
 ///
 /// Measured (`ferrite bench --quick --experiments meta --targets lib,tmpfs --files
 /// 100000 --reps 3`, the full preset's directories): create 491K and 331K ops/s
