@@ -146,7 +146,8 @@ fn sync_slots<M: Medium + ?Sized>(m: &M, geo: &Geometry, recs: &[Record]) {
     }
 }
 
-/// Step 3: mark every copy inactive (flushed, not fenced).
+/// Step 3: mark every copy inactive (flushed, not fenced: see the module comment;
+/// `the_inactive_mark_is_on_media_after_the_next_fence` pins the flush).
 pub fn finish<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32, txid: u64) {
     for base in copies(geo, shard) {
         persist_u64(m, base, txid << 1);
@@ -469,6 +470,43 @@ mod tests {
         assert_eq!(recover(&m, &g, 1).unwrap(), JournalOutcome::RolledBack);
         assert_eq!((m.load_u64(a), m.load_u64(b)), (10, 20));
         assert_eq!(recover(&m, &g, 1).unwrap(), JournalOutcome::Idle);
+    }
+
+    /// The inactive mark must be flushed, not only stored: a test build without the
+    /// flush made unlinks faster (docs/BENCHMARKS.md, "Sixth stop") but could leave a
+    /// finished transaction active on media until the journal's next use. A reused
+    /// slot's log restarts at epoch 0, so one of its words can hold an old record's
+    /// value again, and recovery would then undo the finished transaction over later
+    /// operations (shown below on the image a crash could leave). Pinned: the mark is
+    /// on media after the thread's next fence.
+    #[test]
+    fn the_inactive_mark_is_on_media_after_the_next_fence() {
+        let g = Geometry::compute(256, 2, 64).unwrap();
+        let m = SimMedium::new(256 * BLOCK);
+        let (tail, state) = (g.slot_off(1) + 16, g.slot_off(2));
+        m.store_u64(tail, 0x10);
+        m.store_u64(state, 1);
+        m.fence();
+        // An unlink: the parent's tail moves, the child's slot is freed.
+        let recs =
+            [Record { addr: tail, old: 0x10, new: 0x20 }, Record { addr: state, old: 1, new: 2 }];
+        begin(&m, &g, 0, 1, &recs);
+        m.fence();
+        apply(&m, &g, &recs);
+        m.fence();
+        finish(&m, &g, 0, 1);
+        m.fence(); // the thread's next operation fences
+        let base = g.journal_offs(0)[0].expect("primary journal");
+        let durable = m.durable_image();
+        let mark = u64::from_le_bytes(durable[base as usize..][..8].try_into().unwrap());
+        assert_eq!(mark, 1 << 1, "the inactive mark of txid 1 is durable");
+        // What recovery would do with the mark lost, once the parent's slot was reused
+        // and its new log's tail reached the old value: undo a finished unlink.
+        let stale = SimMedium::from_image(durable.clone());
+        begin(&stale, &g, 0, 1, &recs);
+        stale.store_u64(tail, 0x10);
+        assert_eq!(recover(&stale, &g, 0).unwrap(), JournalOutcome::RolledBack);
+        assert_eq!(stale.load_u64(state), 1, "the freed slot in use again");
     }
 
     #[test]
