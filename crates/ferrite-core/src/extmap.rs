@@ -97,7 +97,6 @@ fn guess(first: u64, pg: u64) -> usize {
 struct Leaves {
     firsts: Vec<u64>,
     chunks: Vec<Chunk>,
-    n: usize,
 }
 
 /// Consecutive leaves and their keys.
@@ -115,8 +114,8 @@ const CHUNK: usize = if cfg!(test) { 4 } else { 512 };
 type Pos = (usize, usize);
 
 impl Leaves {
-    fn len(&self) -> usize {
-        self.n
+    fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
     }
 
     /// The place of the last leaf whose key is at or below `pg`.
@@ -167,7 +166,6 @@ impl Leaves {
 
     /// Add `leaf` under `key` (no leaf has that key).
     fn insert(&mut self, key: u64, leaf: Vec<Packed>) {
-        self.n += 1;
         let Some(c) = upto(&self.firsts, key).checked_sub(1).or(
             // Before every leaf: into the first chunk, unless there is none.
             (!self.chunks.is_empty()).then_some(0),
@@ -177,8 +175,8 @@ impl Leaves {
             return;
         };
         let ch = &mut self.chunks[c];
-        let i = ch.keys.partition_point(|&k| k < key);
-        debug_assert!(ch.keys.get(i) != Some(&key), "leaf key {key} twice");
+        let i = upto(&ch.keys, key);
+        debug_assert!(i == 0 || ch.keys[i - 1] != key, "leaf key {key} twice");
         ch.keys.insert(i, key);
         ch.vals.insert(i, leaf);
         if i == 0 {
@@ -193,7 +191,6 @@ impl Leaves {
     }
 
     fn remove(&mut self, (c, i): Pos) -> Vec<Packed> {
-        self.n -= 1;
         let ch = &mut self.chunks[c];
         ch.keys.remove(i);
         let leaf = ch.vals.remove(i);
@@ -245,7 +242,6 @@ impl Leaves {
                 prev = Some(k);
                 ok
             })
-            && self.n == self.chunks.iter().map(|c| c.keys.len()).sum::<usize>()
     }
 }
 
@@ -254,8 +250,9 @@ impl Leaves {
 /// keys were evenly spread, then by doubling steps and a binary search between
 /// the last two. The leaves of a file overwritten at random are about evenly
 /// spread, and the guess lands on or next to the answer: two or three loads,
-/// where a binary search of 256 keys is eight dependent ones (5% of a 4 KiB
-/// random write's samples, in `profile_op randwrite4k`).
+/// where a binary search of some hundreds of keys is eight or nine dependent ones
+/// (in `profile_op randwrite4k`, the leaf search holding it had 5.6% of the
+/// samples, most on one compare of the search).
 fn upto(keys: &[u64], pg: u64) -> usize {
     let n = keys.len();
     let (Some(&lo), Some(&hi)) = (keys.first(), keys.last()) else { return 0 };
@@ -395,7 +392,7 @@ impl ExtMap {
         // the first leaf when `pg` precedes every run.
         let j = match self.leaves.floor(pg) {
             Some(j) => j,
-            None if self.leaves.len() > 0 => (0, 0),
+            None if !self.leaves.is_empty() => (0, 0),
             None => {
                 self.leaves.insert(pg, vec![p]);
                 self.len += 1;
@@ -533,7 +530,7 @@ mod tests {
         for pg in 0..(10 * LEAF as u64) {
             m.insert(pg, ext(pg));
         }
-        assert_eq!(m.leaves.len(), 10);
+        assert_eq!(m.leaves.iter().count(), 10);
         assert!(m.leaves.iter().all(|l| l.len() == LEAF));
         assert_eq!(m.floor(5 * LEAF as u64 + 3).unwrap().0, 5 * LEAF as u64 + 3);
         assert_eq!(m.below(0), None);
@@ -573,7 +570,7 @@ mod tests {
         for k in 0..LEAF as u64 {
             m.push_back(3 * k, Ext { len: 3, block: 3 * k, loc: k });
         }
-        assert_eq!(m.leaves.len(), 1);
+        assert_eq!(m.leaves.iter().count(), 1);
         assert_eq!(m.split_replace(31, new(1)), Some(Ext { len: 1, block: 31, loc: 10 }));
         assert_eq!(m.len(), LEAF + 2);
         assert_eq!(m.floor(30), Some((30, Ext { len: 1, block: 30, loc: 10 })));
