@@ -4,7 +4,7 @@
 //!     cargo run --release -p ferrite-bench --example profile_op -- OP [SECONDS] [PERF_OUT]
 //!
 //! OP: create | unlink | randwrite4k | randwrite64 | append64 | append256 | seqwrite1k | seqwrite1m |
-//! randread4k | shared4k | private4k | shared64 | private64 (the last four: 2 threads of
+//! randread4k (FERRITE_PROFILE_OVERLAYS=K: after K random 64 B writes per page) | shared4k | private4k | shared64 | private64 (the last four: 2 threads of
 //! random writes + fsync, on one shared file or a file each; ops/s are the sum) |
 //! metapath (the metadata benchmark's library target: rounds of FERRITE_PROFILE_FILES
 //! (300) creates by path, each an O_CREAT open and a release, then as many unlinks by
@@ -61,6 +61,18 @@ fn main() {
     if op == "unlink" {
         for i in 0..n_unlink {
             fs.create(dir, format!("u{i}").as_bytes(), 0o644, 0, 0).expect("create");
+        }
+    }
+    // FERRITE_PROFILE_OVERLAYS=K (randread4k): K random 64 B writes per page of the
+    // prefilled file first, so that the reads compose pages that carry overlays.
+    if op == "randread4k" {
+        let k = env_u64("FERRITE_PROFILE_OVERLAYS").unwrap_or(0);
+        let mut x = 0x2545_f491u64;
+        for _ in 0..k * 16384 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            fs.write(f, x % (16384 * 64) * 64, &buf[..64]).expect("overlay");
         }
     }
     let perf: Option<Child> = perf_out.as_ref().map(|o| {

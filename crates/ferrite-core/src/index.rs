@@ -559,11 +559,31 @@ pub type Freed = SmallVec<[(u64, u64); 2]>;
 /// Page content from its block (zeros when none) and its overlay ops, in order.
 fn compose<M: Medium + ?Sized>(m: &M, base: Option<(u64, u64)>, ops: &[PageOp], page: &mut [u8]) {
     debug_assert!(page.len() == BLOCK as usize);
+    prefetch_ops(m, ops);
     match base {
         Some((blk, _)) => m.read(blk * BLOCK, page),
         None => page.fill(0),
     }
     lay_ops(m, ops, page);
+}
+
+/// Ask the cache for the log lines that `ops`' overlays carry, all at once: each
+/// lies wherever its entry went in the log, so copied one after the other their
+/// misses would follow one another. (`profile_op randread4k`, 4 KiB random reads of
+/// a 64 MiB file after 32 random 64 B writes a page, five alternating pairs:
+/// 1.06-1.15 -> 0.96-1.01 µs a read; after 4 a page, 0.84-0.88 -> 0.76-0.81.)
+fn prefetch_ops<M: Medium + ?Sized>(m: &M, ops: &[PageOp]) {
+    for op in ops {
+        if let PageOp::Overlay { loc, data_off, len, .. } = *op {
+            let src = loc.get() + data_off as u64;
+            let last = src + len.max(1) as u64 - 1;
+            let mut line = src & !(crate::pmem::CACHE_LINE - 1);
+            while line <= last {
+                m.prefetch(line);
+                line += crate::pmem::CACHE_LINE;
+            }
+        }
+    }
 }
 
 /// Lay `ops` over `page` (a whole page), in order.
@@ -936,6 +956,17 @@ impl InodeState {
         if let Body::File(f) = &self.body {
             if let Some(ops) = f.ops.get(&pg) {
                 lay_ops(m, ops, page);
+            }
+        }
+    }
+
+    /// Ask the cache for the log lines of page `pg`'s overlays (see `prefetch_ops`),
+    /// before its base block is read and checked, so that their misses overlap with
+    /// that and with one another.
+    pub fn prefetch_page_ops<M: Medium + ?Sized>(&self, m: &M, pg: u64) {
+        if let Body::File(f) = &self.body {
+            if let Some(ops) = f.ops.get(&pg) {
+                prefetch_ops(m, ops);
             }
         }
     }

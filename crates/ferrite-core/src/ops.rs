@@ -241,6 +241,7 @@ impl<M: Medium> Fs<M> {
                 Some((blk, loc)) => {
                     // The base read once: checked, then the overlays laid on it.
                     let mut page = [0u8; BLOCK as usize];
+                    st.prefetch_page_ops(&self.m, pg);
                     self.m.read(blk * BLOCK, &mut page);
                     self.verify_page(i, pg, blk, loc, &page)?;
                     st.lay_page_ops(&self.m, pg, &mut page);
@@ -264,6 +265,7 @@ impl<M: Medium> Fs<M> {
         len: usize,
     ) -> Result<()> {
         debug_assert!(page.len() == BLOCK as usize && len <= page.len());
+        st.prefetch_page_ops(&self.m, pg);
         // The base block read once (it was read twice: to check it, then to
         // compose), checked where reads check, then the overlays laid on it.
         match st.file().and_then(|f| f.lookup(pg)) {
