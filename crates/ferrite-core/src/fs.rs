@@ -432,6 +432,11 @@ pub struct Inode {
     /// before a load of the slot's state word found it unchanged (`u64::MAX`: none
     /// yet). While the count stays, so does the incarnation.
     pub(crate) frees_seen: AtomicU64,
+    /// Where the file's overlay lists were at its last sub-page write
+    /// ([`crate::pagemap::PageMap::hint`]; 0: none), read without the state lock so
+    /// that the next one asks for its page's list before its checks and locks. Only
+    /// ever used for a prefetch: a stale value costs a useless one.
+    pub(crate) ops_hint: AtomicU64,
 }
 
 impl Inode {
@@ -453,6 +458,7 @@ impl Inode {
             ftype: st_ftype,
             unfenced: AtomicBool::new(false),
             frees_seen: AtomicU64::new(u64::MAX),
+            ops_hint: AtomicU64::new(0),
         }
     }
 }

@@ -15,8 +15,8 @@
 
 use crate::layout::BLOCK;
 use crate::log::{AttrRec, Entry, LogState, Ts};
+use crate::pagemap::PageMap;
 use crate::pmem::Medium;
-use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroU64;
@@ -138,7 +138,7 @@ pub struct FileIndex {
     /// Runs keyed by first page.
     pub ext: ExtMap,
     /// Ops per page, in order.
-    pub ops: FxHashMap<u64, PageOps>,
+    pub ops: PageMap<PageOps>,
     mapped: u64,
     /// Op lists of pages merged since, kept for the next pages that get ops (at most
     /// [`SPARE_OPS`]): under steady sub-page writes a page's list comes from here and
@@ -213,7 +213,7 @@ impl FileIndex {
     /// The ops of page `pg`, an empty list (a spare one if kept) when it has none.
     fn ops_mut(&mut self, pg: u64) -> &mut PageOps {
         let FileIndex { ops, spare, .. } = self;
-        ops.entry(pg).or_insert_with(|| PageOps { ops: spare.pop().unwrap_or_default(), bytes: 0 })
+        ops.get_or_insert_with(pg, || PageOps { ops: spare.pop().unwrap_or_default(), bytes: 0 })
     }
 
     /// Keep a removed page's op list for reuse, if it has room and there is a slot.
@@ -1069,7 +1069,7 @@ mod tests {
                 f.insert(rnd(300), 1 + rnd(20) as u32, 1000 + k * 50, k);
             }
             for _ in 0..rnd(10) {
-                f.ops.entry(rnd(300)).or_default();
+                f.ops.get_or_insert_with(rnd(300), PageOps::default);
             }
             let (a, b) = (rnd(320), rnd(320));
             let naive: Vec<u64> =
@@ -1093,7 +1093,7 @@ mod tests {
                 f.insert(rnd(200), 1 + rnd(30) as u32, 5000 + k * 64, k);
             }
             for _ in 0..rnd(8) {
-                f.ops.entry(rnd(220)).or_default();
+                f.ops.get_or_insert_with(rnd(220), PageOps::default);
             }
             let has = |p: u64| f.lookup(p).is_some() || f.ops.contains_key(&p);
             for pg in 0..260 {

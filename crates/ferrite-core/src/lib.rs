@@ -30,6 +30,7 @@ pub mod log;
 mod mapping;
 pub mod numa;
 mod ops;
+pub mod pagemap;
 pub mod path;
 pub mod pbuf;
 pub mod pmem;

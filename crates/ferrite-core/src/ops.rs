@@ -6,7 +6,7 @@ use crate::fs::{
     Attr, DirEntry, Entries, FallocMode, Fs, Inode, Locked, NewInode, NewNode, Part, RenameFlags,
     SetAttr, SetTime, StatFs, XattrSet,
 };
-use crate::index::{Body, FileType, InodeState};
+use crate::index::{Body, FileType, InodeState, PageOps};
 use crate::layout::{BLOCK, MAX_FILE_SIZE, NAME_MAX};
 use crate::log::{self, AttrRec, EntryBuf, EntryBytes, Ts, MAX_ENTRY, XATTR_HDR};
 use crate::pmem::Medium;
@@ -363,6 +363,14 @@ impl<M: Medium> Fs<M> {
     ) -> Result<usize> {
         self.check_writable()?;
         let i = self.inode(ino)?;
+        if data.len() < BLOCK as usize {
+            // The page's overlay list, asked for now, arrives while the checks and
+            // locks below run (see `Inode::ops_hint`).
+            crate::pagemap::prefetch_hinted::<PageOps>(
+                i.ops_hint.load(Ordering::Relaxed),
+                off / BLOCK,
+            );
+        }
         self.check_regular(&i)?;
         // As pwrite(2): a negative offset, or one whose end is past the largest
         // loff_t, is EINVAL (rw_verify_area), even for an empty write.
@@ -630,6 +638,12 @@ impl<M: Medium> Fs<M> {
                     }
                 }
                 pos += b - a;
+            }
+            if let Some(f) = st.as_ref().and_then(|st| st.file()) {
+                let h = f.ops.hint();
+                if i.ops_hint.load(Ordering::Relaxed) != h {
+                    i.ops_hint.store(h, Ordering::Relaxed);
+                }
             }
             (shard, pieces)
         };
