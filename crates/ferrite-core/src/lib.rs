@@ -4,8 +4,8 @@
 //! Layers, bottom up: [`pmem`] (every store to the pool), [`dax`] / [`sim`] (the
 //! media), [`layout`] (superblock, geometry, inode slots), [`log`] (per-inode logs),
 //! [`journal`] (multi-inode commits), [`alloc`] (DRAM allocators), [`index`] (DRAM
-//! indexes rebuilt from logs), [`fs`] / `ops` (operations), [`gc`], [`recovery`],
-//! [`fsck`].
+//! indexes rebuilt from logs; [`pagemap`] holds a file's overlay lists), [`fs`] /
+//! `ops` (operations), [`gc`], [`recovery`], [`fsck`].
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -12,9 +12,9 @@
 //!
 //! Invariants:
 //! - The slot count is 0 (no allocation: most files never have overlays) or a
-//!   power of two of at least [`MIN_SLOTS`]; at most three quarters of the slots
+//!   power of two of at least `MIN_SLOTS`; at most three quarters of the slots
 //!   are full.
-//! - An empty slot holds [`EMPTY`] (never a page number: pages are below 2^52)
+//! - An empty slot holds `EMPTY` (never a page number: pages are below 2^52)
 //!   and `V::default()`.
 //! - Linear probing without tombstones: every key lies in the run of full slots
 //!   that starts at its home slot (wrapping around). Removal shifts the keys after
@@ -33,7 +33,7 @@ const MIN_SLOTS: usize = 8;
 /// The multiplier of the hash (Fibonacci hashing: the top bits of the product).
 const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone)]
 struct Slot<V> {
     key: u64,
     val: V,
@@ -126,6 +126,9 @@ impl<V> PageMap<V> {
             return 0;
         }
         let p = self.slots.as_ptr() as u64;
+        // (An address above 2^56, possible only where the kernel gives user space
+        // 57 bits and the process asked for such mappings, would make the hint
+        // point elsewhere: a useless prefetch, nothing more.)
         debug_assert!(p >> 56 == 0, "user-space addresses fit in 56 bits");
         p | u64::from(self.shift) << 56
     }
