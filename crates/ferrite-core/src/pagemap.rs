@@ -342,6 +342,12 @@ mod tests {
     }
 
     #[test]
+    fn a_slot_is_a_key_and_a_value() {
+        // 40 bytes for a page's overlay list: its lines are what a lookup loads.
+        assert_eq!(std::mem::size_of::<Slot<crate::index::PageOps>>(), 40);
+    }
+
+    #[test]
     fn an_empty_map_allocates_nothing_and_hints_nothing() {
         let m = PageMap::<Vec<u8>>::default();
         assert!(m.slots.is_empty());
