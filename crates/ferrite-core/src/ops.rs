@@ -10,6 +10,7 @@ use crate::index::{Body, FileType, InodeState, PageOps};
 use crate::layout::{BLOCK, MAX_FILE_SIZE, NAME_MAX};
 use crate::log::{self, AttrRec, EntryBuf, EntryBytes, Ts, MAX_ENTRY, XATTR_HDR};
 use crate::pmem::Medium;
+use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -95,6 +96,23 @@ pub(crate) fn spare_page() -> Box<[u8; BLOCK as usize]> {
 /// Keep `page` as this thread's spare page buffer (see [`spare_page`]).
 pub(crate) fn keep_spare_page(page: Box<[u8; BLOCK as usize]>) {
     let _ = SPARE_PAGE.try_with(|c| c.set(Some(page)));
+}
+
+/// The state lock a write plans under: read, or write for a lone writer, which
+/// keeps it (see `Fs::write_cow`).
+enum Plan<'a> {
+    R(RwLockReadGuard<'a, InodeState>),
+    W(RwLockWriteGuard<'a, InodeState>),
+}
+
+impl std::ops::Deref for Plan<'_> {
+    type Target = InodeState;
+    fn deref(&self) -> &InodeState {
+        match self {
+            Plan::R(g) => g,
+            Plan::W(g) => g,
+        }
+    }
 }
 
 /// A planned piece of a write inside one page.
@@ -583,10 +601,18 @@ impl<M: Medium> Fs<M> {
         let low_space = self.very_low_space();
         let mut merged = false;
         let mut on_last_page = false;
-        let (shard, pieces) = {
+        // This is the file's only writer in flight (a hint: see below).
+        let lone = i.ranges.held_hint() <= 1;
+        let (shard, pieces, planned) = {
             // Whole pages need nothing of the file's state to plan (on one memory
-            // node): the read lock is taken only for a partial page.
-            let mut st = (self.topo.nodes() > 1).then(|| i.st.read());
+            // node): the state lock is taken only for a partial page. A lone writer
+            // takes it for writing at once and keeps it: it would take it for
+            // writing anyway (before its copy, or for its commit), and a read lock
+            // let go first is two more locked instructions, each waiting for the
+            // planning's loads (the page's overlay list, a cache miss for a random
+            // page).
+            let lock = || if lone { Plan::W(i.st.write()) } else { Plan::R(i.st.read()) };
+            let mut st = (self.topo.nodes() > 1).then(lock);
             let shard = match &st {
                 Some(st) => self.data_shard(i, st),
                 None => self.shard(),
@@ -602,7 +628,7 @@ impl<M: Medium> Fs<M> {
                 if len == BLOCK as usize {
                     pieces.push(Piece::Full { pg, src });
                 } else {
-                    let st = st.get_or_insert_with(|| i.st.read());
+                    let st = st.get_or_insert_with(lock);
                     let (nops, bytes) = st.page_ops(pg);
                     // (Asked only when space is low: a page with no ops needs a search
                     // of the extent map to tell.)
@@ -645,7 +671,11 @@ impl<M: Medium> Fs<M> {
                     i.ops_hint.store(h, Ordering::Relaxed);
                 }
             }
-            (shard, pieces)
+            let planned = match st {
+                Some(Plan::W(g)) => Some(g),
+                _ => None,
+            };
+            (shard, pieces, planned)
         };
         let ncow = pieces.iter().filter(|p| !matches!(p, Piece::Inline { .. })).count() as u64;
         let runs = self.alloc_blocks(shard, ncow, false)?;
@@ -657,8 +687,12 @@ impl<M: Medium> Fs<M> {
         // both (`commit_release`'s `fence_locked`). With other writers of the file
         // in flight (a range lock besides ours) the copy stays outside the lock, so
         // that their copies overlap and the lock is held only to append.
-        let lone = i.ranges.held_hint() <= 1;
-        let early = (ncow > 0 && lone).then(|| i.st.try_write()).flatten();
+        // (`planned`: the lock a lone writer took to plan.)
+        let (early, held) = match planned {
+            Some(g) if ncow > 0 => (Some(g), None),
+            Some(g) => (None, Some(g)),
+            None => ((ncow > 0 && lone).then(|| i.st.try_write()).flatten(), None),
+        };
         // A lone embedded overwrite (no piece on the file's last page) keeps the lock
         // through its fence as well, and its entries go by non-temporal stores
         // (`commit_release`'s `nt`; an unlock before the fence would wait for them):
@@ -716,7 +750,7 @@ impl<M: Medium> Fs<M> {
             cow.push((pg, b, crc));
         }
         let checked = self.fault != Some(crate::fs::CoreFault::UncheckedData);
-        let st = early.unwrap_or_else(|| i.st.write());
+        let st = early.or(held).unwrap_or_else(|| i.st.write());
         let (now, fine) = early_stamp.unwrap_or_else(|| self.stamp(i));
         let size = st.attr.size.max(end);
         let mut entries: SmallVec<[EntryBuf; 2]> = SmallVec::new();
