@@ -253,7 +253,7 @@ impl Leaves {
 /// where a binary search of some hundreds of keys is eight or nine dependent ones
 /// (in `profile_op randwrite4k`, the leaf search holding it had 5.6% of the
 /// samples, most on one compare of the search).
-fn upto(keys: &[u64], pg: u64) -> usize {
+pub(crate) fn upto(keys: &[u64], pg: u64) -> usize {
     let n = keys.len();
     let (Some(&lo), Some(&hi)) = (keys.first(), keys.last()) else { return 0 };
     if pg < lo {

@@ -434,9 +434,9 @@ pub(crate) fn snapshot_entries<M: Medium>(m: &M, st: &InodeState) -> Vec<EntryBu
             }
         }
         Body::Dir(d) => {
-            for (cookie, name) in &d.order {
+            for (cookie, name) in d.order.iter() {
                 let e = &d.names[name];
-                out.push(EntryBuf::dentry(e.ino, *cookie, a.mtime, e.ftype, name));
+                out.push(EntryBuf::dentry(e.ino, cookie, a.mtime, e.ftype, name));
             }
         }
     }

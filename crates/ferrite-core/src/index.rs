@@ -13,6 +13,7 @@
 //!   entries and can be unlinked by fast GC; pinned entries go at thorough GC.
 //! - For a file page, a WRITE replaces the base block and clears the page's ops.
 
+use crate::cookies::CookieOrder;
 use crate::layout::BLOCK;
 use crate::log::{AttrRec, Entry, LogState, Ts};
 use crate::pagemap::PageMap;
@@ -414,7 +415,7 @@ pub struct DirIndex {
     /// short name).
     pub names: HashMap<DirName, DirEnt, foldhash::fast::RandomState>,
     /// Cookie order for readdir.
-    pub order: BTreeMap<u64, DirName>,
+    pub order: CookieOrder,
     /// Next cookie to hand out (cookies 1 and 2 are "." and "..").
     pub next_cookie: u64,
 }
@@ -879,7 +880,7 @@ impl InodeState {
                 };
                 if let Some(o) = &old {
                     if o.cookie != *cookie || *ino == 0 {
-                        d.order.remove(&o.cookie);
+                        d.order.remove(o.cookie);
                     }
                 }
                 if let Some(o) = old {

@@ -12,6 +12,7 @@
 pub mod acl;
 pub mod alloc;
 pub mod chain;
+pub mod cookies;
 pub mod dax;
 pub mod error;
 pub mod extmap;

@@ -1905,7 +1905,7 @@ impl<M: Medium> Fs<M> {
         {
             return Ok(persist);
         }
-        for (&cookie, name) in d.order.range(after.max(2) + 1..) {
+        for (cookie, name) in d.order.from(after.max(2).saturating_add(1)) {
             let e = &d.names[name];
             let ftype = FileType::from_code(e.ftype as u32).unwrap_or(FileType::Regular);
             if !f(DirEntry { name: name.to_vec(), ino: e.ino, ftype, cookie }) {
