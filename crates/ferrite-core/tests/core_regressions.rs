@@ -380,3 +380,32 @@ fn a_wrong_but_valid_checkpoint_turns_the_pool_read_only_instead_of_panicking() 
     assert!(why.contains("already free"), "{why}");
     assert!(matches!(fs.create(fs.root(), b"g", 0o644, 0, 0), Err(Error::ReadOnly)));
 }
+
+/// Bug: `readdir` began after cookie `after + 1`, which overflows for the largest
+/// cookie a caller can pass: a panic in a debug build, and in a release build a
+/// listing that started over from the first entry (a reader resuming at the end
+/// would loop forever). Found reading the code while replacing the cookie index
+/// (`cookies.rs`); fixed with a saturating add in `Fs::readdir`.
+#[test]
+fn readdir_after_the_largest_cookie_lists_nothing() {
+    let fs = fresh_sim(4 << 20, 2);
+    for name in [&b"a"[..], b"b", b"c"] {
+        fs.create(fs.root(), name, 0o644, 0, 0).unwrap();
+    }
+    let mut all = Vec::new();
+    fs.readdir(fs.root(), 0, |e| {
+        all.push(e.cookie);
+        true
+    })
+    .unwrap();
+    assert_eq!(all.len(), 5, "., .. and three names");
+    for after in [u64::MAX, u64::MAX - 1, *all.iter().max().unwrap()] {
+        let mut n = 0;
+        fs.readdir(fs.root(), after, |_| {
+            n += 1;
+            true
+        })
+        .unwrap();
+        assert_eq!(n, 0, "after cookie {after}");
+    }
+}
