@@ -573,7 +573,7 @@ fn compose<M: Medium + ?Sized>(m: &M, base: Option<(u64, u64)>, ops: &[PageOp], 
 /// misses would follow one another. (`profile_op randread4k`, 4 KiB random reads of
 /// a 64 MiB file after 32 random 64 B writes a page, five alternating pairs:
 /// 1.06-1.15 -> 0.96-1.01 µs a read; after 4 a page, 0.84-0.88 -> 0.76-0.81.)
-fn prefetch_ops<M: Medium + ?Sized>(m: &M, ops: &[PageOp]) {
+pub fn prefetch_ops<M: Medium + ?Sized>(m: &M, ops: &[PageOp]) {
     for op in ops {
         if let PageOp::Overlay { loc, data_off, len, .. } = *op {
             let src = loc.get() + data_off as u64;
@@ -588,7 +588,8 @@ fn prefetch_ops<M: Medium + ?Sized>(m: &M, ops: &[PageOp]) {
 }
 
 /// Lay `ops` over `page` (a whole page), in order.
-fn lay_ops<M: Medium + ?Sized>(m: &M, ops: &[PageOp], page: &mut [u8]) {
+pub fn lay_ops<M: Medium + ?Sized>(m: &M, ops: &[PageOp], page: &mut [u8]) {
+    debug_assert!(page.len() == BLOCK as usize);
     for op in ops {
         match *op {
             PageOp::Overlay { loc, data_off, off, len } => {
@@ -949,26 +950,15 @@ impl InodeState {
         }
     }
 
-    /// Lay page `pg`'s ops over `page`, a whole page that holds its base block's
-    /// bytes already (zeros when it has none): for a caller that read and checked
-    /// the base itself, which [`InodeState::read_page`] would read again.
-    pub fn lay_page_ops<M: Medium + ?Sized>(&self, m: &M, pg: u64, page: &mut [u8]) {
-        debug_assert!(page.len() == BLOCK as usize);
-        if let Body::File(f) = &self.body {
-            if let Some(ops) = f.ops.get(&pg) {
-                lay_ops(m, ops, page);
-            }
-        }
-    }
-
-    /// Ask the cache for the log lines of page `pg`'s overlays (see `prefetch_ops`),
-    /// before its base block is read and checked, so that their misses overlap with
-    /// that and with one another.
-    pub fn prefetch_page_ops<M: Medium + ?Sized>(&self, m: &M, pg: u64) {
-        if let Body::File(f) = &self.body {
-            if let Some(ops) = f.ops.get(&pg) {
-                prefetch_ops(m, ops);
-            }
+    /// Page `pg`'s ops, in order (none when it has none), for a caller that reads
+    /// and checks the base block itself, which [`InodeState::read_page`] would read
+    /// again: it asks for the overlays' lines first ([`prefetch_ops`]), so that their
+    /// misses overlap with that read and with one another, then lays them over the
+    /// page ([`lay_ops`]); one lookup serves both.
+    pub fn page_op_list(&self, pg: u64) -> &[PageOp] {
+        match &self.body {
+            Body::File(f) => f.ops.get(&pg).map_or(&[], |o| &o.ops),
+            Body::Dir(_) => &[],
         }
     }
 

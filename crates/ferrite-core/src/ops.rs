@@ -6,7 +6,7 @@ use crate::fs::{
     Attr, DirEntry, Entries, FallocMode, Fs, Inode, Locked, NewInode, NewNode, Part, RenameFlags,
     SetAttr, SetTime, StatFs, XattrSet,
 };
-use crate::index::{Body, FileType, InodeState, PageOps};
+use crate::index::{self, Body, FileType, InodeState, PageOps};
 use crate::layout::{BLOCK, MAX_FILE_SIZE, NAME_MAX};
 use crate::log::{self, AttrRec, EntryBuf, EntryBytes, Ts, MAX_ENTRY, XATTR_HDR};
 use crate::pmem::Medium;
@@ -259,10 +259,11 @@ impl<M: Medium> Fs<M> {
                 Some((blk, loc)) => {
                     // The base read once: checked, then the overlays laid on it.
                     let mut page = [0u8; BLOCK as usize];
-                    st.prefetch_page_ops(&self.m, pg);
+                    let ops = st.page_op_list(pg);
+                    index::prefetch_ops(&self.m, ops);
                     self.m.read(blk * BLOCK, &mut page);
                     self.verify_page(i, pg, blk, loc, &page)?;
-                    st.lay_page_ops(&self.m, pg, &mut page);
+                    index::lay_ops(&self.m, ops, &mut page);
                     dst.copy_from_slice(&page[a..b]);
                 }
             }
@@ -283,7 +284,8 @@ impl<M: Medium> Fs<M> {
         len: usize,
     ) -> Result<()> {
         debug_assert!(page.len() == BLOCK as usize && len <= page.len());
-        st.prefetch_page_ops(&self.m, pg);
+        let ops = st.page_op_list(pg);
+        index::prefetch_ops(&self.m, ops);
         // The base block read once (it was read twice: to check it, then to
         // compose), checked where reads check, then the overlays laid on it.
         match st.file().and_then(|f| f.lookup(pg)) {
@@ -295,7 +297,7 @@ impl<M: Medium> Fs<M> {
             }
             None => page.fill(0),
         }
-        st.lay_page_ops(&self.m, pg, page);
+        index::lay_ops(&self.m, ops, page);
         page[len..].fill(0);
         Ok(())
     }
