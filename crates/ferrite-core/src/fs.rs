@@ -1640,10 +1640,26 @@ impl<M: Medium> Fs<M> {
         st: &InodeState,
         f: impl FnOnce(&mut AttrRec),
     ) -> (EntryBuf, AttrRec) {
+        let (a, shrink) = Self::attr_change(st, f);
+        (EntryBuf::setattr(&a, shrink), a)
+    }
+
+    /// [`Fs::setattr_entry`], encoded where it stays: at the end of `entries`.
+    pub(crate) fn push_setattr(
+        entries: &mut Entries,
+        st: &InodeState,
+        f: impl FnOnce(&mut AttrRec),
+    ) -> AttrRec {
+        let (a, shrink) = Self::attr_change(st, f);
+        EntryBuf::push(entries).set_setattr(&a, shrink);
+        a
+    }
+
+    /// `st`'s attributes changed by `f`, and whether that shrinks a file.
+    fn attr_change(st: &InodeState, f: impl FnOnce(&mut AttrRec)) -> (AttrRec, bool) {
         let mut a = st.attr;
         f(&mut a);
-        let shrink = a.size < st.attr.size && st.ftype != FileType::Directory;
-        (EntryBuf::setattr(&a, shrink), a)
+        (a, a.size < st.attr.size && st.ftype != FileType::Directory)
     }
 }
 
