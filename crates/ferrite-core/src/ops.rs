@@ -125,6 +125,33 @@ enum Piece {
     Inline { off: u64, src: usize, len: usize },
 }
 
+/// The parts of a rename (at most four inodes), each built where it stays.
+struct Parts {
+    parts: [Part; 4],
+    n: usize,
+}
+
+impl Parts {
+    fn new() -> Self {
+        let part = || Part { ino: 0, entries: Entries::new() };
+        Parts { parts: [part(), part(), part(), part()], n: 0 }
+    }
+
+    /// The entries of `ino`'s part, a new part after the others if it has none.
+    fn of(&mut self, ino: u64) -> &mut Entries {
+        let k = match self.parts[..self.n].iter().position(|p| p.ino == ino) {
+            Some(k) => k,
+            None => {
+                assert!(self.n < self.parts.len(), "a rename touches at most four inodes");
+                self.parts[self.n].ino = ino;
+                self.n += 1;
+                self.n - 1
+            }
+        };
+        &mut self.parts[k].entries
+    }
+}
+
 impl<M: Medium> Fs<M> {
     // ----------------------------------------------------------------- lookup
 
@@ -1530,15 +1557,13 @@ impl<M: Medium> Fs<M> {
         let now = self.m.now();
         let cookie = locked.st(parent).dir().expect("dir").next_cookie;
         let ft = locked.st(ino).ftype;
-        let pe = EntryBuf::dentry(ino, cookie, now, ft.code(), name);
-        let (ce, _) = Self::setattr_entry(locked.st(ino), |a| {
+        let mut parts =
+            [Part { ino: parent, entries: Entries::new() }, Part { ino, entries: Entries::new() }];
+        EntryBuf::push(&mut parts[0].entries).set_dentry(ino, cookie, now, ft.code(), name);
+        Self::push_setattr(&mut parts[1].entries, locked.st(ino), |a| {
             a.nlink += 1;
             a.ctime = now;
         });
-        let mut parts = [
-            Part { ino: parent, entries: smallvec::smallvec![pe] },
-            Part { ino, entries: smallvec::smallvec![ce] },
-        ];
         self.commit_multi(&mut locked, &mut parts, None, &[], false)?;
         Ok(self.attr_of(locked.inode(ino), locked.st(ino)))
     }
@@ -1757,55 +1782,56 @@ impl<M: Medium> Fs<M> {
             }
             let now = self.m.now();
             let s_ft = locked.st(s).ftype.code();
-            let mut sp_entries: Entries = Entries::new();
-            let mut dp_entries: Entries = Entries::new();
+            if s == sp || s == dp {
+                return Err(Error::invalid("rename of a directory onto its parent"));
+            }
+            // Entries are built where they stay (see `EntryBuf::push`), each inode's
+            // in one part, the parts in the order sp, dp, s, d.
+            let mut parts = Parts::new();
             let mut sp_nlink: i64 = 0;
             let mut dp_nlink: i64 = 0;
-            let mut free = Vec::new();
-            let mut s_entries = Entries::new();
-            let mut d_entries = Entries::new();
+            let mut free: SmallVec<[u64; 1]> = SmallVec::new();
             if flags.exchange {
                 let d = d.expect("exchange target");
                 let d_ft = locked.st(d).ftype.code();
                 let dd = d_dir == Some(true);
                 let sc = locked.st(sp).dir().expect("dir").next_cookie;
-                sp_entries.push(EntryBuf::dentry(d, sc, now, d_ft, sname));
+                EntryBuf::push(parts.of(sp)).set_dentry(d, sc, now, d_ft, sname);
                 let dc =
                     if sp == dp { sc + 1 } else { locked.st(dp).dir().expect("dir").next_cookie };
-                dp_entries.push(EntryBuf::dentry(s, dc, now, s_ft, dname));
+                EntryBuf::push(parts.of(dp)).set_dentry(s, dc, now, s_ft, dname);
                 if sp != dp {
                     sp_nlink += dd as i64 - s_dir as i64;
                     dp_nlink += s_dir as i64 - dd as i64;
                 }
-                let (e, _) = Self::setattr_entry(locked.st(s), |a| {
+                Self::push_setattr(parts.of(s), locked.st(s), |a| {
                     if s_dir {
                         a.parent = dp;
                     }
                     a.ctime = now;
                 });
-                s_entries.push(e);
-                let (e, _) = Self::setattr_entry(locked.st(d), |a| {
-                    if dd {
-                        a.parent = sp;
-                    }
-                    a.ctime = now;
-                });
-                d_entries.push(e);
+                if d != sp && d != dp {
+                    Self::push_setattr(parts.of(d), locked.st(d), |a| {
+                        if dd {
+                            a.parent = sp;
+                        }
+                        a.ctime = now;
+                    });
+                }
             } else {
-                sp_entries.push(EntryBuf::dentry(0, 0, now, 0, sname));
+                EntryBuf::push(parts.of(sp)).set_dentry(0, 0, now, 0, sname);
                 let dc = locked.st(dp).dir().expect("dir").next_cookie;
-                dp_entries.push(EntryBuf::dentry(s, dc, now, s_ft, dname));
+                EntryBuf::push(parts.of(dp)).set_dentry(s, dc, now, s_ft, dname);
                 if s_dir && sp != dp {
                     sp_nlink -= 1;
                     dp_nlink += 1;
                 }
-                let (e, _) = Self::setattr_entry(locked.st(s), |a| {
+                Self::push_setattr(parts.of(s), locked.st(s), |a| {
                     if s_dir {
                         a.parent = dp;
                     }
                     a.ctime = now;
                 });
-                s_entries.push(e);
                 if let Some(d) = d {
                     let dst = locked.st(d);
                     let dd = dst.ftype == FileType::Directory;
@@ -1815,53 +1841,31 @@ impl<M: Medium> Fs<M> {
                     let open = locked.inode(d).open.load(Ordering::Acquire) > 0;
                     if (dd || dst.attr.nlink <= 1) && !open {
                         free.push(d);
-                    } else {
-                        let (e, _) = Self::setattr_entry(dst, |a| {
+                    } else if d != sp && d != dp {
+                        Self::push_setattr(parts.of(d), dst, |a| {
                             a.nlink = if dd { 0 } else { a.nlink - 1 };
                             a.ctime = now;
                         });
-                        d_entries.push(e);
                     }
                 }
             }
-            // Parent attribute changes (link counts, times).
-            let mut parts: Vec<Part> = Vec::new();
-            let bump = |st: &InodeState, dn: i64| {
-                Self::setattr_entry(st, |a| {
-                    a.nlink = (a.nlink as i64 + dn) as u32;
-                    a.mtime = now;
-                    a.ctime = now;
-                })
-                .0
+            // Parent attribute changes (link counts, times), after their entries.
+            let bumps: [(u64, i64); 2] = if sp == dp {
+                [(sp, sp_nlink + dp_nlink), (dp, 0)]
+            } else {
+                [(sp, sp_nlink), (dp, dp_nlink)]
             };
-            if sp == dp {
-                let mut es = sp_entries;
-                es.extend(dp_entries);
-                if sp_nlink + dp_nlink != 0 {
-                    es.push(bump(locked.st(sp), sp_nlink + dp_nlink));
-                }
-                parts.push(Part { ino: sp, entries: es });
-            } else {
-                if sp_nlink != 0 {
-                    sp_entries.push(bump(locked.st(sp), sp_nlink));
-                }
-                if dp_nlink != 0 {
-                    dp_entries.push(bump(locked.st(dp), dp_nlink));
-                }
-                parts.push(Part { ino: sp, entries: sp_entries });
-                parts.push(Part { ino: dp, entries: dp_entries });
-            }
-            if s != sp && s != dp {
-                parts.push(Part { ino: s, entries: s_entries });
-            } else {
-                return Err(Error::invalid("rename of a directory onto its parent"));
-            }
-            if let Some(d) = d {
-                if !d_entries.is_empty() && !free.contains(&d) && d != sp && d != dp {
-                    parts.push(Part { ino: d, entries: d_entries });
+            for (ino, dn) in bumps {
+                if dn != 0 {
+                    Self::push_setattr(parts.of(ino), locked.st(ino), |a| {
+                        a.nlink = (a.nlink as i64 + dn) as u32;
+                        a.mtime = now;
+                        a.ctime = now;
+                    });
                 }
             }
-            self.commit_multi(&mut locked, &mut parts, None, &free, true)?;
+            let n = parts.n;
+            self.commit_multi(&mut locked, &mut parts.parts[..n], None, &free, true)?;
             return Ok(());
         }
         Err(Error::Busy)
