@@ -1398,8 +1398,9 @@ impl<M: Medium> Fs<M> {
             self.m.prefetch(self.geo.slot_off(ino));
         }
         let early = if self.is_client() { None } else { Some(self.journal_open()?) };
-        // Inline vectors: a create, unlink or rename allocates nothing here.
-        let mut appended: SmallVec<[log::Appended; 2]> = SmallVec::new();
+        // Inline vectors: a create, unlink or rename (up to four inodes) allocates
+        // nothing here.
+        let mut appended: SmallVec<[log::Appended; 4]> = SmallVec::new();
         let mut new_app: Option<log::Appended> = None;
         let mut cleanup_pages: SmallVec<[u64; 4]> = SmallVec::new();
         let res = (|| -> Result<()> {
