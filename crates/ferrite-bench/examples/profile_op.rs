@@ -3,7 +3,7 @@
 //!
 //!     cargo run --release -p ferrite-bench --example profile_op -- OP [SECONDS] [PERF_OUT]
 //!
-//! OP: create | unlink | randwrite4k | randwrite64 | append64 | append256 | append4k | seqwrite1k | seqwrite1m |
+//! OP: create | unlink | randwrite4k | randwrite64 | rewrite64 | append64 | append256 | append4k | seqwrite1k | seqwrite1m |
 //! randread4k (FERRITE_PROFILE_OVERLAYS=K: after K random 64 B writes per page) | shared4k | private4k | shared64 | private64 (the last four: 2 threads of
 //! random writes + fsync, on one shared file or a file each; ops/s are the sum) |
 //! metapath (the metadata benchmark's library target: rounds of FERRITE_PROFILE_FILES
@@ -50,6 +50,7 @@ fn main() {
     if op.contains("4k")
         || op.starts_with("seqwrite")
         || op == "randwrite64"
+        || op == "rewrite64"
         || op.starts_with("shared")
         || op.starts_with("private")
     {
@@ -219,6 +220,12 @@ fn main() {
                 }
                 "randwrite64" => {
                     fs.write(f, rnd(span * 64) * 64, &buf[..64]).expect("write");
+                    fs.fsync(f, false).expect("fsync");
+                }
+                "rewrite64" => {
+                    // One 64 B range of a page in the middle of the file, rewritten
+                    // in place (a header or a counter).
+                    fs.write(f, (8192 << 12) + 128, &buf[..64]).expect("write");
                     fs.fsync(f, false).expect("fsync");
                 }
                 "randread4k" => {

@@ -962,6 +962,48 @@ impl InodeState {
         }
     }
 
+    /// Drop the ops of page `pg` that its newest op covers whole (the page reads the
+    /// same without them); the entries of the overlays dropped die. Asked by an
+    /// embedded write that found the page's list full, whose merge would read the
+    /// list anyway: a range rewritten in place then never merges its page. One pass,
+    /// the newest op only: a scan of every pair cost random writes more than the
+    /// merges it saved (docs/BENCHMARKS.md, eighth stop). Returns how many went.
+    pub fn drop_hidden_by_newest(&mut self, pg: u64) -> usize {
+        let Body::File(f) = &mut self.body else { return 0 };
+        let Some(ops) = f.ops.get_mut(&pg) else { return 0 };
+        let span = |op: &PageOp| match *op {
+            PageOp::Overlay { off, len, .. } | PageOp::Zero { off, len } => {
+                (u32::from(off), u32::from(off) + u32::from(len))
+            }
+        };
+        let Some((newest, older)) = ops.ops.split_last() else { return 0 };
+        let (c, d) = span(newest);
+        if !older.iter().any(|op| {
+            let (a, b) = span(op);
+            c <= a && b <= d
+        }) {
+            return 0;
+        }
+        let mut dead: SmallVec<[u64; 8]> = SmallVec::new();
+        let (n, bytes) = (ops.ops.len(), &mut ops.bytes);
+        let (mut k, mut dropped) = (0, 0);
+        ops.ops.retain(|op| {
+            k += 1;
+            let (a, b) = span(op);
+            let hidden = k < n && c <= a && b <= d;
+            dropped += usize::from(hidden);
+            if let (true, PageOp::Overlay { loc, len, .. }) = (hidden, *op) {
+                *bytes -= u32::from(len);
+                dead.push(loc.get());
+            }
+            !hidden
+        });
+        for loc in &dead {
+            self.dec(*loc, 1);
+        }
+        dropped
+    }
+
     /// Overlay ops on page `pg` and the bytes they carry.
     pub fn page_ops(&self, pg: u64) -> (usize, usize) {
         match &self.body {

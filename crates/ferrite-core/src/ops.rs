@@ -658,7 +658,18 @@ impl<M: Medium> Fs<M> {
                     pieces.push(Piece::Full { pg, src });
                 } else {
                     let st = st.get_or_insert_with(lock);
-                    let (nops, bytes) = st.page_ops(pg);
+                    let (mut nops, mut bytes) = st.page_ops(pg);
+                    // A full list of a page that is not the last first loses the ops
+                    // its newest one hides, when the state is locked for writing (a
+                    // lone writer's plan): a range rewritten in place never merges.
+                    let full = nops >= MAX_PAGE_OPS || bytes + len > PAGE_INLINE_BYTES;
+                    if full && (pg + 1) * BLOCK < st.attr.size {
+                        if let Plan::W(g) = st {
+                            if g.drop_hidden_by_newest(pg) > 0 {
+                                (nops, bytes) = g.page_ops(pg);
+                            }
+                        }
+                    }
                     // (Asked only when space is low: a page with no ops needs a search
                     // of the extent map to tell.)
                     let has_content =
