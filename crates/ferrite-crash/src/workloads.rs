@@ -444,6 +444,20 @@ pub fn suite(seed: u64) -> Vec<Workload> {
             o.push(Op::Fsync { path: s("/f") });
             o
         }),
+        w("rewrite-in-place", "one sub-page range rewritten in place past a full overlay list: the hidden overlays dropped, their log pages freed by fast GC", MB, {
+            // Three pages, so that page 0 is not the file's last (whose list is longer).
+            let mut o = vec![create("/r"), write("/r", 0, 12288, 1)];
+            for i in 0..3 * ferrite_core::MAX_PAGE_OPS as u64 {
+                o.push(write("/r", 128, 64, 2 + i as u8));
+                if i % 7 == 3 {
+                    // A partial overlap (kept) and a write that covers two older ones.
+                    o.push(write("/r", 160, 64, 100 + i as u8));
+                    o.push(write("/r", 64, 256, 150 + i as u8));
+                }
+            }
+            o.push(Op::Fsync { path: s("/r") });
+            o
+        }),
         w("write-pages", "page-aligned copy-on-write writes, holes, extent splits", MB, vec![
             create("/p"),
             write("/p", 0, 4096, 1),
