@@ -3,7 +3,8 @@
 //!
 //!     cargo run --release -p ferrite-bench --example profile_op -- OP [SECONDS] [PERF_OUT]
 //!
-//! OP: create | unlink | randwrite4k | randwrite64 | rewrite64 | append64 | append256 | append4k | seqwrite1k | seqwrite1m |
+//! OP: create | unlink | randwrite4k | randwrite64 | rewrite64 (one 64 B range rewritten) |
+//! append64 | append256 | append4k | seqwrite1k | seqwrite1m |
 //! randread4k (FERRITE_PROFILE_OVERLAYS=K: after K random 64 B writes per page) | shared4k | private4k | shared64 | private64 (the last four: 2 threads of
 //! random writes + fsync, on one shared file or a file each; ops/s are the sum) |
 //! metapath (the metadata benchmark's library target: rounds of FERRITE_PROFILE_FILES

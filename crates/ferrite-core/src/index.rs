@@ -976,14 +976,8 @@ impl InodeState {
                 (u32::from(off), u32::from(off) + u32::from(len))
             }
         };
-        let Some((newest, older)) = ops.ops.split_last() else { return 0 };
+        let Some(newest) = ops.ops.last() else { return 0 };
         let (c, d) = span(newest);
-        if !older.iter().any(|op| {
-            let (a, b) = span(op);
-            c <= a && b <= d
-        }) {
-            return 0;
-        }
         let mut dead: SmallVec<[u64; 8]> = SmallVec::new();
         let (n, bytes) = (ops.ops.len(), &mut ops.bytes);
         let (mut k, mut dropped) = (0, 0);

@@ -659,21 +659,6 @@ impl<M: Medium> Fs<M> {
                 } else {
                     let st = st.get_or_insert_with(lock);
                     let (mut nops, mut bytes) = st.page_ops(pg);
-                    // A full list of a page that is not the last first loses the ops
-                    // its newest one hides, when the state is locked for writing (a
-                    // lone writer's plan): a range rewritten in place never merges.
-                    let full = nops >= MAX_PAGE_OPS || bytes + len > PAGE_INLINE_BYTES;
-                    if full && (pg + 1) * BLOCK < st.attr.size {
-                        if let Plan::W(g) = st {
-                            if g.drop_hidden_by_newest(pg) > 0 {
-                                (nops, bytes) = g.page_ops(pg);
-                            }
-                        }
-                    }
-                    // (Asked only when space is low: a page with no ops needs a search
-                    // of the extent map to tell.)
-                    let has_content =
-                        || nops > 0 || st.file().is_some_and(|f| f.lookup(pg).is_some());
                     // A write that completes the file's last page (an append reaching
                     // a page end) folds the page's overlays into a copy-on-write page:
                     // no later write would, and stranded overlays would cost log space
@@ -688,6 +673,21 @@ impl<M: Medium> Fs<M> {
                     } else {
                         (MAX_PAGE_OPS, PAGE_INLINE_BYTES)
                     };
+                    // A full list of another page first loses the ops its newest one
+                    // hides, when the state is locked for writing (a lone writer's
+                    // plan): a range rewritten in place never merges.
+                    let full = nops >= max_ops || bytes + len > max_bytes;
+                    if full && !last && len <= INLINE_MAX {
+                        if let Plan::W(g) = st {
+                            if g.drop_hidden_by_newest(pg) > 0 {
+                                (nops, bytes) = g.page_ops(pg);
+                            }
+                        }
+                    }
+                    // (Asked only when space is low: a page with no ops needs a search
+                    // of the extent map to tell.)
+                    let has_content =
+                        || nops > 0 || st.file().is_some_and(|f| f.lookup(pg).is_some());
                     if len <= INLINE_MAX
                         && nops < max_ops
                         && bytes + len <= max_bytes
