@@ -335,10 +335,13 @@ pub fn upgrade(a: &UpgradeArgs) -> i32 {
         Ok(v) => {
             let now = ferrite_core::layout::VERSION;
             println!("{}: format version {v} -> {now}", a.pool.display());
-            println!(
-                "  without metadata replicas (second copies of inode slots, journals and the \
-                 checkpoint): copy the files to a pool made by `ferrite mkfs` to get them"
-            );
+            // Metadata replicas came with version 5: older pools do not get them.
+            if v < 5 {
+                println!(
+                    "  without metadata replicas (second copies of inode slots, journals and the \
+                     checkpoint): copy the files to a pool made by `ferrite mkfs` to get them"
+                );
+            }
             0
         }
         Err(e) => {

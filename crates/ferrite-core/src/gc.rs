@@ -384,13 +384,21 @@ impl Run {
 pub(crate) fn snapshot_entries<M: Medium>(m: &M, st: &InodeState) -> Vec<EntryBuf> {
     let a = &st.attr;
     let mut out = Vec::new();
+    let mut tail: Option<crate::index::TailRun> = None;
     match &st.body {
         Body::File(f) => {
             // A run that continues the one before it in pages and blocks (pages of
             // a file written in order, each from its own entry) joins it: one entry
             // for both, so the compacted log and the extent map shrink.
             let mut pend: Option<Run> = None;
+            // A run of in-place appends goes on after GC: its page's entry, an
+            // in-place append again, comes last (after the SETATTR, which would
+            // end the run), so recovery still finds it as the log's last operation's.
             for (pg, e) in f.ext.iter() {
+                if let Some(r) = f.tail.filter(|r| (r.pg, r.block, 1) == (pg, e.block, e.len)) {
+                    tail = Some(r);
+                    continue;
+                }
                 // The pages' checksums move with them (the seed does not change);
                 // entries without any, or damaged since replay, stay unchecked.
                 let crcs = log::write_page_crcs(m, e.loc, e.block, e.len as u64).ok().flatten();
@@ -451,5 +459,11 @@ pub(crate) fn snapshot_entries<M: Medium>(m: &M, st: &InodeState) -> Vec<EntryBu
         out.push(EntryBuf::xattr(false, name, &v, a.ctime));
     }
     out.push(EntryBuf::setattr(a, false));
+    if let Some(r) = tail {
+        debug_assert_eq!(r.pg * BLOCK + u64::from(r.valid), a.size, "a run ends the file");
+        let mut e = EntryBuf { bytes: Default::default() };
+        e.set_tail_write(r.pg, r.block, a.size, a.mtime, None, r.crc);
+        out.push(e);
+    }
     out
 }

@@ -147,6 +147,25 @@ pub struct FileIndex {
     /// 64 B write's perf samples, mostly first-touch faults of the growing heap; the
     /// time per write did not move measurably without it).
     spare: Vec<Vec<PageOp>>,
+    /// The run of in-place appends ([`crate::log::FLAG_TAIL`]) the file's last
+    /// entry continues, if its last entry is one: the next append may write into
+    /// the same block past its end. Any other entry ends the run (DRAM only).
+    pub tail: Option<TailRun>,
+}
+
+/// The last of a file's in-place appends, when nothing came after it: page `pg`
+/// lives in `block`, whose bytes from `valid` on are zero (not the file's), and
+/// `crc` is the page's [`crate::log::page_crc`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TailRun {
+    /// File page.
+    pub pg: u64,
+    /// Its block.
+    pub block: u64,
+    /// Bytes of the page that are the file's (1..4096).
+    pub valid: u32,
+    /// The page's checksum.
+    pub crc: u32,
 }
 
 /// Op lists a file keeps for reuse.
@@ -606,6 +625,14 @@ fn page_of(loc: u64) -> u64 {
 }
 
 impl InodeState {
+    /// End the file's run of in-place appends (a reflink shares its block, a DAX
+    /// mapping may store past the end of file).
+    pub fn end_tail_run(&mut self) {
+        if let Body::File(f) = &mut self.body {
+            f.tail = None;
+        }
+    }
+
     /// Empty state of a type.
     pub fn new(ftype: FileType) -> Self {
         let body = match ftype {
@@ -811,6 +838,17 @@ impl InodeState {
 
     /// Apply one committed entry at `loc`. Blocks no longer referenced go to `freed`.
     pub fn apply(&mut self, loc: u64, e: &Entry, freed: &mut Freed) {
+        if let Body::File(f) = &mut self.body {
+            // Only an in-place append that leaves room in its page continues a run
+            // of them.
+            let valid = crate::log::tail_valid(e) as u32;
+            f.tail = match *e {
+                Entry::Write { pgoff, block, tail: Some(crc), .. } if valid < BLOCK as u32 => {
+                    Some(TailRun { pg: pgoff, block, valid, crc })
+                }
+                _ => None,
+            };
+        }
         match e {
             Entry::SetAttr(a, shrink) => {
                 if let Some(old) = self.setattr_loc.replace(loc) {
@@ -831,10 +869,19 @@ impl InodeState {
                 self.attr = *a;
             }
             Entry::Write { pgoff, block, npages, size, mtime, .. } => {
-                let pieces = match &mut self.body {
+                let mut pieces = match &mut self.body {
                     Body::File(f) => f.insert(*pgoff, *npages, *block, loc),
                     Body::Dir(_) => return,
                 };
+                // An in-place append maps its page to the block it had: the old
+                // mapping's entry dies, the block stays.
+                for (pg, e) in &mut pieces {
+                    if e.len == 1 && *pg >= *pgoff && e.block == block + (*pg - pgoff) {
+                        self.dec(e.loc, 1);
+                        e.len = 0;
+                    }
+                }
+                pieces.retain(|(_, e)| e.len > 0);
                 self.drop_pieces(pieces, freed);
                 self.clear_ops_in(*pgoff, *npages as u64);
                 self.inc(loc, *npages as u64);
@@ -1188,6 +1235,7 @@ mod tests {
                 mtime: Ts::default(),
                 dcrc: None,
                 pcrc: false,
+                tail: None,
             },
             &mut freed,
         );
@@ -1202,6 +1250,7 @@ mod tests {
                 mtime: Ts::default(),
                 dcrc: None,
                 pcrc: false,
+                tail: None,
             },
             &mut freed,
         );
@@ -1233,6 +1282,7 @@ mod tests {
             mtime: Ts::default(),
             dcrc: None,
             pcrc: false,
+            tail: None,
         };
         let mut s = InodeState::new(FileType::Regular);
         let mut freed = Freed::new();

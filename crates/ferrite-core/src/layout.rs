@@ -16,7 +16,7 @@ pub const BLOCK: u64 = 4096;
 /// Format magic.
 pub const MAGIC: [u8; 8] = *b"FERRITE1";
 /// Format version described by docs/FORMAT.md.
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 /// Feature bit (version 5): the journals, the inode table and the checkpoint have a
 /// second copy ([`Geometry::replicas`]). Set by mkfs; pools upgraded from version 4
 /// or older do not have it.

@@ -46,6 +46,11 @@ pub const FLAG_DCRC: u8 = 4;
 pub const FLAG_PCRC: u8 = 8;
 /// Flag: this SHIFT moves pages up (insert range); without it, down (collapse).
 pub const FLAG_INSERT: u8 = 16;
+/// Flag: this WRITE (one page, with [`FLAG_PCRC`]; format v7) is an append written
+/// in place past the file's end into the block its page already had, or a new
+/// block: the block's bytes from the file size after it on (within the page) are
+/// not the page's and read as zero; the page's checksum takes them as zero.
+pub const FLAG_TAIL: u8 = 32;
 /// Pages a WRITE with [`FLAG_PCRC`] covers at most (its entry is then 1,088 bytes);
 /// writers split longer extents.
 pub const PCRC_MAX_PAGES: u32 = 256;
@@ -145,6 +150,9 @@ pub enum Entry {
         /// The entry carries its pages' checksums ([`FLAG_PCRC`]), at
         /// [`WRITE_LEN`] + 4 k for page k.
         pcrc: bool,
+        /// An in-place append ([`FLAG_TAIL`]): its page's checksum ([`page_crc`],
+        /// the bytes past its size taken as zero).
+        tail: Option<u32>,
     },
     /// `dlen` bytes at file offset `off`, stored at `data_off` inside the entry.
     Inline {
@@ -429,9 +437,40 @@ impl EntryBuf {
         dcrc: Option<u32>,
         crcs: &[u32],
     ) {
+        self.set_write_crcs_flags(pgoff, block, size, mtime, dcrc, crcs, 0);
+    }
+
+    /// Make this entry a one-page in-place append ([`FLAG_TAIL`]): page `pg` lives
+    /// in `block`, whose bytes up to `size` (within the page) are the page's;
+    /// `crc` is the page's [`page_crc`] with the rest taken as zero; `dcrc` as for
+    /// [`EntryBuf::write`].
+    pub fn set_tail_write(
+        &mut self,
+        pg: u64,
+        block: u64,
+        size: u64,
+        mtime: Ts,
+        dcrc: Option<u32>,
+        crc: u32,
+    ) {
+        debug_assert!(size > pg * crate::layout::BLOCK, "an in-place append's size");
+        self.set_write_crcs_flags(pg, block, size, mtime, dcrc, &[crc], FLAG_TAIL);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn set_write_crcs_flags(
+        &mut self,
+        pgoff: u64,
+        block: u64,
+        size: u64,
+        mtime: Ts,
+        dcrc: Option<u32>,
+        crcs: &[u32],
+        flags: u8,
+    ) {
         let n = crcs.len();
         assert!(n >= 1 && n <= PCRC_MAX_PAGES as usize, "WRITE of {n} checksummed pages");
-        let f = FLAG_PCRC | if dcrc.is_some() { FLAG_DCRC } else { 0 };
+        let f = flags | FLAG_PCRC | if dcrc.is_some() { FLAG_DCRC } else { 0 };
         let mut e = Enc::at(&mut self.bytes, etype::WRITE, f, WRITE_LEN + 4 * n);
         e.u64(pgoff).u64(block).u32(n as u32).u32(dcrc.unwrap_or(0)).u64(size).ts(mtime);
         for &c in crcs {
@@ -604,11 +643,43 @@ pub fn data_matches<M: Medium + ?Sized>(m: &M, seed: u32, e: &Entry) -> bool {
     let &Entry::Write { block, npages, dcrc: Some(want), .. } = e else { return true };
     let mut page = [0u8; BLOCK as usize];
     let mut acc = seed;
+    let valid = tail_valid(e);
     for b in block..block + npages as u64 {
         m.read(b * BLOCK, &mut page);
+        // An in-place append's page: what lies past the file's end is not its.
+        page[valid..].fill(0);
         acc = data_crc(acc, page_crc(seed, &page));
     }
     acc == want
+}
+
+/// Bytes of the page of an in-place append ([`FLAG_TAIL`]) that are the page's
+/// (the rest of its block is not); a whole page for any other entry.
+pub fn tail_valid(e: &Entry) -> usize {
+    match *e {
+        Entry::Write { pgoff, size, tail: Some(_), .. } => {
+            size.saturating_sub(pgoff.saturating_mul(BLOCK)).min(BLOCK) as usize
+        }
+        _ => BLOCK as usize,
+    }
+}
+
+/// After a crash, clear what an in-place append that never committed left in the
+/// block of the log's last operation, an in-place append ([`FLAG_TAIL`];
+/// [`Walk::last_tail`]): the bytes past its size, which its page checksum takes as
+/// zero, must read as zero again (scrub, and a file grown by truncate). No store
+/// when they already are. The walk has bounds-checked the block.
+pub fn clear_past_tail<M: Medium + ?Sized>(m: &M, (block, valid): (u64, u64)) {
+    if valid >= BLOCK {
+        return;
+    }
+    let mut rest = [0u8; BLOCK as usize];
+    let rest = &mut rest[..(BLOCK - valid) as usize];
+    m.read(block * BLOCK + valid, rest);
+    if rest.iter().any(|&b| b != 0) {
+        m.zero_nt(block * BLOCK + valid, BLOCK - valid);
+        m.fence();
+    }
 }
 
 /// The stored [`page_crc`] of data block `block`, mapped by the WRITE entry at
@@ -752,12 +823,17 @@ fn decode_body(t: u8, b: &[u8]) -> Result<Entry> {
             let size = r.u64();
             let mtime = ts(&mut r);
             let pcrc = b[5] & FLAG_PCRC != 0;
+            let tail = (b[5] & FLAG_TAIL != 0 && len > WRITE_LEN).then(|| r.u32());
             let want = if pcrc { pad8(WRITE_LEN + 4 * npages as usize) } else { WRITE_LEN };
-            if npages == 0 || (pcrc && npages > PCRC_MAX_PAGES) || len != want {
+            if npages == 0
+                || (pcrc && npages > PCRC_MAX_PAGES)
+                || len != want
+                || (b[5] & FLAG_TAIL != 0 && (npages != 1 || !pcrc))
+            {
                 return Err(bad());
             }
             let dcrc = (b[5] & FLAG_DCRC != 0).then_some(crc);
-            Entry::Write { pgoff, block, npages, size, mtime, dcrc, pcrc }
+            Entry::Write { pgoff, block, npages, size, mtime, dcrc, pcrc, tail }
         }
         etype::INLINE if len >= INLINE_HDR => {
             let off = r.u64();
@@ -945,6 +1021,19 @@ pub struct Walk {
     pub torn: bool,
     /// Bytes between `end` and the stored tail that were discarded.
     pub discarded_entries: usize,
+    /// The block and valid bytes ([`tail_valid`]) of the in-place append
+    /// ([`FLAG_TAIL`]) in the last operation kept, if it is one: after a crash
+    /// its block may hold a later, uncommitted append's bytes past them
+    /// ([`clear_past_tail`]).
+    pub last_tail: Option<(u64, u64)>,
+}
+
+/// The in-place append among one operation's entries, as [`Walk::last_tail`].
+fn tail_of(op: &[(u64, Entry)]) -> Option<(u64, u64)> {
+    op.iter().rev().find_map(|(_, e)| match e {
+        &Entry::Write { block, tail: Some(_), .. } => Some((block, tail_valid(e) as u64)),
+        _ => None,
+    })
 }
 
 /// Walk a log from `head` to `tail` (byte addresses), validating every entry;
@@ -1050,6 +1139,8 @@ fn walk_span<M: Medium + ?Sized>(
     };
     // The commit point before `held`.
     let mut prev_commit = last_commit;
+    // The in-place append of the operation before the last one (`Walk::last_tail`).
+    let mut prev_tail: Option<(u64, u64)> = None;
     // Fast GC unlinked pages right before the entries in `pending`; `held` may be
     // cut on a data mismatch (it does not follow such a gap).
     let mut gap_in_pending = false;
@@ -1075,6 +1166,8 @@ fn walk_span<M: Medium + ?Sized>(
                     for (loc, e) in held.drain(..).chain(pending.drain(..)) {
                         f(loc, e);
                     }
+                    // (GC ends an in-place append run: nothing follows it.)
+                    prev_tail = None;
                     gap_in_pending = true;
                 }
                 rule = SeqRule::Exact(s + 1);
@@ -1120,6 +1213,7 @@ fn walk_span<M: Medium + ?Sized>(
                 }
                 if txend {
                     w.committed += pending.len();
+                    prev_tail = tail_of(&held);
                     for (loc, e) in held.drain(..) {
                         f(loc, e);
                     }
@@ -1148,6 +1242,9 @@ fn walk_span<M: Medium + ?Sized>(
         w.committed -= held.len();
         held.clear();
         last_commit = prev_commit;
+        w.last_tail = prev_tail;
+    } else {
+        w.last_tail = tail_of(&held);
     }
     for (loc, e) in held.drain(..) {
         f(loc, e);

@@ -68,6 +68,8 @@ impl<M: Medium> Fs<M> {
         let _h = self.hold(&i)?;
         let _r = i.ranges.lock(pg0, pgn);
         self.pin(&i);
+        // Stores through the mapping may land past the end of file.
+        i.st.write().end_tail_run();
         match self.materialize(&i, pg0, pgn) {
             Ok(runs) => Ok(runs),
             Err(e) => {

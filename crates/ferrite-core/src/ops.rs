@@ -25,6 +25,10 @@ pub const PAGE_INLINE_BYTES: usize = 2048;
 /// Overlays the file's last page may carry (appends land there; the append that
 /// completes the page merges them, so appended pages are written once).
 pub const TAIL_PAGE_OPS: usize = 64;
+/// Appends of at least this many bytes by a file's only writer go in place into
+/// the last page's block past the end of file ([`log::FLAG_TAIL`]) rather than
+/// into the log: data written once, a small entry, no merge.
+pub const IN_PLACE_MIN: usize = 128;
 /// Largest extended attribute value kept inside its log entry; larger ones, up to
 /// [`log::XATTR_SIZE_MAX`], live in data blocks the entry names.
 pub const XATTR_VALUE_MAX: usize = MAX_ENTRY - XATTR_HDR - 255;
@@ -123,6 +127,16 @@ enum Piece {
     Merged { pg: u64, page: Box<[u8; BLOCK as usize]> },
     /// Embedded in the log.
     Inline { off: u64, src: usize, len: usize },
+    /// An append written in place past the end of file into the last page's
+    /// block (`run`), or into a new block for a page it starts (`run` None).
+    InPlace { pg: u64, src: usize, len: usize, run: Option<index::TailRun> },
+}
+
+impl Piece {
+    /// Does it need a new block?
+    fn needs_block(&self) -> bool {
+        !matches!(self, Piece::Inline { .. } | Piece::InPlace { run: Some(_), .. })
+    }
 }
 
 /// The parts of a rename (at most four inodes), each built where it stays.
@@ -688,7 +702,9 @@ impl<M: Medium> Fs<M> {
                     // of the extent map to tell.)
                     let has_content =
                         || nops > 0 || st.file().is_some_and(|f| f.lookup(pg).is_some());
-                    if len <= INLINE_MAX
+                    if let Some(run) = self.in_place(i, st, off, data.len(), low_space) {
+                        pieces.push(Piece::InPlace { pg, src, len, run });
+                    } else if len <= INLINE_MAX
                         && nops < max_ops
                         && bytes + len <= max_bytes
                         && !(low_space && has_content())
@@ -717,7 +733,8 @@ impl<M: Medium> Fs<M> {
             };
             (shard, pieces, planned)
         };
-        let ncow = pieces.iter().filter(|p| !matches!(p, Piece::Inline { .. })).count() as u64;
+        let ncow = pieces.iter().filter(|p| p.needs_block()).count() as u64;
+        let in_place = matches!(pieces[..], [Piece::InPlace { .. }]);
         let runs = self.alloc_blocks(shard, ncow, false)?;
         // The lock before the copy, when this is the file's only writer in flight.
         // On x86 an atomic read-modify-write (a lock or an unlock) waits for the
@@ -729,7 +746,7 @@ impl<M: Medium> Fs<M> {
         // that their copies overlap and the lock is held only to append.
         // (`planned`: the lock a lone writer took to plan.)
         let (early, held) = match planned {
-            Some(g) if ncow > 0 => (Some(g), None),
+            Some(g) if ncow > 0 || in_place => (Some(g), None),
             Some(g) => (None, Some(g)),
             None => ((ncow > 0 && lone).then(|| i.st.try_write()).flatten(), None),
         };
@@ -777,11 +794,37 @@ impl<M: Medium> Fs<M> {
         let mut blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
         // Page, block and checksum of each copy-on-write page.
         let mut cow: SmallVec<[(u64, u64, u32); 4]> = SmallVec::new();
+        // The in-place append's (page, block, page checksum, bytes written past the
+        // end of file: cleared again if the commit fails).
+        let mut tail_piece = None;
         for p in &pieces {
             let (pg, src) = match p {
                 Piece::Full { pg, src } => (*pg, &data[*src..*src + BLOCK as usize]),
                 Piece::Merged { pg, page } => (*pg, &page[..]),
                 Piece::Inline { .. } => continue,
+                &Piece::InPlace { pg, src, len, run } => {
+                    let src = &data[src..src + len];
+                    tail_piece = Some(match run {
+                        Some(run) => {
+                            let v = run.valid as usize;
+                            self.m.write_nt(run.block * BLOCK + v as u64, src);
+                            let crc = tail_page_crc(run.crc ^ seed, v, src) ^ seed;
+                            (pg, run.block, crc, Some((v, len)))
+                        }
+                        None => {
+                            // A page the append starts: its block gets the bytes and
+                            // zeros after them, one streamed page.
+                            let b = blocks.next().expect("allocated");
+                            let mut page = spare_page();
+                            page[..len].copy_from_slice(src);
+                            page[len..].fill(0);
+                            let crc = self.m.write_nt_crc(b * BLOCK, &page[..]) ^ seed;
+                            keep_spare_page(page);
+                            (pg, b, crc, None)
+                        }
+                    });
+                    continue;
+                }
             };
             let b = blocks.next().expect("allocated");
             // The page's checksum comes from the loads of its copy: every
@@ -798,6 +841,11 @@ impl<M: Medium> Fs<M> {
         Self::remove_privs_entries(&st, now, lacks_fsetid, &mut entries);
         if !cow.is_empty() {
             cow_entries(seed, &cow, size, now, checked, &mut entries);
+        }
+        if let Some((pg, b, crc, _)) = tail_piece {
+            entries.push(EntryBuf { bytes: Default::default() });
+            let dcrc = checked.then(|| log::data_crc(seed, crc));
+            entries.last_mut().expect("just pushed").set_tail_write(pg, b, size, now, dcrc, crc);
         }
         let mut long = false;
         for p in &pieces {
@@ -834,9 +882,15 @@ impl<M: Medium> Fs<M> {
                 i.times_seen.store(false, Ordering::Relaxed);
             }
         };
-        let r = self
-            .commit_release(i, st, &mut entries, seen, fence_locked, nt)
-            .inspect_err(|_| self.free_runs(&runs));
+        let r =
+            self.commit_release(i, st, &mut entries, seen, fence_locked, nt).inspect_err(|_| {
+                self.free_runs(&runs);
+                if let Some((_, b, _, Some((v, len)))) = tail_piece {
+                    // Past the end of file the block must read as zero again.
+                    self.m.zero_nt(b * BLOCK + v as u64, len as u64);
+                    self.m.fence();
+                }
+            });
         // An embedded write too long for an entry's inline bytes (a 256-byte
         // append) keeps its heap buffer for this thread's next one.
         if long {
@@ -846,6 +900,42 @@ impl<M: Medium> Fs<M> {
             }
         }
         r
+    }
+
+    /// May this write, `len` bytes at `off` on one page, go in place past the end
+    /// of file ([`Piece::InPlace`])? `Some(run)` to continue the file's run of
+    /// in-place appends into its block, `Some(None)` to start one on a new page.
+    /// Only for the only writer of a file no other process writes, planning under
+    /// the state lock held for writing: its in-place bytes stay invisible until the
+    /// commit moves the end of file over them, and a crash leaves them past the
+    /// end, where recovery clears them ([`log::clear_past_tail`]).
+    fn in_place(
+        &self,
+        i: &Inode,
+        st: &Plan<'_>,
+        off: u64,
+        len: usize,
+        low_space: bool,
+    ) -> Option<Option<index::TailRun>> {
+        if len < IN_PLACE_MIN || i.shared || !matches!(st, Plan::W(_)) || off != st.attr.size {
+            return None;
+        }
+        let pg = off / BLOCK;
+        let v = off % BLOCK;
+        if v + len as u64 > BLOCK {
+            return None;
+        }
+        let f = st.file()?;
+        if v == 0 {
+            // A page the append starts: nothing maps it (fallocate may have, past
+            // the end of file) and it has no ops.
+            let fresh = !low_space && st.page_ops(pg).0 == 0 && f.lookup(pg).is_none();
+            return fresh.then_some(None);
+        }
+        let run = f.tail.filter(|r| r.pg == pg && u64::from(r.valid) == v)?;
+        debug_assert_eq!(f.lookup(pg).map(|(b, _)| b), Some(run.block), "a run's block");
+        debug_assert_eq!(st.page_ops(pg).0, 0, "a run's page has no ops");
+        Some(Some(run))
     }
 
     /// Everything is durable when an operation returns (its commit fenced), so
@@ -2171,6 +2261,17 @@ impl<M: Medium> Fs<M> {
 /// WRITE entries for copy-on-write pages `cow` (file page, block, page checksum;
 /// ascending pages), one per run of consecutive pages in consecutive blocks (at
 /// most `PCRC_MAX_PAGES` each), with page checksums unless `checked` is false.
+/// The raw CRC32C (no seed) of a page whose raw CRC was `old`, with zeros from
+/// byte `v` on, once `data` is written at `v`: by linearity, the old CRC, the
+/// CRC of `data` alone at its place in a page of zeros, and that of a page of
+/// zeros; no pass over the page.
+fn tail_page_crc(old: u32, v: usize, data: &[u8]) -> u32 {
+    use crate::pmem::{crc32c_append, crc32c_zero_extend as zeros};
+    let page = BLOCK as usize;
+    let alone = zeros(crc32c_append(zeros(0, v), data), page - v - data.len());
+    old ^ alone ^ zeros(0, page)
+}
+
 pub(crate) fn cow_entries<A: smallvec::Array<Item = EntryBuf>>(
     seed: u32,
     cow: &[(u64, u64, u32)],

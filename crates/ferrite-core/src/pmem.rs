@@ -879,6 +879,64 @@ unsafe fn crc32c_3way(crc: u32, data: &[u8]) -> u32 {
     !r
 }
 
+/// Multipliers that move a CRC32C register `n` zero bytes forward, for `n` in
+/// 5..=[`PAGE`]: x^(8n-33) mod P bit-reflected, for the `crc32` of a carry-less
+/// product, as [`CRC_3WAY_K`]'s (entries below 5 are unused).
+#[cfg(target_arch = "x86_64")]
+static ZERO_EXTEND_K: [u32; PAGE + 1] = {
+    let mut t = [0u32; PAGE + 1];
+    // x^7 for n = 5, then times x^8 per byte.
+    let mut r = xpow_mod(7);
+    let mut n = 5;
+    while n <= PAGE {
+        t[n] = r.reverse_bits();
+        let mut i = 0;
+        while i < 8 {
+            let top = r & 0x8000_0000 != 0;
+            r <<= 1;
+            if top {
+                r ^= 0x1EDC_6F41;
+            }
+            i += 1;
+        }
+        n += 1;
+    }
+    t
+};
+
+/// The CRC32C ([`crc32c_append`]'s form) of a message whose CRC is `crc`, followed
+/// by `n` zero bytes (at most [`PAGE`]), without reading them: one carry-less
+/// multiply. An in-place append's page checksum is its bytes' CRC extended by the
+/// zeros past them ([`crate::log::FLAG_TAIL`]).
+pub fn crc32c_zero_extend(crc: u32, n: usize) -> u32 {
+    assert!(n <= PAGE, "zero extension by {n} bytes");
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("sse4.2")
+        && std::arch::is_x86_feature_detected!("pclmulqdq")
+    {
+        // SAFETY: the CPU has SSE4.2 and PCLMULQDQ (checked just above).
+        return unsafe { crc32c_zero_extend_clmul(crc, n) };
+    }
+    static ZEROS: [u8; PAGE] = [0; PAGE];
+    crc32c::crc32c_append(crc, &ZEROS[..n])
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2,pclmulqdq")]
+unsafe fn crc32c_zero_extend_clmul(crc: u32, n: usize) -> u32 {
+    use std::arch::x86_64::*;
+    let mut r = !crc;
+    if n < 5 {
+        for _ in 0..n {
+            r = _mm_crc32_u8(r, 0);
+        }
+        return !r;
+    }
+    let lane = |v: u64| _mm_cvtsi64_si128(v as i64);
+    let p = _mm_clmulepi64_si128(lane(u64::from(r)), lane(u64::from(ZERO_EXTEND_K[n])), 0);
+    !(_mm_crc32_u64(0, _mm_cvtsi128_si64(p) as u64) as u32)
+}
+
 /// [`crc32c_append`] of a long input, out of line so that the short path stays
 /// small enough to inline into its callers.
 #[inline(never)]
@@ -1030,6 +1088,17 @@ mod tests {
                     let d = &data[start..start + len];
                     assert_eq!(crc32c_append(seed, d), crc32c::crc32c_append(seed, d), "{len}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn zero_extension_matches_appending_zeros() {
+        let zeros = [0u8; PAGE];
+        for crc in [0u32, 1, 0xdead_beef, u32::MAX, crc32c::crc32c(b"ferrite")] {
+            for n in (0..40).chain([255, 256, 1000, 4000, 4095, 4096]) {
+                let want = crc32c::crc32c_append(crc, &zeros[..n]);
+                assert_eq!(crc32c_zero_extend(crc, n), want, "crc {crc:#x}, {n} zeros");
             }
         }
     }

@@ -71,14 +71,14 @@ pub fn read_superblock<M: Medium + ?Sized>(m: &M) -> Result<(Superblock, u32)> {
     }
 }
 
-/// Convert a pool of format version 1 to 5 to version 6 in place; returns the
+/// Convert a pool of format version 1 to 6 to version 7 in place; returns the
 /// version it had. Version 2 added a WRITE flag (data checksums); version 3 added
 /// page checksums (a WRITE flag), file type codes 4-7 (FIFOs, devices, sockets), a
 /// device number in SETATTR's last word and spilled XATTR values; version 4 the
 /// SHIFT entry; version 6 the checkpoint's summary of shared blocks, which reads
-/// as "none" where an older checkpoint has zero padding; none of which an older
-/// pool holds. So an older log reads the same under version 6 rules, torn tails
-/// included: the superblock copies get the new version number and nothing else
+/// as "none" where an older checkpoint has zero padding; version 7 the in-place
+/// append (a WRITE flag); none of which an older pool holds. So an older log reads
+/// the same under version 7 rules, torn tails included: the superblock copies get the new version number and nothing else
 /// changes. Version 5's metadata replicas are a feature bit the upgraded pool does
 /// not get (they need the space its first data blocks hold): such a pool works as
 /// before, without second copies. The caller holds the pool exclusively (not
@@ -99,10 +99,11 @@ pub fn upgrade<M: Medium + ?Sized>(m: &M) -> Result<u32> {
     };
     match from {
         VERSION => return Ok(VERSION),
-        // Version 1 to 5 logs read the same under version 6 rules (version 1 and 2
+        // Version 1 to 6 logs read the same under version 7 rules (version 1 and 2
         // WRITE entries carry no page checksums: reads and scrub cannot check those
-        // pages; version 4 added the SHIFT entry, which older logs do not hold).
-        1..=5 => {}
+        // pages; version 4 added the SHIFT entry, version 7 the in-place append,
+        // which older logs do not hold).
+        1..=6 => {}
         v => return Err(Error::Version { found: v, supported: VERSION }),
     }
     for (copy, r) in &copies {
@@ -680,6 +681,11 @@ fn scan_one<M: Medium>(
     };
     if w.torn && repair {
         persist_u64(m, so + SLOT_TAIL, logptr::make(logptr::epoch(slot.tail), w.end));
+    }
+    if let (Some(t), true) = (w.last_tail, repair) {
+        // An in-place append that never committed may have left bytes past the
+        // end of the last one's block.
+        log::clear_past_tail(m, t);
     }
     if st.attr.nlink == 0 && ino != ROOT_INO && repair {
         persist_u64(m, so + SLOT_STATE, slot.state + 1);

@@ -95,12 +95,15 @@ impl<M: Medium> Fs<M> {
         }
         if same {
             let mut st = si.st.write();
+            // The source's blocks become shared: none may take bytes in place.
+            st.end_tail_run();
             let (plan, len, size) = self.clone_plan(&si, &st, off_in, &di, &st, off_out, len)?;
             self.clone_commit(&di, &mut st, plan, len, size, lacks_fsetid)
         } else {
             let mut g1 = lo.st.write();
             let mut g2 = hi.st.write();
             let (sst, dst_st) = if lo.ino == src { (&mut g1, &mut g2) } else { (&mut g2, &mut g1) };
+            sst.end_tail_run();
             let (plan, len, size) = self.clone_plan(&si, sst, off_in, &di, dst_st, off_out, len)?;
             self.clone_commit(&di, dst_st, plan, len, size, lacks_fsetid)
         }

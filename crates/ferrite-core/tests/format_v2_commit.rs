@@ -156,21 +156,21 @@ fn pool_of_version(v: u32) -> SimMedium {
 fn older_pools_are_refused_with_both_versions_then_upgraded() {
     // Version 1 (no data checksums), 2 (no special files), 3 (no SHIFT entry), 4
     // (no metadata replicas) and 5 (no summary of shared blocks in the checkpoint,
-    // whose zero padding reads as "none") all read the same under version 6 rules:
-    // upgrade rewrites the version and nothing else; the pool keeps working
-    // without replicas.
-    for old in [1u32, 2, 3, 4, 5] {
+    // whose zero padding reads as "none") and 6 (no in-place appends) all read the
+    // same under version 7 rules: upgrade rewrites the version and nothing else;
+    // the pool keeps working (without replicas from before version 5).
+    for old in [1u32, 2, 3, 4, 5, 6] {
         let Err(e) = Fs::mount(pool_of_version(old), &MountOptions::default()) else {
             panic!("a version {old} pool mounted");
         };
         let msg = e.to_string();
-        assert!(matches!(e, Error::Version { found, supported: 6 } if found == old), "{e:?}");
-        assert!(msg.contains(&format!("version {old}")) && msg.contains("version 6"), "{msg}");
+        assert!(matches!(e, Error::Version { found, supported: 7 } if found == old), "{e:?}");
+        assert!(msg.contains(&format!("version {old}")) && msg.contains("version 7"), "{msg}");
         assert!(msg.contains("ferrite upgrade"), "{msg}");
 
         let m = pool_of_version(old);
         assert_eq!(recovery::upgrade(&m).unwrap(), old);
-        assert_eq!(recovery::upgrade(&m).unwrap(), 6, "a second upgrade changes nothing");
+        assert_eq!(recovery::upgrade(&m).unwrap(), 7, "a second upgrade changes nothing");
         let fs = Fs::mount(m, &MountOptions::default()).unwrap();
         assert!(fs.mount_report().clean);
         assert!(!fs.geometry().replicas, "an upgraded pool has no replicas");
@@ -182,11 +182,11 @@ fn older_pools_are_refused_with_both_versions_then_upgraded() {
     }
 
     // A pool from a newer build is refused, and upgrade leaves it alone.
-    let m = pool_of_version(7);
+    let m = pool_of_version(8);
     let e = recovery::upgrade(&m).unwrap_err();
     assert!(e.to_string().contains("newer"), "{e}");
     let r = Fs::mount(m, &MountOptions::default());
-    assert!(matches!(r, Err(Error::Version { found: 7, supported: 6 })));
+    assert!(matches!(r, Err(Error::Version { found: 8, supported: 7 })));
 }
 
 /// (flushed bytes, non-temporal bytes, fences) stored by `f`.
