@@ -4,7 +4,7 @@
 //!     cargo run --release -p ferrite-bench --example profile_op -- OP [SECONDS] [PERF_OUT]
 //!
 //! OP: create | unlink | randwrite4k | randwrite64 | rewrite64 (one 64 B range rewritten) |
-//! append64 | append256 | append4k | seqwrite1k | seqwrite1m |
+//! append64 | append128 | append256 | append4k | seqwrite1k | seqwrite1m |
 //! randread4k (FERRITE_PROFILE_OVERLAYS=K: after K random 64 B writes per page) | shared4k | private4k | shared64 | private64 (the last four: 2 threads of
 //! random writes + fsync, on one shared file or a file each; ops/s are the sum) |
 //! metapath (the metadata benchmark's library target: rounds of FERRITE_PROFILE_FILES
@@ -232,9 +232,10 @@ fn main() {
                 "randread4k" => {
                     fs.read(f, rnd(16384) * 4096, &mut rbuf).expect("read");
                 }
-                "append64" | "append256" | "append4k" => {
+                "append64" | "append128" | "append256" | "append4k" => {
                     let k = match op.as_str() {
                         "append64" => 64,
+                        "append128" => 128,
                         "append256" => 256,
                         _ => 4096,
                     };
