@@ -3,7 +3,8 @@
 //!
 //! Invariants:
 //! - A crash image passes only if mount succeeds (or, during mkfs, fails cleanly),
-//!   fsck reports no error, and the visible tree equals one of the expected model
+//!   fsck reports no error, every mapped data page matches its checksum, and the
+//!   visible tree equals one of the expected model
 //!   states exactly (names, types, modes, owners, link counts, sizes, contents,
 //!   symlink targets, extended attributes, times, hard-link identity).
 //! - A crash during recovery must recover to exactly the tree the uninterrupted
@@ -60,6 +61,12 @@ pub fn check_image(img: Vec<u8>, exp: &Expect) -> Result<Checked, String> {
         let n = r.errors.len();
         let shown: Vec<&str> = r.errors.iter().take(4).map(String::as_str).collect();
         return Err(format!("fsck found {n} error(s): {}", shown.join("; ")));
+    }
+    // Every mapped page agrees with its checksum: recovery cut torn data and
+    // cleared what uncommitted in-place appends left past the end of a page.
+    let d = fs.check_data(&mut |_, _| {}).map_err(|e| format!("data check failed to run: {e}"))?;
+    if let Some(f) = d.findings.first() {
+        return Err(format!("data check after recovery: {f}"));
     }
     let canon = live_canon(&fs, true).map_err(|e| format!("reading the recovered tree: {e}"))?;
     if !exp.states.iter().any(|s| s.admits(&canon)) {

@@ -458,6 +458,35 @@ pub fn suite(seed: u64) -> Vec<Workload> {
             o.push(Op::Fsync { path: s("/r") });
             o
         }),
+        w("append-in-place", "appends of 128 B and more written in place past the end of file (format v7): runs across pages, through GC, a remount, a crash, a truncate up, a reflink and a chmod that end them", MB, vec![
+            create("/a"),
+            append("/a", 256, 1),
+            append("/a", 300, 2),
+            append("/a", 128, 3),
+            append("/a", 3000, 4),
+            // Crosses a page end (not in place), then starts a page.
+            append("/a", 900, 5),
+            append("/a", 3584, 6),
+            append("/a", 200, 7),
+            Op::Compact { path: s("/a") },
+            append("/a", 200, 8),
+            Op::Remount,
+            append("/a", 200, 9),
+            Op::CrashRemount,
+            append("/a", 200, 10),
+            // Zeros must show past the old end, not what the block held.
+            truncate("/a", 12000),
+            append("/a", 256, 11),
+            create("/b"),
+            append("/b", 1000, 12),
+            create("/c"),
+            clone("/b", 0, "/c", 0, 0),
+            append("/b", 500, 13),
+            truncate("/c", 4000),
+            chmod("/b", 0o600),
+            append("/b", 500, 14),
+            append("/b", 64, 15),
+        ]),
         w("write-pages", "page-aligned copy-on-write writes, holes, extent splits", MB, vec![
             create("/p"),
             write("/p", 0, 4096, 1),
