@@ -920,6 +920,11 @@ impl<M: Medium> Fs<M> {
         if len < IN_PLACE_MIN || i.shared || !matches!(st, Plan::W(_)) || off != st.attr.size {
             return None;
         }
+        // A DAX mapping taken since the write was routed here (its pin ends the
+        // run once it gets the state lock; asked under it, so no run starts after).
+        if self.pinned(i) {
+            return None;
+        }
         let pg = off / BLOCK;
         let v = off % BLOCK;
         if v + len as u64 > BLOCK {
