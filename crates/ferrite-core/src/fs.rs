@@ -1252,23 +1252,30 @@ impl<M: Medium> Fs<M> {
     /// drains data and entries with one fence, where an unlock between them would
     /// drain the data alone first. `nt` (only with `fence_locked`) stores the
     /// entries by non-temporal stores instead of cached ones and flushes only the
-    /// tail's line: see `Fs::write_cow` for who asks.
+    /// tail's line: see `Fs::write_cow` for who asks. `on_fail` runs under the lock
+    /// when nothing was committed (an error), before the lock goes.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn commit_release(
         &self,
         inode: &Inode,
         mut st: RwLockWriteGuard<'_, InodeState>,
         entries: &mut [EntryBuf],
         on_commit: impl FnOnce(),
+        on_fail: impl FnOnce(),
         fence_locked: bool,
         nt: bool,
     ) -> Result<()> {
         assert!(!nt || fence_locked, "non-temporal entries are fenced under the lock");
         if !log::fits_in_page(&st.log, entries) {
-            self.commit_single(inode, &mut st, entries, false, false)?;
+            if let Err(e) = self.commit_single(inode, &mut st, entries, false, false) {
+                on_fail();
+                return Err(e);
+            }
             on_commit();
             return Ok(());
         }
         if st.log.pages.is_empty() {
+            on_fail();
             return Err(Error::NotFound); // freed by a concurrent unlink/release
         }
         let from = logptr::addr(st.log.tail);

@@ -882,15 +882,18 @@ impl<M: Medium> Fs<M> {
                 i.times_seen.store(false, Ordering::Relaxed);
             }
         };
-        let r =
-            self.commit_release(i, st, &mut entries, seen, fence_locked, nt).inspect_err(|_| {
-                self.free_runs(&runs);
-                if let Some((_, b, _, Some((v, len)))) = tail_piece {
-                    // Past the end of file the block must read as zero again.
-                    self.m.zero_nt(b * BLOCK + v as u64, len as u64);
-                    self.m.fence();
-                }
-            });
+        // Past the end of file an in-place append's block must read as zero again
+        // when its commit fails: cleared before the lock goes, as the next append
+        // may write there.
+        let unwrite = || {
+            if let Some((_, b, _, Some((v, len)))) = tail_piece {
+                self.m.zero_nt(b * BLOCK + v as u64, len as u64);
+                self.m.fence();
+            }
+        };
+        let r = self
+            .commit_release(i, st, &mut entries, seen, unwrite, fence_locked, nt)
+            .inspect_err(|_| self.free_runs(&runs));
         // An embedded write too long for an entry's inline bytes (a 256-byte
         // append) keeps its heap buffer for this thread's next one.
         if long {
@@ -2263,9 +2266,6 @@ impl<M: Medium> Fs<M> {
     }
 }
 
-/// WRITE entries for copy-on-write pages `cow` (file page, block, page checksum;
-/// ascending pages), one per run of consecutive pages in consecutive blocks (at
-/// most `PCRC_MAX_PAGES` each), with page checksums unless `checked` is false.
 /// The raw CRC32C (no seed) of a page whose raw CRC was `old`, with zeros from
 /// byte `v` on, once `data` is written at `v`: by linearity, the old CRC, the
 /// CRC of `data` alone at its place in a page of zeros, and that of a page of
@@ -2277,6 +2277,9 @@ fn tail_page_crc(old: u32, v: usize, data: &[u8]) -> u32 {
     old ^ alone ^ zeros(0, page)
 }
 
+/// WRITE entries for copy-on-write pages `cow` (file page, block, page checksum;
+/// ascending pages), one per run of consecutive pages in consecutive blocks (at
+/// most `PCRC_MAX_PAGES` each), with page checksums unless `checked` is false.
 pub(crate) fn cow_entries<A: smallvec::Array<Item = EntryBuf>>(
     seed: u32,
     cow: &[(u64, u64, u32)],

@@ -178,3 +178,42 @@ fn a_reflink_or_a_truncate_ends_the_run() {
     assert_eq!(fs.read_all(d).unwrap(), want_d);
     assert_data_clean(&fs, "after a crash");
 }
+
+#[test]
+fn an_append_whose_commit_fails_leaves_zeros_past_the_end() {
+    // Regression: the bytes of an in-place append whose commit failed (no block for
+    // the log's next page) stayed in the block past the end of file, where a later
+    // truncate up showed them and the page's checksum no longer matched.
+    let fs = fresh_sim(16 << 20, 1);
+    let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    // The log's page nearly full (SETATTR entries), so that the appends need its next.
+    for k in 0..30 {
+        fs.setattr(f, &SetAttr { perm: Some(0o600 + k % 2), ..Default::default() }).unwrap();
+    }
+    let mut want = pattern(0, 0, 200);
+    fs.append(f, &want).unwrap();
+    let filler = fs.create(fs.root(), b"filler", 0o644, 0, 0).unwrap().ino;
+    let mut off = 0;
+    while fs.write(filler, off, &[7u8; PG as usize]).is_ok() {
+        off += PG;
+    }
+    let mut failed = false;
+    for k in 1..PG / 200 {
+        let rec = pattern(k, 0, 200);
+        match fs.append(f, &rec) {
+            Ok(_) => want.extend_from_slice(&rec),
+            Err(e) => {
+                assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+                failed = true;
+                break;
+            }
+        }
+    }
+    assert!(failed, "the log ran out of room for its next page");
+    assert_eq!(fs.read_all(f).unwrap(), want);
+    assert_data_clean(&fs, "after the failed append");
+    fs.unlink(fs.root(), b"filler").unwrap();
+    fs.setattr(f, &SetAttr { size: Some(PG), ..Default::default() }).unwrap();
+    want.resize(PG as usize, 0);
+    assert_eq!(fs.read_all(f).unwrap(), want, "zeros past the old end");
+}
