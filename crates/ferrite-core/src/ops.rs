@@ -702,7 +702,8 @@ impl<M: Medium> Fs<M> {
                     // of the extent map to tell.)
                     let has_content =
                         || nops > 0 || st.file().is_some_and(|f| f.lookup(pg).is_some());
-                    if let Some(run) = self.in_place(i, st, off, data.len(), low_space) {
+                    let append = off == st.attr.size && data.len() >= IN_PLACE_MIN;
+                    if let Some(run) = self.in_place(i, st, append, pos, len, low_space) {
                         pieces.push(Piece::InPlace { pg, src, len, run });
                     } else if len <= INLINE_MAX
                         && nops < max_ops
@@ -734,7 +735,7 @@ impl<M: Medium> Fs<M> {
             (shard, pieces, planned)
         };
         let ncow = pieces.iter().filter(|p| p.needs_block()).count() as u64;
-        let in_place = matches!(pieces[..], [Piece::InPlace { .. }]);
+        let in_place = pieces.iter().any(|p| matches!(p, Piece::InPlace { .. }));
         let runs = self.alloc_blocks(shard, ncow, false)?;
         // The lock before the copy, when this is the file's only writer in flight.
         // On x86 an atomic read-modify-write (a lock or an unlock) waits for the
@@ -794,9 +795,10 @@ impl<M: Medium> Fs<M> {
         let mut blocks = runs.iter().flat_map(|&(s, n)| s..s + n);
         // Page, block and checksum of each copy-on-write page.
         let mut cow: SmallVec<[(u64, u64, u32); 4]> = SmallVec::new();
-        // The in-place append's (page, block, page checksum, bytes written past the
-        // end of file: cleared again if the commit fails).
-        let mut tail_piece = None;
+        // The in-place pieces' (page, block, page checksum, bytes written past the
+        // end of file: cleared again if the commit fails); at most two, the write's
+        // first page and its last.
+        let mut tail_pieces: SmallVec<[_; 2]> = SmallVec::new();
         for p in &pieces {
             let (pg, src) = match p {
                 Piece::Full { pg, src } => (*pg, &data[*src..*src + BLOCK as usize]),
@@ -804,7 +806,7 @@ impl<M: Medium> Fs<M> {
                 Piece::Inline { .. } => continue,
                 &Piece::InPlace { pg, src, len, run } => {
                     let src = &data[src..src + len];
-                    tail_piece = Some(match run {
+                    tail_pieces.push(match run {
                         Some(run) => {
                             let v = run.valid as usize;
                             self.m.write_nt(run.block * BLOCK + v as u64, src);
@@ -842,7 +844,7 @@ impl<M: Medium> Fs<M> {
         if !cow.is_empty() {
             cow_entries(seed, &cow, size, now, checked, &mut entries);
         }
-        if let Some((pg, b, crc, _)) = tail_piece {
+        for &(pg, b, crc, _) in &tail_pieces {
             entries.push(EntryBuf { bytes: Default::default() });
             let dcrc = checked.then(|| log::data_crc(seed, crc));
             entries.last_mut().expect("just pushed").set_tail_write(pg, b, size, now, dcrc, crc);
@@ -886,9 +888,11 @@ impl<M: Medium> Fs<M> {
         // when its commit fails: cleared before the lock goes, as the next append
         // may write there.
         let unwrite = || {
-            if let Some((_, b, _, Some((v, len)))) = tail_piece {
-                self.m.zero_nt(b * BLOCK + v as u64, len as u64);
-                self.m.fence();
+            for &(_, b, _, w) in &tail_pieces {
+                if let Some((v, len)) = w {
+                    self.m.zero_nt(b * BLOCK + v as u64, len as u64);
+                    self.m.fence();
+                }
             }
         };
         let r = self
@@ -905,22 +909,26 @@ impl<M: Medium> Fs<M> {
         r
     }
 
-    /// May this write, `len` bytes at `off` on one page, go in place past the end
-    /// of file ([`Piece::InPlace`])? `Some(run)` to continue the file's run of
-    /// in-place appends into its block, `Some(None)` to start one on a new page.
-    /// Only for the only writer of a file no other process writes, planning under
-    /// the state lock held for writing: its in-place bytes stay invisible until the
-    /// commit moves the end of file over them, and a crash leaves them past the
-    /// end, where recovery clears them ([`log::clear_past_tail`]).
+    /// May this piece of a write of at least [`IN_PLACE_MIN`] bytes that starts at
+    /// the end of file (`append`), `len` bytes at `pos` on one page, go in place
+    /// past the end of file
+    /// ([`Piece::InPlace`])? `Some(run)` to continue the file's run of in-place
+    /// appends into its block (the write's first page), `Some(None)` to start one
+    /// on a new page (a piece that starts its page). Only for the only writer of a
+    /// file no other process writes, planning under the state lock held for
+    /// writing: its in-place bytes stay invisible until the commit moves the end
+    /// of file over them, and a crash leaves them past the end, where recovery
+    /// clears them ([`log::clear_past_tail`]).
     fn in_place(
         &self,
         i: &Inode,
         st: &Plan<'_>,
-        off: u64,
+        append: bool,
+        pos: u64,
         len: usize,
         low_space: bool,
     ) -> Option<Option<index::TailRun>> {
-        if len < IN_PLACE_MIN || i.shared || !matches!(st, Plan::W(_)) || off != st.attr.size {
+        if !append || i.shared || !matches!(st, Plan::W(_)) {
             return None;
         }
         // A DAX mapping taken since the write was routed here (its pin ends the
@@ -928,11 +936,9 @@ impl<M: Medium> Fs<M> {
         if self.pinned(i) {
             return None;
         }
-        let pg = off / BLOCK;
-        let v = off % BLOCK;
-        if v + len as u64 > BLOCK {
-            return None;
-        }
+        let pg = pos / BLOCK;
+        let v = pos % BLOCK;
+        debug_assert!(v + len as u64 <= BLOCK, "a piece lies in one page");
         let f = st.file()?;
         if v == 0 {
             // A page the append starts: nothing maps it (fallocate may have, past

@@ -217,3 +217,42 @@ fn an_append_whose_commit_fails_leaves_zeros_past_the_end() {
     want.resize(PG as usize, 0);
     assert_eq!(fs.read_all(f).unwrap(), want, "zeros past the old end");
 }
+
+#[test]
+fn appends_that_cross_a_page_end_keep_the_runs_going() {
+    // Regression: an append crossing a page end was embedded in the log whole, and
+    // every later append to the new page too (no run to continue): records whose
+    // size does not divide 4096 went in place only on their first page.
+    let fs = fresh_sim(32 << 20, 1);
+    let f = fs.create(fs.root(), b"rec", 0o644, 0, 0).unwrap().ino;
+    let mut want = Vec::new();
+    let mut big = 0;
+    for k in 0..40u64 {
+        let rec = pattern(k, 0, 300);
+        let (flushed, nt, fences) = stores(&fs, || {
+            fs.append(f, &rec).unwrap();
+        });
+        assert_eq!(fences, 1, "append {k}: one fence");
+        let starts_page = (want.len() as u64 + 300).div_ceil(PG) > (want.len() as u64).div_ceil(PG)
+            || (want.len() as u64).is_multiple_of(PG);
+        want.extend_from_slice(&rec);
+        if starts_page {
+            big += 1;
+        } else {
+            assert!(flushed + nt <= 300 + 2 * 64 + 64, "append {k}: {flushed} + {nt} bytes");
+        }
+    }
+    assert!(big <= 4, "{big} appends wrote more than their bytes and entry");
+    assert_eq!(fs.read_all(f).unwrap(), want);
+    assert_data_clean(&fs, "after the appends");
+    // A crossing append is atomic at every fence.
+    let old = want.clone();
+    let rec = pattern(99, 0, 4000);
+    want.extend_from_slice(&rec);
+    assert_file_op_atomic(&fs, f, (&old, &want), 9, "an append across a page end", || {
+        fs.append(f, &rec).map(drop)
+    });
+    let fs = remount(fs, Remount::CrashCurrent);
+    assert_eq!(fs.read_all(f).unwrap(), want);
+    assert_data_clean(&fs, "after a crash");
+}
