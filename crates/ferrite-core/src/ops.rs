@@ -703,7 +703,8 @@ impl<M: Medium> Fs<M> {
                     let has_content =
                         || nops > 0 || st.file().is_some_and(|f| f.lookup(pg).is_some());
                     let append = off == st.attr.size && data.len() >= IN_PLACE_MIN;
-                    if let Some(run) = self.in_place(i, st, append, pos, len, low_space) {
+                    let record = data.len() < BLOCK as usize;
+                    if let Some(run) = self.in_place(i, st, append, record, pos, len, low_space) {
                         pieces.push(Piece::InPlace { pg, src, len, run });
                     } else if len <= INLINE_MAX
                         && nops < max_ops
@@ -911,10 +912,12 @@ impl<M: Medium> Fs<M> {
 
     /// May this piece of a write of at least [`IN_PLACE_MIN`] bytes that starts at
     /// the end of file (`append`), `len` bytes at `pos` on one page, go in place
-    /// past the end of file
-    /// ([`Piece::InPlace`])? `Some(run)` to continue the file's run of in-place
-    /// appends into its block (the write's first page), `Some(None)` to start one
-    /// on a new page (a piece that starts its page). Only for the only writer of a
+    /// past the end of file ([`Piece::InPlace`])? `Some(run)` to continue the
+    /// file's run of in-place appends into its block (the write's first page),
+    /// `Some(None)` to start one on a new page: a piece that starts its page, of a
+    /// write shorter than a page (`record`), past the file's first page (a file
+    /// written once keeps its short last page embedded in the log, where it takes
+    /// less room than a block). Only for the only writer of a
     /// file no other process writes, planning under the state lock held for
     /// writing: its in-place bytes stay invisible until the commit moves the end
     /// of file over them, and a crash leaves them past the end, where recovery
@@ -924,6 +927,7 @@ impl<M: Medium> Fs<M> {
         i: &Inode,
         st: &Plan<'_>,
         append: bool,
+        record: bool,
         pos: u64,
         len: usize,
         low_space: bool,
@@ -943,7 +947,8 @@ impl<M: Medium> Fs<M> {
         if v == 0 {
             // A page the append starts: nothing maps it (fallocate may have, past
             // the end of file) and it has no ops.
-            let fresh = !low_space && st.page_ops(pg).0 == 0 && f.lookup(pg).is_none();
+            let fresh =
+                record && pg > 0 && !low_space && st.page_ops(pg).0 == 0 && f.lookup(pg).is_none();
             return fresh.then_some(None);
         }
         let run = f.tail.filter(|r| r.pg == pg && u64::from(r.valid) == v)?;

@@ -33,6 +33,14 @@ fn stores(fs: &Fs<SimMedium>, f: impl FnOnce()) -> (u64, u64, u64) {
     (b.flushed_bytes - a.flushed_bytes, b.nt_bytes - a.nt_bytes, b.fences - a.fences)
 }
 
+/// A new file holding one whole page: runs start past a file's first page.
+fn file_with_a_page(fs: &Fs<SimMedium>, name: &[u8]) -> (u64, Vec<u8>) {
+    let f = fs.create(fs.root(), name, 0o644, 0, 0).unwrap().ino;
+    let page = pattern(1000, 0, PG as usize);
+    fs.write(f, 0, &page).unwrap();
+    (f, page)
+}
+
 fn assert_data_clean(fs: &Fs<SimMedium>, ctx: &str) {
     let d = fs.check_data(&mut |_, _| {}).unwrap();
     assert!(d.findings.is_empty(), "{ctx}: {:?}", d.findings);
@@ -42,14 +50,13 @@ fn assert_data_clean(fs: &Fs<SimMedium>, ctx: &str) {
 #[test]
 fn appends_fill_one_block_per_page_with_one_fence_and_a_small_entry() {
     let fs = fresh_sim(32 << 20, 1);
-    let f = fs.create(fs.root(), b"log", 0o644, 0, 0).unwrap().ino;
-    let mut want = Vec::new();
+    let (f, mut want) = file_with_a_page(&fs, b"log");
     let free0 = fs.statfs().bfree;
     let mut page_block = 0;
     for k in 0..3 * PG / 256 {
         let rec = pattern(k, 0, 256);
         let (flushed, nt, fences) = stores(&fs, || {
-            assert_eq!(fs.append(f, &rec).unwrap(), k * 256);
+            assert_eq!(fs.append(f, &rec).unwrap(), PG + k * 256);
         });
         want.extend_from_slice(&rec);
         assert_eq!(fences, 1, "append {k}: one fence");
@@ -58,7 +65,7 @@ fn appends_fill_one_block_per_page_with_one_fence_and_a_small_entry() {
             // of the data into the log.
             assert!(flushed + nt <= 256 + 2 * 64 + 64, "append {k}: {flushed} + {nt} bytes");
         }
-        let pg = k * 256 / PG;
+        let pg = 1 + k * 256 / PG;
         if k % 16 == 0 {
             page_block = block_of(&fs, f, pg);
         }
@@ -68,7 +75,7 @@ fn appends_fill_one_block_per_page_with_one_fence_and_a_small_entry() {
     // Three data blocks; the log pages on top (one page, or a few before GC).
     let used = free0 - fs.statfs().bfree;
     assert!((3..=6).contains(&used), "{used} blocks for 3 pages of appends");
-    assert_eq!(data_extents(&fs, f).iter().map(|e| e.len).sum::<u64>(), 3 * PG);
+    assert_eq!(data_extents(&fs, f).iter().map(|e| e.len).sum::<u64>(), 4 * PG);
     assert_data_clean(&fs, "after the appends");
     let fs = remount(fs, Remount::Clean);
     assert_eq!(fs.read_all(f).unwrap(), want);
@@ -78,24 +85,23 @@ fn appends_fill_one_block_per_page_with_one_fence_and_a_small_entry() {
 #[test]
 fn a_run_continues_in_its_block_across_gc_and_a_remount() {
     let fs = fresh_sim(32 << 20, 1);
-    let f = fs.create(fs.root(), b"r", 0o644, 0, 0).unwrap().ino;
-    let mut want = Vec::new();
+    let (f, mut want) = file_with_a_page(&fs, b"r");
     let mut add = |fs: &Fs<SimMedium>, k: u64| {
         let rec = pattern(k, 0, 200);
         fs.append(f, &rec).unwrap();
         want.extend_from_slice(&rec);
     };
     add(&fs, 1);
-    let b = block_of(&fs, f, 0);
+    let b = block_of(&fs, f, 1);
     add(&fs, 2);
     fs.compact(f).unwrap();
     let (_, nt, _) = stores(&fs, || add(&fs, 3));
     assert!(nt < PG, "after GC the append is in place ({nt} bytes streamed)");
-    assert_eq!(block_of(&fs, f, 0), b);
+    assert_eq!(block_of(&fs, f, 1), b);
     let fs = remount(fs, Remount::Clean);
     let (_, nt, _) = stores(&fs, || add(&fs, 4));
     assert!(nt < PG, "after a remount the append is in place ({nt} bytes streamed)");
-    assert_eq!(block_of(&fs, f, 0), b);
+    assert_eq!(block_of(&fs, f, 1), b);
     assert_eq!(fs.read_all(f).unwrap(), want);
     assert_data_clean(&fs, "after GC and a remount");
 }
@@ -103,8 +109,7 @@ fn a_run_continues_in_its_block_across_gc_and_a_remount() {
 #[test]
 fn recovery_clears_what_an_uncommitted_append_left_past_the_end() {
     let fs = fresh_sim(32 << 20, 1);
-    let f = fs.create(fs.root(), b"c", 0o644, 0, 0).unwrap().ino;
-    let mut want = Vec::new();
+    let (f, mut want) = file_with_a_page(&fs, b"c");
     for k in 0..3 {
         let rec = pattern(k, 0, 300);
         fs.append(f, &rec).unwrap();
@@ -112,7 +117,7 @@ fn recovery_clears_what_an_uncommitted_append_left_past_the_end() {
     }
     // The stores of a fourth append that crashed before its commit: its bytes
     // reached the block past the end of file, its entry and tail did not.
-    let b = block_of(&fs, f, 0);
+    let b = block_of(&fs, f, 1);
     fs.medium().write(b * PG + 900, &[0xA5; 300]);
     fs.medium().flush(b * PG + 900, 300);
     fs.medium().fence();
@@ -120,8 +125,8 @@ fn recovery_clears_what_an_uncommitted_append_left_past_the_end() {
     assert_eq!(fs.read_all(f).unwrap(), want);
     assert_data_clean(&fs, "after recovery");
     // Zeros show past the old end, not the torn bytes.
-    fs.setattr(f, &SetAttr { size: Some(2000), ..Default::default() }).unwrap();
-    want.resize(2000, 0);
+    fs.setattr(f, &SetAttr { size: Some(PG + 2000), ..Default::default() }).unwrap();
+    want.resize(PG as usize + 2000, 0);
     assert_eq!(fs.read_all(f).unwrap(), want);
     assert_data_clean(&fs, "after a truncate up");
 }
@@ -129,9 +134,9 @@ fn recovery_clears_what_an_uncommitted_append_left_past_the_end() {
 #[test]
 fn a_torn_in_place_append_keeps_the_file_before_or_after_it() {
     let fs = fresh_sim(32 << 20, 1);
-    let f = fs.create(fs.root(), b"t", 0o644, 0, 0).unwrap().ino;
-    let first = pattern(1, 0, 1000);
-    fs.append(f, &first).unwrap();
+    let (f, mut first) = file_with_a_page(&fs, b"t");
+    first.extend_from_slice(&pattern(1, 0, 1000));
+    fs.append(f, &first[PG as usize..]).unwrap();
     let rec = pattern(2, 0, 700);
     let mut new = first.clone();
     new.extend_from_slice(&rec);
@@ -143,31 +148,33 @@ fn a_torn_in_place_append_keeps_the_file_before_or_after_it() {
 #[test]
 fn a_reflink_or_a_truncate_ends_the_run() {
     let fs = fresh_sim(32 << 20, 1);
-    let a = fs.create(fs.root(), b"a", 0o644, 0, 0).unwrap().ino;
+    let (a, page) = file_with_a_page(&fs, b"a");
     let c = fs.create(fs.root(), b"c", 0o644, 0, 0).unwrap().ino;
     fs.append(a, &pattern(1, 0, 1000)).unwrap();
-    let b = block_of(&fs, a, 0);
+    let b = block_of(&fs, a, 1);
     fs.clone_range(a, 0, c, 0, 0).unwrap();
-    assert_eq!(block_of(&fs, c, 0), b, "the clone shares the block");
+    assert_eq!(block_of(&fs, c, 1), b, "the clone shares the block");
     // The source's next append may not write into the shared block.
     fs.append(a, &pattern(2, 0, 500)).unwrap();
-    let mut want_c = pattern(1, 0, 1000);
+    let mut want_c = page.clone();
+    want_c.extend_from_slice(&pattern(1, 0, 1000));
     assert_eq!(fs.read_all(c).unwrap(), want_c);
-    fs.setattr(c, &SetAttr { size: Some(3000), ..Default::default() }).unwrap();
-    want_c.resize(3000, 0);
+    fs.setattr(c, &SetAttr { size: Some(PG + 3000), ..Default::default() }).unwrap();
+    want_c.resize(PG as usize + 3000, 0);
     assert_eq!(fs.read_all(c).unwrap(), want_c, "the clone's bytes past its end are zeros");
-    let mut want_a = pattern(1, 0, 1000);
+    let mut want_a = page.clone();
+    want_a.extend_from_slice(&pattern(1, 0, 1000));
     want_a.extend_from_slice(&pattern(2, 0, 500));
     assert_eq!(fs.read_all(a).unwrap(), want_a);
     // Truncated down into the run's page, then appended: the bytes between read
     // as the zeros the truncate left.
-    let d = fs.create(fs.root(), b"d", 0o644, 0, 0).unwrap().ino;
+    let (d, mut want_d) = file_with_a_page(&fs, b"d");
     fs.append(d, &pattern(3, 0, 2000)).unwrap();
-    fs.setattr(d, &SetAttr { size: Some(1500), ..Default::default() }).unwrap();
-    fs.setattr(d, &SetAttr { size: Some(1800), ..Default::default() }).unwrap();
+    fs.setattr(d, &SetAttr { size: Some(PG + 1500), ..Default::default() }).unwrap();
+    fs.setattr(d, &SetAttr { size: Some(PG + 1800), ..Default::default() }).unwrap();
     fs.append(d, &pattern(4, 0, 300)).unwrap();
-    let mut want_d = pattern(3, 0, 1500);
-    want_d.resize(1800, 0);
+    want_d.extend_from_slice(&pattern(3, 0, 1500));
+    want_d.resize(PG as usize + 1800, 0);
     want_d.extend_from_slice(&pattern(4, 0, 300));
     assert_eq!(fs.read_all(d).unwrap(), want_d);
     assert_data_clean(&fs, "after the clone and truncates");
@@ -185,13 +192,14 @@ fn an_append_whose_commit_fails_leaves_zeros_past_the_end() {
     // the log's next page) stayed in the block past the end of file, where a later
     // truncate up showed them and the page's checksum no longer matched.
     let fs = fresh_sim(16 << 20, 1);
-    let f = fs.create(fs.root(), b"f", 0o644, 0, 0).unwrap().ino;
+    let (f, page) = file_with_a_page(&fs, b"f");
     // The log's page nearly full (SETATTR entries), so that the appends need its next.
     for k in 0..30 {
         fs.setattr(f, &SetAttr { perm: Some(0o600 + k % 2), ..Default::default() }).unwrap();
     }
-    let mut want = pattern(0, 0, 200);
-    fs.append(f, &want).unwrap();
+    let mut want = page;
+    want.extend_from_slice(&pattern(0, 0, 200));
+    fs.append(f, &want[PG as usize..]).unwrap();
     let filler = fs.create(fs.root(), b"filler", 0o644, 0, 0).unwrap().ino;
     let mut off = 0;
     while fs.write(filler, off, &[7u8; PG as usize]).is_ok() {
@@ -213,8 +221,8 @@ fn an_append_whose_commit_fails_leaves_zeros_past_the_end() {
     assert_eq!(fs.read_all(f).unwrap(), want);
     assert_data_clean(&fs, "after the failed append");
     fs.unlink(fs.root(), b"filler").unwrap();
-    fs.setattr(f, &SetAttr { size: Some(PG), ..Default::default() }).unwrap();
-    want.resize(PG as usize, 0);
+    fs.setattr(f, &SetAttr { size: Some(2 * PG), ..Default::default() }).unwrap();
+    want.resize(2 * PG as usize, 0);
     assert_eq!(fs.read_all(f).unwrap(), want, "zeros past the old end");
 }
 
@@ -224,8 +232,7 @@ fn appends_that_cross_a_page_end_keep_the_runs_going() {
     // every later append to the new page too (no run to continue): records whose
     // size does not divide 4096 went in place only on their first page.
     let fs = fresh_sim(32 << 20, 1);
-    let f = fs.create(fs.root(), b"rec", 0o644, 0, 0).unwrap().ino;
-    let mut want = Vec::new();
+    let (f, mut want) = file_with_a_page(&fs, b"rec");
     let mut big = 0;
     for k in 0..40u64 {
         let rec = pattern(k, 0, 300);
