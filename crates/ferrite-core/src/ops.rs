@@ -704,7 +704,7 @@ impl<M: Medium> Fs<M> {
                         || nops > 0 || st.file().is_some_and(|f| f.lookup(pg).is_some());
                     let append = off == st.attr.size && data.len() >= IN_PLACE_MIN;
                     let record = data.len() < BLOCK as usize;
-                    if let Some(run) = self.in_place(i, st, append, record, pos, len, low_space) {
+                    if let Some(run) = self.in_place(i, st, append, record, pos, low_space) {
                         pieces.push(Piece::InPlace { pg, src, len, run });
                     } else if len <= INLINE_MAX
                         && nops < max_ops
@@ -911,7 +911,7 @@ impl<M: Medium> Fs<M> {
     }
 
     /// May this piece of a write of at least [`IN_PLACE_MIN`] bytes that starts at
-    /// the end of file (`append`), `len` bytes at `pos` on one page, go in place
+    /// the end of file (`append`), at `pos` and within its page, go in place
     /// past the end of file ([`Piece::InPlace`])? `Some(run)` to continue the
     /// file's run of in-place appends into its block (the write's first page),
     /// `Some(None)` to start one on a new page: a piece that starts its page, of a
@@ -929,7 +929,6 @@ impl<M: Medium> Fs<M> {
         append: bool,
         record: bool,
         pos: u64,
-        len: usize,
         low_space: bool,
     ) -> Option<Option<index::TailRun>> {
         if !append || i.shared || !matches!(st, Plan::W(_)) {
@@ -942,7 +941,6 @@ impl<M: Medium> Fs<M> {
         }
         let pg = pos / BLOCK;
         let v = pos % BLOCK;
-        debug_assert!(v + len as u64 <= BLOCK, "a piece lies in one page");
         let f = st.file()?;
         if v == 0 {
             // A page the append starts: nothing maps it (fallocate may have, past
