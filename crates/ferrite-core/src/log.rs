@@ -437,7 +437,14 @@ impl EntryBuf {
         dcrc: Option<u32>,
         crcs: &[u32],
     ) {
-        self.set_write_crcs_flags(pgoff, block, size, mtime, dcrc, crcs, 0);
+        let n = crcs.len();
+        assert!(n >= 1 && n <= PCRC_MAX_PAGES as usize, "WRITE of {n} checksummed pages");
+        let f = FLAG_PCRC | if dcrc.is_some() { FLAG_DCRC } else { 0 };
+        let mut e = Enc::at(&mut self.bytes, etype::WRITE, f, WRITE_LEN + 4 * n);
+        e.u64(pgoff).u64(block).u32(n as u32).u32(dcrc.unwrap_or(0)).u64(size).ts(mtime);
+        for &c in crcs {
+            e.u32(c);
+        }
     }
 
     /// Make this entry a one-page in-place append ([`FLAG_TAIL`]): page `pg` lives
@@ -454,28 +461,9 @@ impl EntryBuf {
         crc: u32,
     ) {
         debug_assert!(size > pg * crate::layout::BLOCK, "an in-place append's size");
-        self.set_write_crcs_flags(pg, block, size, mtime, dcrc, &[crc], FLAG_TAIL);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn set_write_crcs_flags(
-        &mut self,
-        pgoff: u64,
-        block: u64,
-        size: u64,
-        mtime: Ts,
-        dcrc: Option<u32>,
-        crcs: &[u32],
-        flags: u8,
-    ) {
-        let n = crcs.len();
-        assert!(n >= 1 && n <= PCRC_MAX_PAGES as usize, "WRITE of {n} checksummed pages");
-        let f = flags | FLAG_PCRC | if dcrc.is_some() { FLAG_DCRC } else { 0 };
-        let mut e = Enc::at(&mut self.bytes, etype::WRITE, f, WRITE_LEN + 4 * n);
-        e.u64(pgoff).u64(block).u32(n as u32).u32(dcrc.unwrap_or(0)).u64(size).ts(mtime);
-        for &c in crcs {
-            e.u32(c);
-        }
+        self.set_write_crcs(pg, block, size, mtime, dcrc, &[crc]);
+        // (Flags are the header's byte 5; the checksum is taken when sealed.)
+        self.bytes[5] |= FLAG_TAIL;
     }
 
     /// INLINE.
@@ -1022,7 +1010,8 @@ pub struct Walk {
     /// Bytes between `end` and the stored tail that were discarded.
     pub discarded_entries: usize,
     /// The block and valid bytes ([`tail_valid`]) of the in-place append
-    /// ([`FLAG_TAIL`]) in the last operation kept, if it is one: after a crash
+    /// ([`FLAG_TAIL`]) in the last operation kept, if it is one (found only by
+    /// walks that check data, as recovery's do): after a crash
     /// its block may hold a later, uncommitted append's bytes past them
     /// ([`clear_past_tail`]).
     pub last_tail: Option<(u64, u64)>,
@@ -1213,7 +1202,9 @@ fn walk_span<M: Medium + ?Sized>(
                 }
                 if txend {
                     w.committed += pending.len();
-                    prev_tail = tail_of(&held);
+                    if verify_last {
+                        prev_tail = tail_of(&held);
+                    }
                     for (loc, e) in held.drain(..) {
                         f(loc, e);
                     }
@@ -1243,7 +1234,7 @@ fn walk_span<M: Medium + ?Sized>(
         held.clear();
         last_commit = prev_commit;
         w.last_tail = prev_tail;
-    } else {
+    } else if verify_last {
         w.last_tail = tail_of(&held);
     }
     for (loc, e) in held.drain(..) {

@@ -78,8 +78,8 @@ pub fn read_superblock<M: Medium + ?Sized>(m: &M) -> Result<(Superblock, u32)> {
 /// SHIFT entry; version 6 the checkpoint's summary of shared blocks, which reads
 /// as "none" where an older checkpoint has zero padding; version 7 the in-place
 /// append (a WRITE flag); none of which an older pool holds. So an older log reads
-/// the same under version 7 rules, torn tails included: the superblock copies get the new version number and nothing else
-/// changes. Version 5's metadata replicas are a feature bit the upgraded pool does
+/// the same under version 7 rules, torn tails included: the superblock copies get
+/// the new version number and nothing else changes. Version 5's metadata replicas are a feature bit the upgraded pool does
 /// not get (they need the space its first data blocks hold): such a pool works as
 /// before, without second copies. The caller holds the pool exclusively (not
 /// mounted).

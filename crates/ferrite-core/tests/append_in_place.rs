@@ -3,8 +3,8 @@
 //! past the end of file, with a one-page WRITE entry whose page checksum takes
 //! the rest of the block as zero. Before, such appends were embedded in the log
 //! and merged into a new block when their page filled: the data was written
-//! twice, a 256 B append's entry was 312 bytes, and the log filled 3-4 times as
-//! fast (thorough GC took a tenth of a 256-byte append's time).
+//! twice, a 256 B append's entry was 312 bytes against 72 now, and thorough GC
+//! took a tenth of a 256-byte append's time (perf).
 mod common;
 use common::*;
 use ferrite_core::inspect::{ExtentKind, MapExtent};
@@ -95,12 +95,14 @@ fn a_run_continues_in_its_block_across_gc_and_a_remount() {
     let b = block_of(&fs, f, 1);
     add(&fs, 2);
     fs.compact(f).unwrap();
+    // In place: its 200 bytes and entry streamed, no page (an embedded append
+    // streams nothing: its entry is cached and flushed).
     let (_, nt, _) = stores(&fs, || add(&fs, 3));
-    assert!(nt < PG, "after GC the append is in place ({nt} bytes streamed)");
+    assert!((200..PG).contains(&nt), "after GC the append is in place ({nt} bytes streamed)");
     assert_eq!(block_of(&fs, f, 1), b);
     let fs = remount(fs, Remount::Clean);
     let (_, nt, _) = stores(&fs, || add(&fs, 4));
-    assert!(nt < PG, "after a remount the append is in place ({nt} bytes streamed)");
+    assert!((200..PG).contains(&nt), "after a remount the append is in place ({nt} streamed)");
     assert_eq!(block_of(&fs, f, 1), b);
     assert_eq!(fs.read_all(f).unwrap(), want);
     assert_data_clean(&fs, "after GC and a remount");
