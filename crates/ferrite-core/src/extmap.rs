@@ -440,6 +440,18 @@ impl ExtMap {
     /// If a run of `e.len` pages starts at `pg`, put `e` in its place and return it
     /// (an overwrite of the same pages: one search instead of a remove and insert).
     pub fn replace_same(&mut self, pg: u64, e: Ext) -> Option<Ext> {
+        // The file's last run first, without a search: appends remap the last page
+        // (an in-place append's every commit, the merge of an appended page).
+        if let Some(p) = self.leaves.last_mut().and_then(|l| l.last_mut()) {
+            if p.pg == pg {
+                let old = p.ext();
+                if old.len != e.len {
+                    return None;
+                }
+                *p = Packed::new(pg, e);
+                return Some(old);
+            }
+        }
         let j = self.leaves.floor(pg)?;
         let leaf = self.leaves.leaf_mut(j);
         let i = find(leaf, pg).ok()?;

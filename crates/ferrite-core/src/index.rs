@@ -874,17 +874,26 @@ impl InodeState {
                     Body::Dir(_) => return,
                 };
                 // An in-place append maps its page to the block it had: the old
-                // mapping's entry dies, the block stays.
+                // mapping's entry dies, the block stays. (Its reference moves to
+                // the new entry: when both lie in one log page, as a run's
+                // entries mostly do, that page's count is left as it is.)
+                let mut refs = *npages as u64;
                 for (pg, e) in &mut pieces {
                     if e.len == 1 && *pg >= *pgoff && e.block == block + (*pg - pgoff) {
-                        self.dec(e.loc, 1);
+                        if page_of(e.loc) == page_of(loc) {
+                            refs -= 1;
+                        } else {
+                            self.dec(e.loc, 1);
+                        }
                         e.len = 0;
                     }
                 }
                 pieces.retain(|(_, e)| e.len > 0);
                 self.drop_pieces(pieces, freed);
                 self.clear_ops_in(*pgoff, *npages as u64);
-                self.inc(loc, *npages as u64);
+                if refs > 0 {
+                    self.inc(loc, refs);
+                }
                 self.set_data_times(*size, *mtime);
             }
             Entry::Inline { off, size, mtime, dlen, data_off } => {

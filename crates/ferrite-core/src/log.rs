@@ -286,24 +286,23 @@ pub struct EntryBuf {
 }
 
 /// Encoder of one entry: the bytes are sized (and zeroed) once, then each field is
-/// stored at its offset (no growth checks per field). It owns the bytes
-/// (`Enc::new`, then `done`), or fills an entry already in place (`Enc::at`).
-struct Enc<B = EntryBytes>(B, usize);
-impl Enc {
-    fn new(t: u8, flags: u8, len: usize) -> Enc {
-        let mut v = EntryBytes::new();
-        header(&mut v, t, flags, len);
-        Enc(v, HDR)
-    }
-    fn done(&mut self) -> EntryBuf {
-        EntryBuf { bytes: std::mem::take(&mut self.0) }
-    }
-}
-impl<'a> Enc<&'a mut EntryBytes> {
+/// stored at its offset through one borrowed slice (no growth checks per field,
+/// and no inline-or-heap test of the `SmallVec` per field). It fills an entry in
+/// place (`Enc::at`), or builds one it returns (`Enc::build`).
+struct Enc<'a>(&'a mut [u8], usize);
+impl<'a> Enc<'a> {
     /// Encode into `v` (its old bytes dropped): an entry built where it will stay.
     fn at(v: &'a mut EntryBytes, t: u8, flags: u8, len: usize) -> Self {
         header(v, t, flags, len);
-        Enc(v, HDR)
+        Enc(&mut v[..], HDR)
+    }
+}
+impl Enc<'_> {
+    /// A new entry of type `t`, its body stored by `body`.
+    fn build(t: u8, flags: u8, len: usize, body: impl FnOnce(&mut Enc<'_>)) -> EntryBuf {
+        let mut bytes = EntryBytes::new();
+        body(&mut Enc::at(&mut bytes, t, flags, len));
+        EntryBuf { bytes }
     }
 }
 /// Size `v` to the padded `len`, zeroed, and store the header's type, flags and
@@ -326,13 +325,12 @@ fn header(v: &mut EntryBytes, t: u8, flags: u8, len: usize) {
     v[5] = flags;
     v[6..8].copy_from_slice(&(len as u16).to_le_bytes());
 }
-impl<B: std::borrow::BorrowMut<EntryBytes>> Enc<B> {
+impl Enc<'_> {
     #[inline]
     fn put(&mut self, b: &[u8]) -> &mut Self {
         let end = self.1 + b.len();
-        let v = self.0.borrow_mut();
-        assert!(end <= v.len(), "entry body overran its declared length");
-        v[self.1..end].copy_from_slice(b);
+        assert!(end <= self.0.len(), "entry body overran its declared length");
+        self.0[self.1..end].copy_from_slice(b);
         self.1 = end;
         self
     }
@@ -402,14 +400,9 @@ impl EntryBuf {
         dcrc: Option<u32>,
     ) -> EntryBuf {
         let f = if dcrc.is_some() { FLAG_DCRC } else { 0 };
-        Enc::new(etype::WRITE, f, WRITE_LEN)
-            .u64(pgoff)
-            .u64(block)
-            .u32(npages)
-            .u32(dcrc.unwrap_or(0))
-            .u64(size)
-            .ts(mtime)
-            .done()
+        Enc::build(etype::WRITE, f, WRITE_LEN, |e| {
+            e.u64(pgoff).u64(block).u32(npages).u32(dcrc.unwrap_or(0)).u64(size).ts(mtime);
+        })
     }
 
     /// WRITE of `crcs.len()` pages (at most [`PCRC_MAX_PAGES`]) carrying each
@@ -487,13 +480,17 @@ impl EntryBuf {
 
     /// PUNCH.
     pub fn punch(off: u64, len: u64, mtime: Ts) -> EntryBuf {
-        Enc::new(etype::PUNCH, 0, PUNCH_LEN).u64(off).u64(len).ts(mtime).done()
+        Enc::build(etype::PUNCH, 0, PUNCH_LEN, |e| {
+            e.u64(off).u64(len).ts(mtime);
+        })
     }
 
     /// SHIFT (collapse or insert range).
     pub fn shift(pg: u64, pages: u64, insert: bool, size: u64, mtime: Ts) -> EntryBuf {
         let f = if insert { FLAG_INSERT } else { 0 };
-        Enc::new(etype::SHIFT, f, SHIFT_LEN).u64(pg).u64(pages).u64(size).ts(mtime).done()
+        Enc::build(etype::SHIFT, f, SHIFT_LEN, |e| {
+            e.u64(pg).u64(pages).u64(size).ts(mtime);
+        })
     }
 
     /// DENTRY.
@@ -529,41 +526,38 @@ impl EntryBuf {
     /// XATTR whose value lives in data blocks (see [`Spill`]).
     pub fn xattr_spilled(name: &[u8], value_len: u32, spill: &Spill, time: Ts) -> EntryBuf {
         assert!(name.len() <= 255 && spill.blocks.len() <= XATTR_SPILL_BLOCKS);
-        let mut e = Enc::new(
-            etype::XATTR,
-            0,
-            XATTR_HDR + name.len() + Spill::encoded_len(spill.blocks.len()),
-        );
-        e.u8(name.len() as u8)
-            .u8(XATTR_SPILLED)
-            .u16(0)
-            .u32(value_len)
-            .ts(time)
-            .bytes(name)
-            .u32(spill.crc)
-            .u32(spill.blocks.len() as u32);
-        for &b in &spill.blocks {
-            e.u64(b);
-        }
-        e.done()
+        let len = XATTR_HDR + name.len() + Spill::encoded_len(spill.blocks.len());
+        Enc::build(etype::XATTR, 0, len, |e| {
+            e.u8(name.len() as u8)
+                .u8(XATTR_SPILLED)
+                .u16(0)
+                .u32(value_len)
+                .ts(time)
+                .bytes(name)
+                .u32(spill.crc)
+                .u32(spill.blocks.len() as u32);
+            for &b in &spill.blocks {
+                e.u64(b);
+            }
+        })
     }
 
     /// XATTR.
     pub fn xattr(remove: bool, name: &[u8], value: &[u8], time: Ts) -> EntryBuf {
         assert!(name.len() <= 255);
-        Enc::new(etype::XATTR, 0, XATTR_HDR + name.len() + value.len())
-            .u8(name.len() as u8)
-            .u8(if remove { XATTR_REMOVE } else { XATTR_SET })
-            .u16(0)
-            .u32(value.len() as u32)
-            .ts(time)
-            .bytes(name)
-            .bytes(value)
-            .done()
+        Enc::build(etype::XATTR, 0, XATTR_HDR + name.len() + value.len(), |e| {
+            e.u8(name.len() as u8)
+                .u8(if remove { XATTR_REMOVE } else { XATTR_SET })
+                .u16(0)
+                .u32(value.len() as u32)
+                .ts(time)
+                .bytes(name)
+                .bytes(value);
+        })
     }
 
     fn end() -> EntryBuf {
-        Enc::new(etype::END, 0, HDR).done()
+        Enc::build(etype::END, 0, HDR, |_| {})
     }
 
     /// Entry length.
@@ -760,8 +754,7 @@ pub fn write_page_crcs<M: Medium + ?Sized>(
 
 /// The [`page_crc`] of an all-zero page (fallocate's blocks) under `seed`.
 pub fn zero_page_crc(seed: u32) -> u32 {
-    static Z: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *Z.get_or_init(|| crate::pmem::crc32c_page(&[0u8; BLOCK as usize])) ^ seed
+    crate::pmem::ZERO_PAGE_CRC ^ seed
 }
 
 /// Decode a sealed entry buffer (as produced by [`append`]).

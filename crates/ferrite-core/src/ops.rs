@@ -28,7 +28,7 @@ pub const TAIL_PAGE_OPS: usize = 64;
 /// Appends of at least this many bytes by a file's only writer go in place into
 /// the last page's block past the end of file ([`log::FLAG_TAIL`]) rather than
 /// into the log: data written once, a small entry, no merge.
-pub const IN_PLACE_MIN: usize = 128;
+pub const IN_PLACE_MIN: usize = 64;
 /// Largest extended attribute value kept inside its log entry; larger ones, up to
 /// [`log::XATTR_SIZE_MAX`], live in data blocks the entry names.
 pub const XATTR_VALUE_MAX: usize = MAX_ENTRY - XATTR_HDR - 255;
@@ -816,14 +816,26 @@ impl<M: Medium> Fs<M> {
                         }
                         None => {
                             // A page the append starts: its block gets the bytes and
-                            // zeros after them, one streamed page.
+                            // zeros after them, streamed; the page's checksum is the
+                            // bytes' extended by the zeros (no page built in DRAM).
+                            // Whole lines only: the line the bytes end in goes with
+                            // its zeros (a line part cached and part streamed holds
+                            // the fence longer; see `pmem::copy_nt_raw`).
                             let b = blocks.next().expect("allocated");
-                            let mut page = spare_page();
-                            page[..len].copy_from_slice(src);
-                            page[len..].fill(0);
-                            let crc = self.m.write_nt_crc(b * BLOCK, &page[..]) ^ seed;
-                            keep_spare_page(page);
-                            (pg, b, crc, None)
+                            let full = len / 64 * 64;
+                            if full > 0 {
+                                self.m.write_nt(b * BLOCK, &src[..full]);
+                            }
+                            let mut line = [0u8; 64];
+                            line[..len - full].copy_from_slice(&src[full..]);
+                            let at = b * BLOCK + full as u64;
+                            self.m.write_nt(at, &line);
+                            if full + 64 < BLOCK as usize {
+                                self.m.zero_nt(at + 64, BLOCK - full as u64 - 64);
+                            }
+                            let crc = crate::pmem::crc32c_append(0, src);
+                            let crc = crate::pmem::crc32c_zero_extend(crc, BLOCK as usize - len);
+                            (pg, b, crc ^ seed, None)
                         }
                     });
                     continue;
@@ -2283,7 +2295,7 @@ fn tail_page_crc(old: u32, v: usize, data: &[u8]) -> u32 {
     use crate::pmem::{crc32c_append, crc32c_zero_extend as zeros};
     let page = BLOCK as usize;
     let alone = zeros(crc32c_append(zeros(0, v), data), page - v - data.len());
-    old ^ alone ^ zeros(0, page)
+    old ^ alone ^ crate::pmem::ZERO_PAGE_CRC
 }
 
 /// WRITE entries for copy-on-write pages `cow` (file page, block, page checksum;

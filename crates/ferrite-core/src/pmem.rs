@@ -478,6 +478,9 @@ const fn fold_k(bits: u32) -> (u64, u64) {
     (xpow_mod(bits + 31).reverse_bits() as u64, xpow_mod(bits - 33).reverse_bits() as u64)
 }
 
+/// [`crc32c_page`] of a page of zeros (a unit test computes it).
+pub const ZERO_PAGE_CRC: u32 = 0x98f9_4189;
+
 /// CRC32C (init and final xor all ones: `crc32c::crc32c`) of a page.
 pub fn crc32c_page(page: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
@@ -968,6 +971,14 @@ unsafe fn crc32c_sse42(crc: u32, data: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zero_page_crc_is_the_crc_of_a_page_of_zeros() {
+        let zeros = vec![0u8; PAGE];
+        assert_eq!(crc32c_page(&zeros), ZERO_PAGE_CRC);
+        assert_eq!(crc32c::crc32c(&zeros), ZERO_PAGE_CRC);
+        assert_eq!(crc32c_zero_extend(0, PAGE), ZERO_PAGE_CRC);
+    }
 
     #[test]
     fn page_kernel_matches_the_crate_and_copies() {

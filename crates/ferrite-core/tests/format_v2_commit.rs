@@ -216,18 +216,35 @@ fn a_lone_overwrite_streams_its_entry_and_tail_and_flushes_nothing() {
     // (The WRITE entry carries one page checksum.)
     let entry = (log::WRITE_LEN + 4).next_multiple_of(8) as u64;
     assert_eq!((flushed, nt, f), (0, 4096 + entry + 8, 1), "4 KiB overwrite");
-    // An append keeps cached entries (the append that completes the page reads them
-    // back): entry lines and the tail's line flushed, nothing streamed.
+    // An append shorter than `IN_PLACE_MIN` keeps cached entries (the append that
+    // completes the page reads them back): entry lines and the tail's line
+    // flushed, nothing streamed.
     let (flushed, nt, f) = stores(&fs, || {
-        fs.append(ino, &[4u8; 64]).unwrap();
+        fs.append(ino, &[4u8; 32]).unwrap();
     });
-    assert_eq!((nt, f), (0, 1), "64 B append");
-    assert!((128..=256).contains(&flushed), "64 B append flushed {flushed} bytes");
+    assert_eq!((nt, f), (0, 1), "32 B append");
+    assert!((128..=256).contains(&flushed), "32 B append flushed {flushed} bytes");
     let mut buf = vec![0u8; 64];
     fs.read(ino, 3 * 4096 + 100, &mut buf).unwrap();
     assert_eq!(buf, [3u8; 64]);
-    fs.read(ino, 1 << 20, &mut buf).unwrap();
-    assert_eq!(buf, [4u8; 64]);
+    fs.read(ino, 1 << 20, &mut buf[..32]).unwrap();
+    assert_eq!(buf[..32], [4u8; 32]);
+    // A 64 B append goes in place: the one that starts a page streams the page
+    // (its bytes and zeros), its 72-byte TAIL entry and the tail; the next one
+    // streams its 64 bytes, the entry and the tail. Nothing flushed, one fence.
+    let g = file(&fs, "g");
+    fs.write(g, 0, &[5u8; 4096]).unwrap();
+    let tail_entry = (log::WRITE_LEN + 4).next_multiple_of(8) as u64;
+    let (flushed, nt, f) = stores(&fs, || {
+        fs.append(g, &[6u8; 64]).unwrap();
+    });
+    assert_eq!((flushed, nt, f), (0, 4096 + tail_entry + 8, 1), "64 B append starting a page");
+    let (flushed, nt, f) = stores(&fs, || {
+        fs.append(g, &[7u8; 64]).unwrap();
+    });
+    assert_eq!((flushed, nt, f), (0, 64 + tail_entry + 8, 1), "64 B append in place");
+    fs.read(g, 4096, &mut buf).unwrap();
+    assert_eq!(buf, [6u8; 64]);
     fs.read(ino, 7 * 4096, &mut buf).unwrap();
     assert_eq!(buf, [7u8; 64]);
     // Many overwrites of one page merge it; the data survives a power loss.
