@@ -27,7 +27,10 @@ pub const PAGE_INLINE_BYTES: usize = 2048;
 pub const TAIL_PAGE_OPS: usize = 64;
 /// Appends of at least this many bytes by a file's only writer go in place into
 /// the last page's block past the end of file ([`log::FLAG_TAIL`]) rather than
-/// into the log: data written once, a small entry, no merge.
+/// into the log: data written once, a small entry, no merge. (At 64 bytes, with
+/// the in-place path trimmed, `ferrite bench --quick`'s 64 B appends + fsync went
+/// from 146-148 MB/s embedded to 161-168 in place, pool bytes per user byte from
+/// 4.91 to 3.39; shorter appends were not measured and stay embedded.)
 pub const IN_PLACE_MIN: usize = 64;
 /// Largest extended attribute value kept inside its log entry; larger ones, up to
 /// [`log::XATTR_SIZE_MAX`], live in data blocks the entry names.

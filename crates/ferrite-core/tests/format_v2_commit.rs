@@ -243,6 +243,16 @@ fn a_lone_overwrite_streams_its_entry_and_tail_and_flushes_nothing() {
         fs.append(g, &[7u8; 64]).unwrap();
     });
     assert_eq!((flushed, nt, f), (0, 64 + tail_entry + 8, 1), "64 B append in place");
+    // A page started by bytes that end inside a line: that line goes streamed with
+    // its zeros, the page's other lines too; nothing is flushed.
+    fs.append(g, &[8u8; 4096 - 128]).unwrap();
+    let (flushed, nt, f) = stores(&fs, || {
+        fs.append(g, &[9u8; 100]).unwrap();
+    });
+    assert_eq!((flushed, nt, f), (0, 4096 + tail_entry + 8, 1), "100 B append starting a page");
+    let mut got = vec![0u8; 100];
+    fs.read(g, 8192, &mut got).unwrap();
+    assert_eq!(got, [9u8; 100]);
     fs.read(g, 4096, &mut buf).unwrap();
     assert_eq!(buf, [6u8; 64]);
     fs.read(ino, 7 * 4096, &mut buf).unwrap();

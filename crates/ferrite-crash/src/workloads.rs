@@ -458,7 +458,7 @@ pub fn suite(seed: u64) -> Vec<Workload> {
             o.push(Op::Fsync { path: s("/r") });
             o
         }),
-        w("append-in-place", "appends of 128 B and more written in place past the end of file (format v7): runs across pages, through GC, a remount, a crash, a truncate up, a reflink and a chmod that end them", MB, vec![
+        w("append-in-place", "appends of 64 B and more written in place past the end of file (format v7): runs across pages, through GC, a remount, a crash, a truncate up, a reflink and a chmod that end them", MB, vec![
             create("/a"),
             append("/a", 256, 1),
             append("/a", 300, 2),
@@ -477,6 +477,11 @@ pub fn suite(seed: u64) -> Vec<Workload> {
             // Zeros must show past the old end, not what the block held.
             truncate("/a", 12000),
             append("/a", 256, 11),
+            // 64 B appends: across a page end (the page's part embedded, the next
+            // page started in place, its bytes less than a line), then a run.
+            append("/a", 64, 16),
+            append("/a", 64, 17),
+            append("/a", 64, 18),
             create("/b"),
             append("/b", 1000, 12),
             create("/c"),
