@@ -824,6 +824,7 @@ impl<M: Medium> Fs<M> {
                             // Whole lines only: the line the bytes end in goes with
                             // its zeros (a line part cached and part streamed holds
                             // the fence longer; see `pmem::copy_nt_raw`).
+                            debug_assert!(len < BLOCK as usize, "a page started by a record");
                             let b = blocks.next().expect("allocated");
                             let full = len / 64 * 64;
                             if full > 0 {
