@@ -1141,6 +1141,37 @@ mod tests {
         }
     }
 
+    /// A run of in-place appends: each entry takes its page's reference from the
+    /// run's previous one. In one log page the count stays 1 (no decrement to
+    /// zero that would list the page as dead); across log pages the old page's
+    /// count falls to zero and it is dead, the new one's rises to one.
+    #[test]
+    fn a_runs_reference_moves_between_its_entries() {
+        let mut st = InodeState::new(FileType::Regular);
+        let mut freed = Freed::new();
+        let tail = |size: u64, crc: u32| Entry::Write {
+            pgoff: 1,
+            block: 500,
+            npages: 1,
+            size,
+            mtime: Ts::default(),
+            dcrc: None,
+            pcrc: true,
+            tail: Some(crc),
+        };
+        let (a, c) = (40 * BLOCK, 41 * BLOCK);
+        st.apply(a + 64, &tail(BLOCK + 64, 1), &mut freed);
+        assert_eq!((st.refs.get(a), st.dead.len()), (1, 0));
+        st.apply(a + 136, &tail(BLOCK + 128, 2), &mut freed);
+        assert_eq!((st.refs.get(a), st.dead.len()), (1, 0), "same log page: count kept");
+        st.apply(c, &tail(BLOCK + 192, 3), &mut freed);
+        assert_eq!((st.refs.get(a), st.refs.get(c)), (0, 1), "the reference moved pages");
+        assert_eq!(st.dead, vec![a], "the old log page is dead");
+        assert!(freed.is_empty(), "the run's block stays mapped");
+        assert_eq!(st.file().unwrap().lookup(1).map(|(b, _)| b), Some(500));
+        assert_eq!(st.attr.size, BLOCK + 192);
+    }
+
     /// `holes` walks runs, not pages: it must list exactly the pages a page-by-page
     /// filter lists, and refuse past its limit.
     #[test]
