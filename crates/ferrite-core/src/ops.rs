@@ -30,7 +30,9 @@ pub const TAIL_PAGE_OPS: usize = 64;
 /// into the log: data written once, a small entry, no merge. (At 64 bytes, with
 /// the in-place path trimmed, `ferrite bench --quick`'s 64 B appends + fsync went
 /// from 146-148 MB/s embedded to 161-168 in place, pool bytes per user byte from
-/// 4.91 to 3.39; shorter appends were not measured and stay embedded.)
+/// 4.91 to 3.39 in pairs of its append experiment alone; a mixed run with the
+/// micro experiment first measured them slower, see docs/BENCHMARKS.md. Shorter
+/// appends were not measured and stay embedded.)
 pub const IN_PLACE_MIN: usize = 64;
 /// Largest extended attribute value kept inside its log entry; larger ones, up to
 /// [`log::XATTR_SIZE_MAX`], live in data blocks the entry names.
