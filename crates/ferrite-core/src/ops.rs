@@ -839,8 +839,8 @@ impl<M: Medium> Fs<M> {
                             if full + 64 < BLOCK as usize {
                                 self.m.zero_nt(at + 64, BLOCK - full as u64 - 64);
                             }
-                            let crc = crate::pmem::crc32c_append(0, src);
-                            let crc = crate::pmem::crc32c_zero_extend(crc, BLOCK as usize - len);
+                            // (A page of zeros written at 0: as a run's next append.)
+                            let crc = tail_page_crc(crate::pmem::ZERO_PAGE_CRC, 0, src);
                             (pg, b, crc ^ seed, None)
                         }
                     });
@@ -907,11 +907,15 @@ impl<M: Medium> Fs<M> {
         // when its commit fails: cleared before the lock goes, as the next append
         // may write there.
         let unwrite = || {
+            let mut zeroed = false;
             for &(_, b, _, w) in &tail_pieces {
                 if let Some((v, len)) = w {
                     self.m.zero_nt(b * BLOCK + v as u64, len as u64);
-                    self.m.fence();
+                    zeroed = true;
                 }
+            }
+            if zeroed {
+                self.m.fence();
             }
         };
         let r = self

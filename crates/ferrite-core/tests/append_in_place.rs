@@ -274,11 +274,14 @@ fn appends_that_cross_a_page_end_keep_the_runs_going() {
 fn records_of_64_bytes_stay_whole_through_gc_and_a_crash() {
     let fs = fresh_sim(32 << 20, 1);
     let (f, mut want) = file_with_a_page(&fs, b"small");
+    let runs = || fs.gc_stats().thorough_runs.load(std::sync::atomic::Ordering::Relaxed);
+    let runs0 = runs();
     for k in 0..1500u64 {
         let rec = pattern(k, 7, 64);
         assert_eq!(fs.append(f, &rec).unwrap(), PG + k * 64);
         want.extend_from_slice(&rec);
     }
+    assert!(runs() > runs0, "thorough GC compacted the log of the appends");
     assert_eq!(fs.read_all(f).unwrap(), want);
     assert_fsck_clean(&fs, "after 1,500 appends of 64 bytes");
     assert_data_clean(&fs, "after 1,500 appends of 64 bytes");
