@@ -1181,11 +1181,23 @@ impl<M: Medium> Fs<M> {
         a: &log::Appended,
         entries: &[EntryBuf],
     ) -> Freed {
+        Self::advance_log(st, a);
+        Self::apply_decoded(st, &a.locs, entries)
+    }
+
+    /// Move the log of `st` to where an append of its entries left it.
+    fn advance_log(st: &mut InodeState, a: &log::Appended) {
+        debug_assert!(a.next_seq > st.log.next_seq, "sequence numbers only move forward");
         st.log.tail = a.new_tail;
         st.log.next_seq = a.next_seq;
         st.log.pages.extend(&a.new_pages);
+    }
+
+    /// Apply committed `entries`, at `locs`, to the DRAM state, each decoded from
+    /// its bytes (as a replay would); the blocks they released are returned.
+    pub(crate) fn apply_decoded(st: &mut InodeState, locs: &[u64], entries: &[EntryBuf]) -> Freed {
         let mut freed = Freed::new();
-        for (loc, e) in a.locs.iter().zip(entries) {
+        for (loc, e) in locs.iter().zip(entries) {
             let entry = log::decode_entry(&e.bytes).expect("entry we just encoded decodes");
             st.apply(*loc, &entry, &mut freed);
         }
@@ -1253,7 +1265,11 @@ impl<M: Medium> Fs<M> {
     /// drain the data alone first. `nt` (only with `fence_locked`) stores the
     /// entries by non-temporal stores instead of cached ones and flushes only the
     /// tail's line: see `Fs::write_cow` for who asks. `on_fail` runs under the lock
-    /// when nothing was committed (an error), before the lock goes.
+    /// when nothing was committed (an error), before the lock goes. `apply` applies
+    /// the appended entries (at the addresses given) to the DRAM state, returning
+    /// the blocks they freed: [`Fs::apply_decoded`], or a caller's equivalent that
+    /// knows them without a decode (entries that take a new log page are always
+    /// decoded).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn commit_release(
         &self,
@@ -1264,6 +1280,7 @@ impl<M: Medium> Fs<M> {
         on_fail: impl FnOnce(),
         fence_locked: bool,
         nt: bool,
+        apply: impl FnOnce(&mut InodeState, &[u64], &[EntryBuf]) -> Freed,
     ) -> Result<()> {
         assert!(!nt || fence_locked, "non-temporal entries are fenced under the lock");
         if !log::fits_in_page(&st.log, entries) {
@@ -1280,7 +1297,9 @@ impl<M: Medium> Fs<M> {
         }
         let from = logptr::addr(st.log.tail);
         let a = log::append_in_page(&self.m, &st.log, inode.seed, entries, nt);
-        let freed = self.apply_owned(&mut st, &a, entries);
+        Self::advance_log(&mut st, &a);
+        let freed = apply(&mut st, &a.locs, entries);
+        self.own_freed(&freed);
         let tail_off = self.geo.slot_off(inode.ino) + SLOT_TAIL;
         self.await_fenced(inode);
         // With the entries streamed, the tail is too: a flushed line held the fence
@@ -1320,12 +1339,17 @@ impl<M: Medium> Fs<M> {
     /// marked ours (see `commit_single`) and returned, to free after the fence.
     fn apply_owned(&self, st: &mut InodeState, a: &log::Appended, entries: &[EntryBuf]) -> Freed {
         let freed = Self::apply_committed(st, a, entries);
+        self.own_freed(&freed);
+        freed
+    }
+
+    /// Mark blocks a commit released ours (see `commit_single`).
+    fn own_freed(&self, freed: &Freed) {
         if let Some(p) = &self.share {
-            for &(b, n) in &freed {
+            for &(b, n) in freed {
                 self.own_unshared(p, b, n);
             }
         }
-        freed
     }
 
     /// Ask the cache for the log lines the inode's next commit of `len` bytes will

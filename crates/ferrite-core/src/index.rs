@@ -896,16 +896,9 @@ impl InodeState {
                 }
                 self.set_data_times(*size, *mtime);
             }
-            Entry::Inline { off, size, mtime, dlen, data_off } => {
-                if let Body::File(f) = &mut self.body {
-                    f.ops_mut(off / BLOCK).push(PageOp::Overlay {
-                        loc: NonZeroU64::new(loc).expect("an entry lies in a data block"),
-                        data_off: *data_off,
-                        off: (off % BLOCK) as u16,
-                        len: *dlen as u16,
-                    });
-                    self.inc(loc, 1);
-                    self.set_data_times(*size, *mtime);
+            &Entry::Inline { off, size, mtime, dlen, data_off } => {
+                if matches!(self.body, Body::File(_)) {
+                    self.apply_inline(loc, off, dlen, data_off, size, mtime);
                 }
             }
             Entry::Punch { off, len, mtime } => {
@@ -969,6 +962,57 @@ impl InodeState {
             }
             Entry::End => {}
         }
+    }
+
+    /// Apply the WRITE at `loc` of an in-place append that continued the file's
+    /// run within its page, leaving the run as `run` (its page and block, the
+    /// bytes now valid, the page's checksum), the file `size` bytes long at
+    /// `mtime`: what [`InodeState::apply`] does with that entry, without its
+    /// decode and its general case (the commit path's hot one, `Fs::append_run`).
+    /// The page keeps its block; its reference moves to the new entry.
+    pub fn apply_run_append(&mut self, loc: u64, run: TailRun, size: u64, mtime: Ts) {
+        let Body::File(f) = &mut self.body else {
+            unreachable!("a run belongs to a regular file");
+        };
+        debug_assert_eq!(f.tail.map(|r| (r.pg, r.block)), Some((run.pg, run.block)));
+        debug_assert!(!f.ops.contains_key(&run.pg), "a run's page has no ops");
+        f.tail = (run.valid < BLOCK as u32).then_some(run);
+        let new = Ext { len: 1, block: run.block, loc };
+        let old = f.ext.replace_same(run.pg, new).expect("a run's page is mapped");
+        debug_assert_eq!((old.len, old.block), (1, run.block), "a run's page maps its block");
+        if page_of(old.loc) != page_of(loc) {
+            self.dec(old.loc, 1);
+            self.inc(loc, 1);
+        }
+        self.set_data_times(size, mtime);
+    }
+
+    /// Apply the INLINE at `loc` of `dlen` bytes at file offset `off` (its data
+    /// `data_off` bytes into the entry), the file `size` bytes long at `mtime`: the
+    /// page gets an overlay and the file's run of in-place appends ends. The
+    /// embedded-write commit calls it without decoding the entry
+    /// (`Fs::write_embedded`); [`InodeState::apply`] with it.
+    pub fn apply_inline(
+        &mut self,
+        loc: u64,
+        off: u64,
+        dlen: u32,
+        data_off: u32,
+        size: u64,
+        mtime: Ts,
+    ) {
+        let Body::File(f) = &mut self.body else {
+            unreachable!("an embedded write belongs to a regular file");
+        };
+        f.tail = None;
+        f.ops_mut(off / BLOCK).push(PageOp::Overlay {
+            loc: NonZeroU64::new(loc).expect("an entry lies in a data block"),
+            data_off,
+            off: (off % BLOCK) as u16,
+            len: dlen as u16,
+        });
+        self.inc(loc, 1);
+        self.set_data_times(size, mtime);
     }
 
     fn set_data_times(&mut self, size: u64, mtime: Ts) {
@@ -1170,6 +1214,45 @@ mod tests {
         assert!(freed.is_empty(), "the run's block stays mapped");
         assert_eq!(st.file().unwrap().lookup(1).map(|(b, _)| b), Some(500));
         assert_eq!(st.attr.size, BLOCK + 192);
+    }
+
+    /// `apply_run_append` (the commit path's shortcut for a run's next append) must
+    /// leave the state a replay's `apply` of the same entry leaves: the mapping and
+    /// its entry, the log pages' counts and dead list, the run, size and times,
+    /// with the new entry in the old one's log page and in another.
+    #[test]
+    fn a_run_append_applies_as_its_entry_does() {
+        let t = |s: i64| Ts { sec: s, nsec: 7 };
+        let tail = |size: u64, crc: u32, s: i64| Entry::Write {
+            pgoff: 1,
+            block: 500,
+            npages: 1,
+            size,
+            mtime: t(s),
+            dcrc: None,
+            pcrc: true,
+            tail: Some(crc),
+        };
+        let (a, c) = (40 * BLOCK, 41 * BLOCK);
+        let mut freed = Freed::new();
+        let mut slow = InodeState::new(FileType::Regular);
+        slow.apply(a + 64, &tail(BLOCK + 64, 1, 1), &mut freed);
+        let mut fast = slow.clone();
+        let steps = [(a + 136, 128, 2), (c, 192, 3), (c + 72, 4096, 4)];
+        for (loc, v, crc) in steps {
+            slow.apply(loc, &tail(BLOCK + v, crc, crc as i64), &mut freed);
+            let run = TailRun { pg: 1, block: 500, valid: v as u32, crc };
+            fast.apply_run_append(loc, run, BLOCK + v, t(crc as i64));
+            let (sf, ff) = (slow.file().unwrap(), fast.file().unwrap());
+            assert_eq!(sf.tail, ff.tail, "the run after {v} bytes");
+            assert_eq!(sf.lookup(1), ff.lookup(1), "the page's block and entry");
+            assert_eq!((slow.refs.get(a), slow.refs.get(c)), (fast.refs.get(a), fast.refs.get(c)));
+            assert_eq!(slow.dead, fast.dead);
+            assert_eq!(format!("{:?}", slow.attr), format!("{:?}", fast.attr));
+        }
+        assert!(freed.is_empty());
+        assert_eq!(fast.file().unwrap().tail, None, "a full page ends the run");
+        assert_eq!(fast.dead, vec![a]);
     }
 
     /// `holes` walks runs, not pages: it must list exactly the pages a page-by-page

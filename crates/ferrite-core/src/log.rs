@@ -229,6 +229,9 @@ pub enum Entry {
 pub const SETATTR_LEN: usize = HDR + 72;
 /// WRITE entry size.
 pub const WRITE_LEN: usize = HDR + 48;
+/// Bytes of a one-page in-place append's WRITE ([`EntryBuf::set_tail_write`]):
+/// [`WRITE_LEN`] and one page checksum, padded.
+pub const TAIL_WRITE_LEN: usize = (WRITE_LEN + 4).next_multiple_of(8);
 /// INLINE header size (data follows).
 pub const INLINE_HDR: usize = HDR + 40;
 /// PUNCH entry size.
@@ -454,9 +457,21 @@ impl EntryBuf {
         crc: u32,
     ) {
         debug_assert!(size > pg * crate::layout::BLOCK, "an in-place append's size");
-        self.set_write_crcs(pg, block, size, mtime, dcrc, &[crc]);
-        // (Flags are the header's byte 5; the checksum is taken when sealed.)
-        self.bytes[5] |= FLAG_TAIL;
+        // [`EntryBuf::set_write_crcs`] of one page, with FLAG_TAIL, stored through
+        // a fixed-size array (no per-field bounds checks; the hot path of small
+        // appends: `set_tail_write_is_a_flagged_write_crcs` pins the equivalence).
+        let f = FLAG_PCRC | FLAG_TAIL | if dcrc.is_some() { FLAG_DCRC } else { 0 };
+        header(&mut self.bytes, etype::WRITE, f, WRITE_LEN + 4);
+        let b: &mut [u8; TAIL_WRITE_LEN] =
+            (&mut self.bytes[..]).try_into().expect("header sized the entry");
+        b[HDR..HDR + 8].copy_from_slice(&pg.to_le_bytes());
+        b[HDR + 8..HDR + 16].copy_from_slice(&block.to_le_bytes());
+        b[HDR + 16..HDR + 20].copy_from_slice(&1u32.to_le_bytes());
+        b[HDR + 20..HDR + 24].copy_from_slice(&dcrc.unwrap_or(0).to_le_bytes());
+        b[HDR + 24..HDR + 32].copy_from_slice(&size.to_le_bytes());
+        b[HDR + 32..HDR + 40].copy_from_slice(&(mtime.sec as u64).to_le_bytes());
+        b[HDR + 40..HDR + 44].copy_from_slice(&mtime.nsec.to_le_bytes());
+        b[WRITE_LEN..WRITE_LEN + 4].copy_from_slice(&crc.to_le_bytes());
     }
 
     /// INLINE.
@@ -1320,9 +1335,13 @@ pub fn append<M: Medium + ?Sized>(
 /// Do `entries` fit after the tail of `st` in its current page (no new page, so
 /// [`append_in_page`] can take them)?
 pub fn fits_in_page(st: &LogState, entries: &[EntryBuf]) -> bool {
+    fits_in_page_len(st, entries.iter().map(|e| e.len()).sum())
+}
+
+/// Do `len` bytes of entries fit after the tail of `st` in its current page?
+pub fn fits_in_page_len(st: &LogState, len: usize) -> bool {
     let pos = crate::layout::logptr::addr(st.tail);
-    let len: u64 = entries.iter().map(|e| e.len() as u64).sum();
-    pos % BLOCK + len <= LOG_DATA_END - END_RESERVE
+    pos % BLOCK + len as u64 <= LOG_DATA_END - END_RESERVE
 }
 
 /// [`append`] of entries that [`fits_in_page`], with no flush. With `nt`, by
@@ -1394,6 +1413,20 @@ mod tests {
 
     fn geo() -> Geometry {
         Geometry::compute(256, 2, 64).unwrap()
+    }
+
+    #[test]
+    fn set_tail_write_is_a_flagged_write_crcs() {
+        let t = Ts { sec: 1_700_000_123, nsec: 456_789 };
+        for dcrc in [None, Some(0xdead_beef)] {
+            let mut fast = EntryBuf { bytes: EntryBytes::new() };
+            fast.set_tail_write(7, 1234, 7 * BLOCK + 100, t, dcrc, 0x1234_5678);
+            let mut slow = EntryBuf { bytes: EntryBytes::new() };
+            slow.set_write_crcs(7, 1234, 7 * BLOCK + 100, t, dcrc, &[0x1234_5678]);
+            slow.bytes[5] |= FLAG_TAIL;
+            assert_eq!(fast.bytes.as_slice(), slow.bytes.as_slice());
+            assert_eq!(fast.len(), TAIL_WRITE_LEN);
+        }
     }
 
     #[test]

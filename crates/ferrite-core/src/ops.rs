@@ -651,6 +651,31 @@ impl<M: Medium> Fs<M> {
         let mut on_last_page = false;
         // This is the file's only writer in flight (a hint: see below).
         let lone = i.ranges.held_hint() <= 1;
+        // The hot case of small appends first: one that continues the file's run of
+        // in-place appends commits without the general planning.
+        // So is a short write inside a page that is not the file's last one (a
+        // small random overwrite): it is embedded in the log.
+        // (Both take the lock the general planning would: it keeps it if neither
+        // applies.)
+        let mut pre = None;
+        let run = Self::may_continue_run(off, data.len());
+        let embed = Self::may_embed(off, data.len());
+        if lone && !i.shared && (run || embed) {
+            let mut g = i.st.write();
+            if run {
+                match self.append_run(i, g, off, data) {
+                    Ok(r) => return r,
+                    Err(back) => g = back,
+                }
+            }
+            if embed {
+                match self.write_embedded(i, g, off, data) {
+                    Ok(r) => return r,
+                    Err(back) => g = back,
+                }
+            }
+            pre = Some(g);
+        }
         let (shard, pieces, planned) = {
             // Whole pages need nothing of the file's state to plan (on one memory
             // node): the state lock is taken only for a partial page. A lone writer
@@ -660,7 +685,7 @@ impl<M: Medium> Fs<M> {
             // planning's loads (the page's overlay list, a cache miss for a random
             // page).
             let lock = || if lone { Plan::W(i.st.write()) } else { Plan::R(i.st.read()) };
-            let mut st = (self.topo.nodes() > 1).then(lock);
+            let mut st = pre.map(Plan::W).or_else(|| (self.topo.nodes() > 1).then(lock));
             let shard = match &st {
                 Some(st) => self.data_shard(i, st),
                 None => self.shard(),
@@ -919,7 +944,16 @@ impl<M: Medium> Fs<M> {
             }
         };
         let r = self
-            .commit_release(i, st, &mut entries, seen, unwrite, fence_locked, nt)
+            .commit_release(
+                i,
+                st,
+                &mut entries,
+                seen,
+                unwrite,
+                fence_locked,
+                nt,
+                Self::apply_decoded,
+            )
             .inspect_err(|_| self.free_runs(&runs));
         // An embedded write too long for an entry's inline bytes (a 256-byte
         // append) keeps its heap buffer for this thread's next one.
@@ -930,6 +964,145 @@ impl<M: Medium> Fs<M> {
             }
         }
         r
+    }
+
+    /// Might a write of `len` bytes at `off` continue the file's run of in-place
+    /// appends ([`Fs::append_run`])? The checks that need no lock (besides the
+    /// caller's: a file no other process writes): a record (at least
+    /// [`IN_PLACE_MIN`] bytes, less than a page) that starts inside a page and ends
+    /// in it.
+    fn may_continue_run(off: u64, len: usize) -> bool {
+        let v = off % BLOCK;
+        (IN_PLACE_MIN..BLOCK as usize).contains(&len) && v != 0 && v + len as u64 <= BLOCK
+    }
+
+    /// Commit a write that continues the file's run of in-place appends within the
+    /// run's page, the piece [`Fs::in_place`] would plan (`Some(run)`) and the
+    /// commit `write_cow` would make of it: its bytes streamed into the run's block
+    /// past the end of file, the page's checksum extended over them, one WRITE
+    /// ([`log::FLAG_TAIL`]) appended and applied without a decode
+    /// ([`InodeState::apply_run_append`]), one fence. Without the general
+    /// planning's piece lists, block allocation and entry lists, the hot case of
+    /// small appends. `Err(st)` hands the lock back when the write is not such an
+    /// append (the end of file or the run moved, a DAX mapping pins the file, the
+    /// write must take privileges away, or its entry needs a new log page).
+    fn append_run<'a>(
+        &self,
+        i: &'a Inode,
+        st: RwLockWriteGuard<'a, InodeState>,
+        off: u64,
+        data: &[u8],
+    ) -> std::result::Result<Result<()>, RwLockWriteGuard<'a, InodeState>> {
+        debug_assert!(!i.shared && Self::may_continue_run(off, data.len()));
+        let (pg, v) = (off / BLOCK, off % BLOCK);
+        let run = match st.file().and_then(|f| f.tail) {
+            Some(r) if r.pg == pg && u64::from(r.valid) == v => r,
+            _ => return Err(st),
+        };
+        if st.attr.size != off
+            || !crate::privs::write_keeps_privs(&st)
+            || st.log.pages.is_empty()
+            || !log::fits_in_page_len(&st.log, log::TAIL_WRITE_LEN)
+            || self.pinned(i)
+        {
+            return Err(st);
+        }
+        let seed = i.seed;
+        // The time first: see `write_cow`'s `early_stamp`.
+        let (now, fine) = self.stamp(i);
+        let at = run.block * BLOCK + v;
+        self.m.write_nt(at, data);
+        let crc = tail_page_crc(run.crc ^ seed, v as usize, data) ^ seed;
+        let size = off + data.len() as u64;
+        let checked = self.fault != Some(crate::fs::CoreFault::UncheckedData);
+        let dcrc = checked.then(|| log::data_crc(seed, crc));
+        let mut entries = [EntryBuf { bytes: EntryBytes::new() }];
+        entries[0].set_tail_write(pg, run.block, size, now, dcrc, crc);
+        debug_assert_eq!(entries[0].len(), log::TAIL_WRITE_LEN);
+        let seen = || {
+            if fine {
+                i.times_seen.store(false, Ordering::Relaxed);
+            }
+        };
+        // Past the end of file, its bytes must read as zero again if it fails.
+        let unwrite = || {
+            self.m.zero_nt(at, data.len() as u64);
+            self.m.fence();
+        };
+        let valid = (v + data.len() as u64) as u32;
+        let next = index::TailRun { pg, block: run.block, valid, crc };
+        let apply = |st: &mut InodeState, locs: &[u64], _: &[EntryBuf]| {
+            st.apply_run_append(locs[0], next, size, now);
+            index::Freed::new()
+        };
+        // Entries and tail streamed as `write_cow` streams a lone writer's.
+        let nt = i.ranges.alone_lately();
+        Ok(self.commit_release(i, st, &mut entries, seen, unwrite, true, nt, apply))
+    }
+
+    /// Might a write of `len` bytes at `off` be a short embedded one
+    /// ([`Fs::write_embedded`])? The checks that need no lock: at most
+    /// [`INLINE_IN_PLACE`] bytes (its entry needs no heap buffer), inside one page.
+    fn may_embed(off: u64, len: usize) -> bool {
+        (1..=INLINE_IN_PLACE).contains(&len) && off % BLOCK + len as u64 <= BLOCK
+    }
+
+    /// Commit a short write inside a page before the file's last one as the one
+    /// embedded piece `write_cow` would plan for it (`Piece::Inline`) and commit
+    /// as it would: one INLINE entry, applied without a decode
+    /// ([`InodeState::apply_inline`]), streamed with the tail and fenced under
+    /// the lock when the file's writers have not overlapped lately. Without the
+    /// general planning, the hot case of small random writes. `Err(st)` hands the
+    /// lock back for any other case (the page's overlay list is full, free space
+    /// is low, the write must take privileges away, or its entry needs a new log
+    /// page): `write_cow` plans it under that lock.
+    fn write_embedded<'a>(
+        &self,
+        i: &'a Inode,
+        st: RwLockWriteGuard<'a, InodeState>,
+        off: u64,
+        data: &[u8],
+    ) -> std::result::Result<Result<()>, RwLockWriteGuard<'a, InodeState>> {
+        debug_assert!(Self::may_embed(off, data.len()));
+        let pg = off / BLOCK;
+        let len = data.len();
+        let Some(f) = st.file() else { return Err(st) };
+        let (nops, bytes) = st.page_ops(pg);
+        let elen = (log::INLINE_HDR + len).next_multiple_of(8);
+        if (pg + 1) * BLOCK >= st.attr.size
+            || nops >= MAX_PAGE_OPS
+            || bytes + len > PAGE_INLINE_BYTES
+            || !crate::privs::write_keeps_privs(&st)
+            || st.log.pages.is_empty()
+            || !log::fits_in_page_len(&st.log, elen)
+            || self.very_low_space()
+        {
+            return Err(st);
+        }
+        // The overlay lists' place, for the next write's prefetch (as `write_cow`).
+        let h = f.ops.hint();
+        if i.ops_hint.load(Ordering::Relaxed) != h {
+            i.ops_hint.store(h, Ordering::Relaxed);
+        }
+        let (now, fine) = self.stamp(i);
+        let size = st.attr.size;
+        let mut entries = [EntryBuf { bytes: EntryBytes::new() }];
+        entries[0].set_inline(off, size, now, data);
+        debug_assert_eq!(entries[0].len(), elen);
+        let seen = || {
+            if fine {
+                i.times_seen.store(false, Ordering::Relaxed);
+            }
+        };
+        let dlen = len as u32;
+        let apply = |st: &mut InodeState, locs: &[u64], _: &[EntryBuf]| {
+            st.apply_inline(locs[0], off, dlen, log::INLINE_HDR as u32, size, now);
+            index::Freed::new()
+        };
+        // Streamed and fenced under the lock as `write_cow` does a lone embedded
+        // overwrite's (no piece on the last page).
+        let nt = i.ranges.alone_lately();
+        Ok(self.commit_release(i, st, &mut entries, seen, || {}, nt, nt, apply))
     }
 
     /// May this piece of a write of at least [`IN_PLACE_MIN`] bytes that starts at

@@ -104,8 +104,18 @@ fn status_lacks_cap_fsetid(path: &str) -> bool {
 
 /// The entry that removes the file's `security.capability` attribute, if it has one.
 pub(crate) fn capability_removal(st: &InodeState, now: Ts) -> Option<EntryBuf> {
-    let has = !st.xattrs.is_empty() && st.xattrs.contains_key(SECURITY_CAPABILITY);
-    has.then(|| EntryBuf::xattr(true, SECURITY_CAPABILITY, &[], now))
+    has_capability(st).then(|| EntryBuf::xattr(true, SECURITY_CAPABILITY, &[], now))
+}
+
+/// Does the file carry a file capability (which a write takes away)?
+fn has_capability(st: &InodeState) -> bool {
+    !st.xattrs.is_empty() && st.xattrs.contains_key(SECURITY_CAPABILITY)
+}
+
+/// Does a write take no privileges from the file ([`Fs::remove_privs_entries`]
+/// makes no entry, whoever writes)?
+pub(crate) fn write_keeps_privs(st: &InodeState) -> bool {
+    suidgid_to_kill(st.attr.mode) == 0 && !has_capability(st)
 }
 
 impl<M: Medium> Fs<M> {
