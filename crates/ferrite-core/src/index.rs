@@ -110,7 +110,7 @@ pub enum PageOp {
     Overlay {
         /// Entry address (never 0: entries are in data blocks, which lie past the
         /// superblock; the niche keeps an op at 16 bytes, a page's list of
-        /// [`crate::MAX_PAGE_OPS`] at 256).
+        /// [`crate::MAX_PAGE_OPS`] at 512).
         loc: NonZeroU64,
         /// Payload offset inside the entry.
         data_off: u32,
@@ -171,6 +171,9 @@ pub struct TailRun {
 /// Op lists a file keeps for reuse.
 const SPARE_OPS: usize = 4;
 
+/// Ops a page's list has room for at its first op.
+const FIRST_OPS: usize = 16;
+
 /// The ops of one page, in order, and the overlay bytes they carry (kept beside
 /// them so that a write deciding whether to embed reads one hash slot, not the list).
 #[derive(Clone, Debug, Default)]
@@ -186,10 +189,10 @@ impl PageOps {
             self.bytes += len as u32;
         }
         if self.ops.len() == self.ops.capacity() {
-            // At once the most a non-last page holds (`MAX_PAGE_OPS`, 256 bytes):
-            // one allocation for the ops of most pages, where 8 and then 16 ops of
-            // 24 bytes took two (and 384 bytes); a last page's appends double it.
-            let cap = (self.ops.len() * 2).max(crate::MAX_PAGE_OPS);
+            // At once 16 ops (256 bytes): one allocation for the ops of most
+            // pages, where 8 and then 16 ops of 24 bytes took two (and 384 bytes);
+            // a page that reaches `MAX_PAGE_OPS` or a last page's appends double it.
+            let cap = (self.ops.len() * 2).max(FIRST_OPS);
             self.ops.reserve_exact(cap - self.ops.len());
         }
         self.ops.push(op);

@@ -18,7 +18,13 @@ use std::sync::Arc;
 /// Sub-page writes up to this many bytes are embedded in the log (NOVA-datalog).
 pub const INLINE_MAX: usize = 2048;
 /// A page with this many overlays is merged into a new page at its next write.
-pub const MAX_PAGE_OPS: usize = 16;
+/// (A merge writes a whole page: with 16, a 64 B random write cost 5.8-5.9 pool
+/// bytes per byte written in `ferrite bench --quick`, a merge's 4 KiB every 17
+/// writes over an entry and a tail each; with 32, 3.8-4.2, issue 9's budget of
+/// about 4. The price: a page's log entries take up to twice the log space before
+/// its merge, and a 4 KiB read of a page with 32 overlays took 1.16 µs against
+/// 0.88 µs with at most 16: `profile_op randread4k`, FERRITE_PROFILE_OVERLAYS=32.)
+pub const MAX_PAGE_OPS: usize = 32;
 /// Embedded bytes a page may carry before its next sub-page write merges it into a
 /// new page (bounds DRAM per page and the cost of reading a page).
 pub const PAGE_INLINE_BYTES: usize = 2048;
