@@ -15,6 +15,11 @@ use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// What a shortcut of the write path returns ([`Fs::append_run`],
+/// [`Fs::write_embedded`]): the commit's result, or the inode's lock handed back
+/// when the write is not its case.
+type Shortcut<'a> = std::result::Result<Result<()>, RwLockWriteGuard<'a, InodeState>>;
+
 /// Sub-page writes up to this many bytes are embedded in the log (NOVA-datalog).
 pub const INLINE_MAX: usize = 2048;
 /// A page with this many overlays is merged into a new page at its next write.
@@ -998,7 +1003,7 @@ impl<M: Medium> Fs<M> {
         st: RwLockWriteGuard<'a, InodeState>,
         off: u64,
         data: &[u8],
-    ) -> std::result::Result<Result<()>, RwLockWriteGuard<'a, InodeState>> {
+    ) -> Shortcut<'a> {
         debug_assert!(!i.shared && Self::may_continue_run(off, data.len()));
         let (pg, v) = (off / BLOCK, off % BLOCK);
         let run = match st.file().and_then(|f| f.tail) {
@@ -1068,7 +1073,7 @@ impl<M: Medium> Fs<M> {
         st: RwLockWriteGuard<'a, InodeState>,
         off: u64,
         data: &[u8],
-    ) -> std::result::Result<Result<()>, RwLockWriteGuard<'a, InodeState>> {
+    ) -> Shortcut<'a> {
         debug_assert!(Self::may_embed(off, data.len()));
         let pg = off / BLOCK;
         let len = data.len();
