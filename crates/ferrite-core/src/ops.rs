@@ -199,7 +199,12 @@ impl<M: Medium> Fs<M> {
     /// Inode number of `name` in `parent` and whether it is a symbolic link (as
     /// its directory entry records the type): one step of a path walk.
     pub(crate) fn lookup_typed(&self, parent: u64, name: &[u8]) -> Result<(u64, bool)> {
-        let p = self.inode(parent)?;
+        self.lookup_in(&*self.inode(parent)?, name)
+    }
+
+    /// [`Fs::lookup_typed`] in a directory whose `Inode` the caller holds.
+    fn lookup_in(&self, p: &Inode, name: &[u8]) -> Result<(u64, bool)> {
+        let parent = p.ino;
         let st = p.st.read();
         let Some(d) = st.dir() else { return Err(Error::NotDir) };
         if name.len() > NAME_MAX {
@@ -614,12 +619,19 @@ impl<M: Medium> Fs<M> {
         Ok(off)
     }
 
+    /// `i`'s type. An inode only this process writes keeps its type for the
+    /// `Inode`'s life: no lock (a write takes the inode's lock once, to commit).
+    /// Another process's reload of a shared one is read under the lock.
+    pub(crate) fn ftype_of(&self, i: &Inode) -> FileType {
+        if i.shared {
+            i.st.read().ftype
+        } else {
+            i.ftype
+        }
+    }
+
     pub(crate) fn check_regular(&self, i: &Inode) -> Result<()> {
-        // A file only this process writes keeps its type for the `Inode`'s life: no
-        // lock (a write takes the inode's lock once, to commit). Another process's
-        // reload of a shared one is read under the lock.
-        let ftype = if i.shared { i.st.read().ftype } else { i.ftype };
-        match ftype {
+        match self.ftype_of(i) {
             FileType::Regular => Ok(()),
             FileType::Directory => Err(Error::IsDir),
             FileType::Symlink => Err(Error::invalid("write to a symlink")),
@@ -1908,7 +1920,7 @@ impl<M: Medium> Fs<M> {
         self.check_writable()?;
         self.check_namespace()?;
         let p = self.inode(parent)?;
-        if p.st.read().ftype != FileType::Directory {
+        if self.ftype_of(&p) != FileType::Directory {
             return Err(Error::NotDir);
         }
         if name.len() > NAME_MAX {
@@ -1924,7 +1936,7 @@ impl<M: Medium> Fs<M> {
             return Err(Error::IsDir);
         }
         for _ in 0..64 {
-            let cino = self.lookup_ino(parent, name)?;
+            let (cino, _) = self.lookup_in(&p, name)?;
             let c = self.inode(cino)?;
             let mut locked = Locked::new(self, &[&p, &c])?;
             match locked.st(parent).dir().and_then(|d| d.names.get(name)) {

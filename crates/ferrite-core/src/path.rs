@@ -122,7 +122,7 @@ impl<M: Medium> Fs<M> {
         // The walk to the parent fails as Linux's does: "f/x" with f a file is
         // ENOTDIR before anything about x (or another path of the call) is asked.
         let parent = self.resolve(dir, true)?;
-        if self.getattr(parent)?.ftype != FileType::Directory {
+        if self.ftype_of(&*self.inode(parent)?) != FileType::Directory {
             return Err(Error::NotDir);
         }
         Ok((parent, name))
