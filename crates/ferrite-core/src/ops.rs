@@ -199,23 +199,31 @@ impl<M: Medium> Fs<M> {
     /// Inode number of `name` in `parent` and whether it is a symbolic link (as
     /// its directory entry records the type): one step of a path walk.
     pub(crate) fn lookup_typed(&self, parent: u64, name: &[u8]) -> Result<(u64, bool)> {
+        let (ino, t) = self.lookup_entry(parent, name)?;
+        Ok((ino, t == Some(FileType::Symlink)))
+    }
+
+    /// Inode number of `name` in `parent` and its type as the directory entry
+    /// records it (`None` for a type code this build does not know).
+    pub(crate) fn lookup_entry(&self, parent: u64, name: &[u8]) -> Result<(u64, Option<FileType>)> {
         self.lookup_in(&*self.inode(parent)?, name)
     }
 
-    /// [`Fs::lookup_typed`] in a directory whose `Inode` the caller holds.
-    fn lookup_in(&self, p: &Inode, name: &[u8]) -> Result<(u64, bool)> {
+    /// [`Fs::lookup_entry`] in a directory whose `Inode` the caller holds.
+    fn lookup_in(&self, p: &Inode, name: &[u8]) -> Result<(u64, Option<FileType>)> {
         let parent = p.ino;
         let st = p.st.read();
         let Some(d) = st.dir() else { return Err(Error::NotDir) };
         if name.len() > NAME_MAX {
             return Err(Error::NameTooLong);
         }
+        let dir = Some(FileType::Directory);
         match name {
-            b"." => Ok((parent, false)),
-            b".." => Ok((if st.attr.parent == 0 { parent } else { st.attr.parent }, false)),
+            b"." => Ok((parent, dir)),
+            b".." => Ok((if st.attr.parent == 0 { parent } else { st.attr.parent }, dir)),
             // A match, not `ok_or`: an error built eagerly is dropped on success.
             _ => match d.names.get(name) {
-                Some(e) => Ok((e.ino, e.ftype == FileType::Symlink.code())),
+                Some(e) => Ok((e.ino, FileType::from_code(u32::from(e.ftype)))),
                 None => Err(Error::NotFound),
             },
         }

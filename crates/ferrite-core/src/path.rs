@@ -15,7 +15,7 @@ impl<M: Medium> Fs<M> {
     pub fn resolve(&self, path: &[u8], follow: bool) -> Result<u64> {
         let mut budget = MAX_SYMLINKS;
         let slash = trailing_slash(path);
-        let ino = self.resolve_from(self.root(), path, follow || slash, &mut budget)?;
+        let (ino, _) = self.resolve_from(self.root(), path, follow || slash, &mut budget)?;
         if slash && self.getattr(ino)?.ftype != FileType::Directory {
             return Err(Error::NotDir);
         }
@@ -75,32 +75,36 @@ impl<M: Medium> Fs<M> {
         }
     }
 
+    /// The walk of [`Fs::resolve`] from `start`: the inode, and its type as the
+    /// directory entry of the walk's last step records it (`None` for a path
+    /// without a component, which names `start` or the root).
     fn resolve_from(
         &self,
         start: u64,
         path: &[u8],
         follow: bool,
         budget: &mut usize,
-    ) -> Result<u64> {
+    ) -> Result<(u64, Option<FileType>)> {
         let mut cur = if path.first() == Some(&b'/') { self.root() } else { start };
+        let mut ftype = None;
         let mut comps = path.split(|&c| c == b'/').filter(|c| !c.is_empty()).peekable();
         while let Some(c) = comps.next() {
             let last = comps.peek().is_none();
             // A step reads the directory once: the entry gives the inode and its type
             // (`NotDir` when `cur` is not a directory).
-            let (next, symlink) = self.lookup_typed(cur, c)?;
-            if symlink && (!last || follow) {
+            let (next, t) = self.lookup_entry(cur, c)?;
+            if t == Some(FileType::Symlink) && (!last || follow) {
                 if *budget == 0 {
                     return Err(Error::Loop);
                 }
                 *budget -= 1;
                 let target = self.readlink(next)?;
-                cur = self.resolve_from(cur, &target, true, budget)?;
+                (cur, ftype) = self.resolve_from(cur, &target, true, budget)?;
             } else {
-                cur = next;
+                (cur, ftype) = (next, t);
             }
         }
-        Ok(cur)
+        Ok((cur, ftype))
     }
 
     /// Split a path into (parent inode, final name).
@@ -121,8 +125,14 @@ impl<M: Medium> Fs<M> {
         }
         // The walk to the parent fails as Linux's does: "f/x" with f a file is
         // ENOTDIR before anything about x (or another path of the call) is asked.
-        let parent = self.resolve(dir, true)?;
-        if self.ftype_of(&*self.inode(parent)?) != FileType::Directory {
+        let mut budget = MAX_SYMLINKS;
+        let (parent, ftype) = self.resolve_from(self.root(), dir, true, &mut budget)?;
+        // The walk's last entry gives the type; without one (the root), the inode.
+        let ftype = match ftype {
+            Some(t) => t,
+            None => self.ftype_of(&*self.inode(parent)?),
+        };
+        if ftype != FileType::Directory {
             return Err(Error::NotDir);
         }
         Ok((parent, name))
@@ -306,5 +316,46 @@ impl<M: Medium> Fs<M> {
             };
         }
         Ok(Some(a))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::MkfsOptions;
+    use crate::sim::SimMedium;
+
+    /// `resolve_parent` takes the parent's type from the walk's last directory
+    /// entry (since 2026-12-02; it read the inode before): a symlink to a
+    /// directory is followed to it, one to a file or to nothing is refused, and a
+    /// walk without an entry (the root, a link to "/") asks the inode.
+    #[test]
+    fn resolve_parent_types_the_parent_as_the_walk_finds_it() {
+        let fs = Fs::mkfs(SimMedium::new(32 << 20), &MkfsOptions::default()).unwrap();
+        let root = fs.root();
+        let d = fs.mkdir(root, b"d", 0o755, 0, 0).unwrap().ino;
+        fs.create(root, b"f", 0o644, 0, 0).unwrap();
+        fs.symlink(root, b"ld", b"d", 0, 0).unwrap();
+        fs.symlink(root, b"lf", b"/f", 0, 0).unwrap();
+        fs.symlink(root, b"lr", b"/", 0, 0).unwrap();
+        fs.symlink(root, b"dangling", b"nothing", 0, 0).unwrap();
+        let ok = |p: &[u8], want: u64| {
+            let (parent, name) = fs.resolve_parent(p).unwrap();
+            assert_eq!((parent, name), (want, &b"x"[..]), "{}", String::from_utf8_lossy(p));
+        };
+        ok(b"/x", root);
+        ok(b"x", root);
+        ok(b"/d/x", d);
+        ok(b"/d//x", d);
+        ok(b"/ld/x", d);
+        ok(b"/lr/x", root);
+        ok(b"/d/../x", root);
+        ok(b"/d/./x", d);
+        let err = |p: &[u8]| fs.resolve_parent(p).unwrap_err();
+        assert!(matches!(err(b"/f/x"), Error::NotDir));
+        assert!(matches!(err(b"/lf/x"), Error::NotDir));
+        assert!(matches!(err(b"/dangling/x"), Error::NotFound));
+        assert!(matches!(err(b"/none/x"), Error::NotFound));
+        assert!(matches!(err(b"/f/y/x"), Error::NotDir));
     }
 }
