@@ -440,6 +440,17 @@ pub struct Inode {
 }
 
 impl Inode {
+    /// Its type. An inode only this process writes keeps its type for the
+    /// `Inode`'s life: no lock (a write takes the inode's lock once, to commit).
+    /// Another process's reload of a shared one is read under the lock.
+    pub(crate) fn ftype_now(&self) -> FileType {
+        if self.shared {
+            self.st.read().ftype
+        } else {
+            self.ftype
+        }
+    }
+
     pub(crate) fn new(ino: u64, state_word: u64, seed: u32, st: InodeState, shared: bool) -> Inode {
         let st_ftype = st.ftype;
         Inode {

@@ -627,19 +627,8 @@ impl<M: Medium> Fs<M> {
         Ok(off)
     }
 
-    /// `i`'s type. An inode only this process writes keeps its type for the
-    /// `Inode`'s life: no lock (a write takes the inode's lock once, to commit).
-    /// Another process's reload of a shared one is read under the lock.
-    pub(crate) fn ftype_of(&self, i: &Inode) -> FileType {
-        if i.shared {
-            i.st.read().ftype
-        } else {
-            i.ftype
-        }
-    }
-
     pub(crate) fn check_regular(&self, i: &Inode) -> Result<()> {
-        match self.ftype_of(i) {
+        match i.ftype_now() {
             FileType::Regular => Ok(()),
             FileType::Directory => Err(Error::IsDir),
             FileType::Symlink => Err(Error::invalid("write to a symlink")),
@@ -1928,7 +1917,7 @@ impl<M: Medium> Fs<M> {
         self.check_writable()?;
         self.check_namespace()?;
         let p = self.inode(parent)?;
-        if self.ftype_of(&p) != FileType::Directory {
+        if p.ftype_now() != FileType::Directory {
             return Err(Error::NotDir);
         }
         if name.len() > NAME_MAX {

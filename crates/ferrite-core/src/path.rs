@@ -15,11 +15,21 @@ impl<M: Medium> Fs<M> {
     pub fn resolve(&self, path: &[u8], follow: bool) -> Result<u64> {
         let mut budget = MAX_SYMLINKS;
         let slash = trailing_slash(path);
-        let (ino, _) = self.resolve_from(self.root(), path, follow || slash, &mut budget)?;
-        if slash && self.getattr(ino)?.ftype != FileType::Directory {
+        let (ino, ftype) = self.resolve_from(self.root(), path, follow || slash, &mut budget)?;
+        if slash && self.walked_type(ino, ftype)? != FileType::Directory {
             return Err(Error::NotDir);
         }
         Ok(ino)
+    }
+
+    /// The type of `ino`, which a walk reached: as the walk's last directory entry
+    /// recorded it (`ftype`), or, after a walk without one (the root, a link to
+    /// "/"), the inode's.
+    fn walked_type(&self, ino: u64, ftype: Option<FileType>) -> Result<FileType> {
+        match ftype {
+            Some(t) => Ok(t),
+            None => Ok(self.inode(ino)?.ftype_now()),
+        }
     }
 
     /// What a trailing slash on the name a call acts on (`path`, whose last
@@ -127,12 +137,7 @@ impl<M: Medium> Fs<M> {
         // ENOTDIR before anything about x (or another path of the call) is asked.
         let mut budget = MAX_SYMLINKS;
         let (parent, ftype) = self.resolve_from(self.root(), dir, true, &mut budget)?;
-        // The walk's last entry gives the type; without one (the root), the inode.
-        let ftype = match ftype {
-            Some(t) => t,
-            None => self.ftype_of(&*self.inode(parent)?),
-        };
-        if ftype != FileType::Directory {
+        if self.walked_type(parent, ftype)? != FileType::Directory {
             return Err(Error::NotDir);
         }
         Ok((parent, name))
@@ -325,10 +330,12 @@ mod tests {
     use crate::fs::MkfsOptions;
     use crate::sim::SimMedium;
 
-    /// `resolve_parent` takes the parent's type from the walk's last directory
-    /// entry (since 2026-12-02; it read the inode before): a symlink to a
-    /// directory is followed to it, one to a file or to nothing is refused, and a
-    /// walk without an entry (the root, a link to "/") asks the inode.
+    /// `resolve_parent` and a trailing slash in `resolve` take the type from the
+    /// walk's last directory entry (since 2026-12-02; they read the inode
+    /// before). This pins the behaviour that must keep, not where the type comes
+    /// from: a symlink to a directory is followed to it, one to a file or to
+    /// nothing is refused, and a walk without an entry (the root, a link to "/")
+    /// is a directory.
     #[test]
     fn resolve_parent_types_the_parent_as_the_walk_finds_it() {
         let fs = Fs::mkfs(SimMedium::new(32 << 20), &MkfsOptions::default()).unwrap();
@@ -357,5 +364,11 @@ mod tests {
         assert!(matches!(err(b"/dangling/x"), Error::NotFound));
         assert!(matches!(err(b"/none/x"), Error::NotFound));
         assert!(matches!(err(b"/f/y/x"), Error::NotDir));
+        // A trailing slash asks for a directory the same way.
+        assert_eq!(fs.resolve(b"/ld/", false).unwrap(), d);
+        assert_eq!(fs.resolve(b"/lr/", false).unwrap(), root);
+        assert!(matches!(fs.resolve(b"/lf/", false).unwrap_err(), Error::NotDir));
+        assert!(matches!(fs.resolve(b"/f/", false).unwrap_err(), Error::NotDir));
+        assert_eq!(fs.resolve(b"/lf", false).unwrap(), fs.lookup_ino(root, b"lf").unwrap());
     }
 }
