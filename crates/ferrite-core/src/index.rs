@@ -871,33 +871,8 @@ impl InodeState {
                 }
                 self.attr = *a;
             }
-            Entry::Write { pgoff, block, npages, size, mtime, .. } => {
-                let mut pieces = match &mut self.body {
-                    Body::File(f) => f.insert(*pgoff, *npages, *block, loc),
-                    Body::Dir(_) => return,
-                };
-                // An in-place append maps its page to the block it had: the old
-                // mapping's entry dies, the block stays. (Its reference moves to
-                // the new entry: when both lie in one log page, as a run's
-                // entries mostly do, that page's count is left as it is.)
-                let mut refs = *npages as u64;
-                for (pg, e) in &mut pieces {
-                    if e.len == 1 && *pg >= *pgoff && e.block == block + (*pg - pgoff) {
-                        if page_of(e.loc) == page_of(loc) {
-                            refs -= 1;
-                        } else {
-                            self.dec(e.loc, 1);
-                        }
-                        e.len = 0;
-                    }
-                }
-                pieces.retain(|(_, e)| e.len > 0);
-                self.drop_pieces(pieces, freed);
-                self.clear_ops_in(*pgoff, *npages as u64);
-                if refs > 0 {
-                    self.inc(loc, refs);
-                }
-                self.set_data_times(*size, *mtime);
+            &Entry::Write { pgoff, block, npages, size, mtime, .. } => {
+                self.apply_write_pages(loc, pgoff, npages, block, size, mtime, freed);
             }
             &Entry::Inline { off, size, mtime, dlen, data_off } => {
                 if matches!(self.body, Body::File(_)) {
@@ -965,6 +940,51 @@ impl InodeState {
             }
             Entry::End => {}
         }
+    }
+
+    /// Apply a WRITE at `loc` that maps file pages `pgoff..pgoff + npages` to
+    /// blocks from `block` on, the file `size` bytes long at `mtime`: the general
+    /// case of [`InodeState::apply`] with such an entry, less the run bookkeeping
+    /// of in-place appends, which the caller does (a copy-on-write commit calls it
+    /// with the pages it planned, without decoding the entries it just encoded,
+    /// and after ending the file's run as `apply` does for a WRITE without a tail).
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply_write_pages(
+        &mut self,
+        loc: u64,
+        pgoff: u64,
+        npages: u32,
+        block: u64,
+        size: u64,
+        mtime: Ts,
+        freed: &mut Freed,
+    ) {
+        let mut pieces = match &mut self.body {
+            Body::File(f) => f.insert(pgoff, npages, block, loc),
+            Body::Dir(_) => return,
+        };
+        // An in-place append maps its page to the block it had: the old
+        // mapping's entry dies, the block stays. (Its reference moves to
+        // the new entry: when both lie in one log page, as a run's
+        // entries mostly do, that page's count is left as it is.)
+        let mut refs = npages as u64;
+        for (pg, e) in &mut pieces {
+            if e.len == 1 && *pg >= pgoff && e.block == block + (*pg - pgoff) {
+                if page_of(e.loc) == page_of(loc) {
+                    refs -= 1;
+                } else {
+                    self.dec(e.loc, 1);
+                }
+                e.len = 0;
+            }
+        }
+        pieces.retain(|(_, e)| e.len > 0);
+        self.drop_pieces(pieces, freed);
+        self.clear_ops_in(pgoff, npages as u64);
+        if refs > 0 {
+            self.inc(loc, refs);
+        }
+        self.set_data_times(size, mtime);
     }
 
     /// Apply the WRITE at `loc` of an in-place append that continued the file's

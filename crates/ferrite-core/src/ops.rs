@@ -905,9 +905,11 @@ impl<M: Medium> Fs<M> {
         let mut entries: SmallVec<[EntryBuf; 2]> = SmallVec::new();
         // Privileges the write takes away go first, in the same commit.
         Self::remove_privs_entries(&st, now, lacks_fsetid, &mut entries);
+        let privs = entries.len();
         if !cow.is_empty() {
             cow_entries(seed, &cow, size, now, checked, &mut entries);
         }
+        let cow_writes = entries.len() - privs;
         for &(pg, b, crc, _) in &tail_pieces {
             entries.push(EntryBuf { bytes: Default::default() });
             let dcrc = checked.then(|| log::data_crc(seed, crc));
@@ -963,17 +965,40 @@ impl<M: Medium> Fs<M> {
                 self.m.fence();
             }
         };
+        // A write of whole copy-on-write pages only (no privileges taken, no
+        // in-place or embedded piece), the common 4 KiB case, applies its WRITE
+        // entries from the pages it planned instead of decoding what it encoded
+        // (`profile_op randwrite4k`: decode and generic apply were 3-4% of a write).
+        let plain = privs == 0 && tail_pieces.is_empty() && entries.len() == cow_writes;
+        let apply = |st: &mut InodeState, locs: &[u64], entries: &[EntryBuf]| {
+            if !plain {
+                return Self::apply_decoded(st, locs, entries);
+            }
+            debug_assert!(locs.len() == entries.len(), "a location per entry");
+            let mut freed = index::Freed::new();
+            if let index::Body::File(f) = &mut st.body {
+                f.tail = None; // a WRITE without a tail ends the run of in-place appends
+            }
+            let mut k = 0;
+            for (&loc, _e) in locs.iter().zip(entries) {
+                let n = cow_run_len(&cow, k);
+                let (pg, b, _) = cow[k];
+                debug_assert!(
+                    matches!(
+                        log::decode_entry(&_e.bytes),
+                        Ok(log::Entry::Write { pgoff, block, npages, size: s, mtime, .. })
+                            if (pgoff, block, npages as usize, s, mtime) == (pg, b, n, size, now)
+                    ),
+                    "the entry holds the pages planned"
+                );
+                st.apply_write_pages(loc, pg, n as u32, b, size, now, &mut freed);
+                k += n;
+            }
+            debug_assert_eq!(k, cow.len(), "every page applied");
+            freed
+        };
         let r = self
-            .commit_release(
-                i,
-                st,
-                &mut entries,
-                seen,
-                unwrite,
-                fence_locked,
-                nt,
-                Self::apply_decoded,
-            )
+            .commit_release(i, st, &mut entries, seen, unwrite, fence_locked, nt, apply)
             .inspect_err(|_| self.free_runs(&runs));
         // An embedded write too long for an entry's inline bytes (a 256-byte
         // append) keeps its heap buffer for this thread's next one.
@@ -2501,6 +2526,21 @@ fn tail_page_crc(old: u32, v: usize, data: &[u8]) -> u32 {
     old ^ alone ^ crate::pmem::ZERO_PAGE_CRC
 }
 
+/// How many copy-on-write pages from `cow[k]` on one WRITE entry of
+/// [`cow_entries`] covers: consecutive file pages in consecutive blocks, at most
+/// [`log::PCRC_MAX_PAGES`].
+pub(crate) fn cow_run_len(cow: &[(u64, u64, u32)], k: usize) -> usize {
+    let (pg0, b0, _) = cow[k];
+    let mut n = 1;
+    while k + n < cow.len()
+        && n < log::PCRC_MAX_PAGES as usize
+        && (cow[k + n].0, cow[k + n].1) == (pg0 + n as u64, b0 + n as u64)
+    {
+        n += 1;
+    }
+    n
+}
+
 /// WRITE entries for copy-on-write pages `cow` (file page, block, page checksum;
 /// ascending pages), one per run of consecutive pages in consecutive blocks (at
 /// most `PCRC_MAX_PAGES` each), with page checksums unless `checked` is false.
@@ -2516,17 +2556,13 @@ pub(crate) fn cow_entries<A: smallvec::Array<Item = EntryBuf>>(
     let mut crcs: SmallVec<[u32; 4]> = SmallVec::new();
     while k < cow.len() {
         let (pg0, b0, c0) = cow[k];
+        let n = cow_run_len(cow, k);
         let mut acc = log::data_crc(seed, c0);
         crcs.clear();
         crcs.push(c0);
-        let mut n = 1;
-        while k + n < cow.len()
-            && n < log::PCRC_MAX_PAGES as usize
-            && (cow[k + n].0, cow[k + n].1) == (pg0 + n as u64, b0 + n as u64)
-        {
-            acc = log::data_crc(acc, cow[k + n].2);
-            crcs.push(cow[k + n].2);
-            n += 1;
+        for &(_, _, c) in &cow[k + 1..k + n] {
+            acc = log::data_crc(acc, c);
+            crcs.push(c);
         }
         if checked {
             // Built where it stays, as `set_inline`.
