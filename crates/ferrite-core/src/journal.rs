@@ -17,11 +17,14 @@
 //! its *old* value (and old != new) the transaction did not finish step 2: every word
 //! that holds its *new* value is set back to its old value, and **fence** before the
 //! journal is marked inactive (else a crash could keep "inactive" and lose the
-//! rollback). Otherwise it finished and nothing is done. This is sound because a word changed by a later operation can
-//! only change after step 2 (inode locks), and while the journal is active on media a
-//! word never returns to an earlier value: slot states only grow, log pointers carry
-//! an epoch bumped by GC, and a slot is reused (its new log starting at epoch 0 again)
-//! only after step 3's mark reached media.
+//! rollback). Otherwise it finished and nothing is done. This is sound because a
+//! later operation changes a word only after step 2 (inode locks) and after step 3's
+//! mark reached media (the locks' release waits for its flush), so while the journal
+//! is active on media only this transaction changes its words. The flush cannot be
+//! dropped: a word can come back to an old value later (a reused slot's new log
+//! starts at epoch 0 again; fast GC frees a dead log page without a new epoch, and the
+//! same log may take that page again), and a transaction left active on media across
+//! that would be undone over later operations (docs/CONSISTENCY.md, step 6).
 
 use crate::error::{Error, Result};
 use crate::layout::{Geometry, Reader, JOURNAL_SIZE};
