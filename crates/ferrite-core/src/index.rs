@@ -987,6 +987,31 @@ impl InodeState {
         self.set_data_times(size, mtime);
     }
 
+    /// Apply the WRITE entries [`crate::ops::cow_entries`] made of the copy-on-write
+    /// pages `cow` (file page, block, checksum), committed at `locs` (one per entry),
+    /// the file `size` bytes long at `mtime`: what [`InodeState::apply`] does with
+    /// each decoded entry, from the plan instead of a decode of what was just encoded
+    /// (`Fs::write_cow`). Returns the blocks no longer referenced.
+    pub fn apply_cow_writes(
+        &mut self,
+        locs: &[u64],
+        cow: &[(u64, u64, u32)],
+        size: u64,
+        mtime: Ts,
+    ) -> Freed {
+        let mut freed = Freed::new();
+        if let Body::File(f) = &mut self.body {
+            f.tail = None; // a WRITE without a tail ends the run of in-place appends
+        }
+        let mut n = 0;
+        for (&loc, (pg, b, pages)) in locs.iter().zip(crate::ops::cow_runs(cow)) {
+            self.apply_write_pages(loc, pg, pages as u32, b, size, mtime, &mut freed);
+            n += 1;
+        }
+        assert_eq!(n, locs.len(), "a location per entry");
+        freed
+    }
+
     /// Apply the WRITE at `loc` of an in-place append that continued the file's
     /// run within its page, leaving the run as `run` (its page and block, the
     /// bytes now valid, the page's checksum), the file `size` bytes long at
@@ -1276,6 +1301,111 @@ mod tests {
         assert!(freed.is_empty());
         assert_eq!(fast.file().unwrap().tail, None, "a full page ends the run");
         assert_eq!(fast.dead, vec![a]);
+    }
+
+    /// `apply_cow_writes` (a copy-on-write write's apply from its plan, without a
+    /// decode) must leave the state a replay's `apply` of the entries `cow_entries`
+    /// encodes leaves: over random files (extents, a run of in-place appends,
+    /// overlays) and random plans (runs of consecutive pages and blocks, some longer
+    /// than an entry holds), the mappings, ops, log page counts and dead list, the
+    /// blocks freed, the run and the attributes.
+    #[test]
+    fn planned_cow_writes_apply_as_their_entries_do() {
+        let mut rnd = xorshift(0x2545_f491_4f6c_dd1d);
+        let t = |s: u64| Ts { sec: s as i64, nsec: 3 };
+        for round in 0..300 {
+            let mut st = InodeState::new(FileType::Regular);
+            let mut freed = Freed::new();
+            let mut loc = 40 * BLOCK + 64;
+            let mut next_block = 1000;
+            for _ in 0..rnd(12) {
+                let (pg, n) = (rnd(40), 1 + rnd(6) as u32);
+                let tail = (rnd(4) == 0).then(|| rnd(1 << 20) as u32);
+                let e = Entry::Write {
+                    pgoff: pg,
+                    block: next_block,
+                    npages: if tail.is_some() { 1 } else { n },
+                    size: (pg + n as u64) * BLOCK,
+                    mtime: t(1),
+                    dcrc: None,
+                    pcrc: true,
+                    tail,
+                };
+                next_block += 8;
+                st.apply(loc, &e, &mut freed);
+                loc += 64 + rnd(3) * 4096; // sometimes another log page
+            }
+            if rnd(2) == 0 {
+                // The file ends in a run of in-place appends: its last page partly valid.
+                let pg = st.attr.size / BLOCK;
+                let e = Entry::Write {
+                    pgoff: pg,
+                    block: next_block,
+                    npages: 1,
+                    size: pg * BLOCK + 1 + rnd(BLOCK - 1),
+                    mtime: t(1),
+                    dcrc: None,
+                    pcrc: true,
+                    tail: Some(rnd(1 << 20) as u32),
+                };
+                next_block += 8;
+                st.apply(loc, &e, &mut freed);
+                loc += 64;
+                assert!(st.file().unwrap().tail.is_some(), "a run to end");
+            }
+            for _ in 0..rnd(6) {
+                let off = rnd(40) * BLOCK + rnd(BLOCK - 64);
+                let size = st.attr.size.max(off + 64);
+                st.apply_inline(loc, off, 1 + rnd(63) as u32, 16, size, t(2));
+                loc += 64;
+            }
+            // A plan: ascending pages, runs of consecutive pages in consecutive blocks.
+            // Every tenth plan is longer than an entry holds (PCRC_MAX_PAGES).
+            let len = if round % 10 == 0 { 300 + rnd(300) } else { 1 + rnd(40) };
+            let mut cow = Vec::new();
+            let mut pg = rnd(8);
+            while (cow.len() as u64) < len {
+                let long = round % 10 == 0;
+                let b = if rnd(if long { 200 } else { 3 }) == 0 {
+                    next_block + 100
+                } else {
+                    next_block
+                };
+                cow.push((pg, b, rnd(u32::MAX as u64) as u32));
+                next_block = b + 1;
+                pg += 1 + (rnd(if long { 200 } else { 4 }) == 0) as u64;
+            }
+            let size = st.attr.size.max((pg + 1) * BLOCK);
+            let mut entries: smallvec::SmallVec<[crate::log::EntryBuf; 2]> = Default::default();
+            crate::ops::cow_entries(7, &cow, size, t(9), round % 2 == 0, &mut entries);
+            if round % 10 == 0 {
+                assert!(entries.len() > 1, "a plan longer than an entry");
+            }
+            let locs: Vec<u64> = (0..entries.len() as u64).map(|k| 60 * BLOCK + 96 * k).collect();
+            let (mut slow, mut fast) = (st.clone(), st);
+            let mut slow_freed = Freed::new();
+            for (&l, e) in locs.iter().zip(&entries) {
+                let e = crate::log::decode_entry(&e.bytes).expect("an entry we encoded");
+                slow.apply(l, &e, &mut slow_freed);
+            }
+            let mut fast_freed = fast.apply_cow_writes(&locs, &cow, size, t(9));
+            slow_freed.sort_unstable();
+            fast_freed.sort_unstable();
+            assert_eq!(slow_freed, fast_freed, "round {round}: blocks freed");
+            let (sf, ff) = (slow.file().unwrap(), fast.file().unwrap());
+            for p in 0..pg + 2 {
+                assert_eq!(sf.lookup(p), ff.lookup(p), "round {round}: page {p}");
+                assert_eq!(slow.page_ops(p), fast.page_ops(p), "round {round}: ops of {p}");
+            }
+            assert_eq!(sf.tail, ff.tail, "round {round}: the run");
+            let mut sr: Vec<_> = slow.refs.iter().collect();
+            let mut fr: Vec<_> = fast.refs.iter().collect();
+            sr.sort_unstable();
+            fr.sort_unstable();
+            assert_eq!(sr, fr, "round {round}: log page counts");
+            assert_eq!(slow.dead, fast.dead, "round {round}: dead log pages");
+            assert_eq!(format!("{:?}", slow.attr), format!("{:?}", fast.attr));
+        }
     }
 
     /// `holes` walks runs, not pages: it must list exactly the pages a page-by-page

@@ -974,28 +974,15 @@ impl<M: Medium> Fs<M> {
             if !plain {
                 return Self::apply_decoded(st, locs, entries);
             }
-            debug_assert!(locs.len() == entries.len(), "a location per entry");
-            let mut freed = index::Freed::new();
-            if let index::Body::File(f) = &mut st.body {
-                f.tail = None; // a WRITE without a tail ends the run of in-place appends
-            }
-            let mut k = 0;
-            for (&loc, _e) in locs.iter().zip(entries) {
-                let n = cow_run_len(&cow, k);
-                let (pg, b, _) = cow[k];
-                debug_assert!(
-                    matches!(
-                        log::decode_entry(&_e.bytes),
-                        Ok(log::Entry::Write { pgoff, block, npages, size: s, mtime, .. })
-                            if (pgoff, block, npages as usize, s, mtime) == (pg, b, n, size, now)
-                    ),
-                    "the entry holds the pages planned"
-                );
-                st.apply_write_pages(loc, pg, n as u32, b, size, now, &mut freed);
-                k += n;
-            }
-            debug_assert_eq!(k, cow.len(), "every page applied");
-            freed
+            debug_assert!(
+                entries.iter().zip(cow_runs(&cow)).all(|(e, (pg, b, n))| matches!(
+                    log::decode_entry(&e.bytes),
+                    Ok(log::Entry::Write { pgoff, block, npages, size: s, mtime, .. })
+                        if (pgoff, block, npages as usize, s, mtime) == (pg, b, n, size, now)
+                )),
+                "each entry holds the pages planned"
+            );
+            st.apply_cow_writes(locs, &cow, size, now)
         };
         let r = self
             .commit_release(i, st, &mut entries, seen, unwrite, fence_locked, nt, apply)
@@ -2526,19 +2513,21 @@ fn tail_page_crc(old: u32, v: usize, data: &[u8]) -> u32 {
     old ^ alone ^ crate::pmem::ZERO_PAGE_CRC
 }
 
-/// How many copy-on-write pages from `cow[k]` on one WRITE entry of
-/// [`cow_entries`] covers: consecutive file pages in consecutive blocks, at most
-/// [`log::PCRC_MAX_PAGES`].
-pub(crate) fn cow_run_len(cow: &[(u64, u64, u32)], k: usize) -> usize {
-    let (pg0, b0, _) = cow[k];
-    let mut n = 1;
-    while k + n < cow.len()
-        && n < log::PCRC_MAX_PAGES as usize
-        && (cow[k + n].0, cow[k + n].1) == (pg0 + n as u64, b0 + n as u64)
-    {
-        n += 1;
-    }
-    n
+/// The WRITE entries [`cow_entries`] makes of `cow`: (first page, first block, pages).
+pub(crate) fn cow_runs(cow: &[(u64, u64, u32)]) -> impl Iterator<Item = (u64, u64, usize)> + '_ {
+    let mut k = 0;
+    std::iter::from_fn(move || {
+        let &(pg, b, _) = cow.get(k)?;
+        // Consecutive file pages in consecutive blocks, at most PCRC_MAX_PAGES.
+        let n = 1 + cow[k + 1..]
+            .iter()
+            .take(log::PCRC_MAX_PAGES as usize - 1)
+            .enumerate()
+            .take_while(|&(d, c)| (c.0, c.1) == (pg + d as u64 + 1, b + d as u64 + 1))
+            .count();
+        k += n;
+        Some((pg, b, n))
+    })
 }
 
 /// WRITE entries for copy-on-write pages `cow` (file page, block, page checksum;
@@ -2554,16 +2543,10 @@ pub(crate) fn cow_entries<A: smallvec::Array<Item = EntryBuf>>(
 ) {
     let mut k = 0;
     let mut crcs: SmallVec<[u32; 4]> = SmallVec::new();
-    while k < cow.len() {
-        let (pg0, b0, c0) = cow[k];
-        let n = cow_run_len(cow, k);
-        let mut acc = log::data_crc(seed, c0);
+    for (pg0, b0, n) in cow_runs(cow) {
         crcs.clear();
-        crcs.push(c0);
-        for &(_, _, c) in &cow[k + 1..k + n] {
-            acc = log::data_crc(acc, c);
-            crcs.push(c);
-        }
+        crcs.extend(cow[k..k + n].iter().map(|c| c.2));
+        let acc = crcs[1..].iter().fold(log::data_crc(seed, crcs[0]), |a, &c| log::data_crc(a, c));
         if checked {
             // Built where it stays, as `set_inline`.
             entries.push(EntryBuf { bytes: Default::default() });
