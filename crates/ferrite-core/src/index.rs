@@ -945,9 +945,8 @@ impl InodeState {
     /// Apply a WRITE at `loc` that maps file pages `pgoff..pgoff + npages` to
     /// blocks from `block` on, the file `size` bytes long at `mtime`: the general
     /// case of [`InodeState::apply`] with such an entry, less the run bookkeeping
-    /// of in-place appends, which the caller does (a copy-on-write commit calls it
-    /// with the pages it planned, without decoding the entries it just encoded,
-    /// and after ending the file's run as `apply` does for a WRITE without a tail).
+    /// of in-place appends, which the caller does (`apply`, and
+    /// [`InodeState::apply_cow_writes`], which ends the run first).
     #[allow(clippy::too_many_arguments)]
     pub fn apply_write_pages(
         &mut self,
@@ -1004,8 +1003,9 @@ impl InodeState {
             f.tail = None; // a WRITE without a tail ends the run of in-place appends
         }
         let mut n = 0;
-        for (&loc, (pg, b, pages)) in locs.iter().zip(crate::ops::cow_runs(cow)) {
-            self.apply_write_pages(loc, pg, pages as u32, b, size, mtime, &mut freed);
+        for (&loc, run) in locs.iter().zip(crate::ops::cow_runs(cow)) {
+            let (pg, b, _) = run[0];
+            self.apply_write_pages(loc, pg, run.len() as u32, b, size, mtime, &mut freed);
             n += 1;
         }
         assert_eq!(n, locs.len(), "a location per entry");

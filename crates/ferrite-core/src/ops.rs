@@ -969,16 +969,17 @@ impl<M: Medium> Fs<M> {
         // in-place or embedded piece), the common 4 KiB case, applies its WRITE
         // entries from the pages it planned instead of decoding what it encoded
         // (`profile_op randwrite4k`: decode and generic apply were 3-4% of a write).
-        let plain = privs == 0 && tail_pieces.is_empty() && entries.len() == cow_writes;
+        let plain = privs == 0 && entries.len() == cow_writes;
         let apply = |st: &mut InodeState, locs: &[u64], entries: &[EntryBuf]| {
             if !plain {
                 return Self::apply_decoded(st, locs, entries);
             }
             debug_assert!(
-                entries.iter().zip(cow_runs(&cow)).all(|(e, (pg, b, n))| matches!(
+                entries.iter().zip(cow_runs(&cow)).all(|(e, run)| matches!(
                     log::decode_entry(&e.bytes),
                     Ok(log::Entry::Write { pgoff, block, npages, size: s, mtime, .. })
-                        if (pgoff, block, npages as usize, s, mtime) == (pg, b, n, size, now)
+                        if (pgoff, block, npages as usize, s, mtime)
+                            == (run[0].0, run[0].1, run.len(), size, now)
                 )),
                 "each entry holds the pages planned"
             );
@@ -2513,21 +2514,11 @@ fn tail_page_crc(old: u32, v: usize, data: &[u8]) -> u32 {
     old ^ alone ^ crate::pmem::ZERO_PAGE_CRC
 }
 
-/// The WRITE entries [`cow_entries`] makes of `cow`: (first page, first block, pages).
-pub(crate) fn cow_runs(cow: &[(u64, u64, u32)]) -> impl Iterator<Item = (u64, u64, usize)> + '_ {
-    let mut k = 0;
-    std::iter::from_fn(move || {
-        let &(pg, b, _) = cow.get(k)?;
-        // Consecutive file pages in consecutive blocks, at most PCRC_MAX_PAGES.
-        let n = 1 + cow[k + 1..]
-            .iter()
-            .take(log::PCRC_MAX_PAGES as usize - 1)
-            .enumerate()
-            .take_while(|&(d, c)| (c.0, c.1) == (pg + d as u64 + 1, b + d as u64 + 1))
-            .count();
-        k += n;
-        Some((pg, b, n))
-    })
+/// The runs of `cow` that [`cow_entries`] makes one WRITE entry each of: consecutive
+/// file pages in consecutive blocks, at most [`log::PCRC_MAX_PAGES`] pages.
+pub(crate) fn cow_runs(cow: &[(u64, u64, u32)]) -> impl Iterator<Item = &[(u64, u64, u32)]> {
+    cow.chunk_by(|a, b| (b.0, b.1) == (a.0 + 1, a.1 + 1))
+        .flat_map(|run| run.chunks(log::PCRC_MAX_PAGES as usize))
 }
 
 /// WRITE entries for copy-on-write pages `cow` (file page, block, page checksum;
@@ -2541,20 +2532,19 @@ pub(crate) fn cow_entries<A: smallvec::Array<Item = EntryBuf>>(
     checked: bool,
     entries: &mut SmallVec<A>,
 ) {
-    let mut k = 0;
     let mut crcs: SmallVec<[u32; 4]> = SmallVec::new();
-    for (pg0, b0, n) in cow_runs(cow) {
+    for run in cow_runs(cow) {
+        let (pg0, b0, _) = run[0];
         crcs.clear();
-        crcs.extend(cow[k..k + n].iter().map(|c| c.2));
-        let acc = crcs[1..].iter().fold(log::data_crc(seed, crcs[0]), |a, &c| log::data_crc(a, c));
+        crcs.extend(run.iter().map(|c| c.2));
+        let acc = crcs.iter().fold(seed, |a, &c| log::data_crc(a, c));
         if checked {
             // Built where it stays, as `set_inline`.
             entries.push(EntryBuf { bytes: Default::default() });
             let e = entries.last_mut().expect("just pushed");
             e.set_write_crcs(pg0, b0, size, now, Some(acc), &crcs);
         } else {
-            entries.push(EntryBuf::write(pg0, b0, n as u32, size, now, None));
+            entries.push(EntryBuf::write(pg0, b0, run.len() as u32, size, now, None));
         }
-        k += n;
     }
 }
