@@ -152,6 +152,10 @@ fn main() {
         let flags = ferrite_core::OpenFlags { create: true, write: true, ..Default::default() };
         let files = env_u64("FERRITE_PROFILE_FILES").unwrap_or(300);
         let threads = env_u64("FERRITE_PROFILE_THREADS").unwrap_or(1);
+        // FERRITE_PROFILE_RENAME=1: stat, open and rename each file between the
+        // creates and the unlinks, as the benchmark does (the unlinks then take the
+        // new names).
+        let rename = env_u64("FERRITE_PROFILE_RENAME").unwrap_or(0) != 0;
         let one = |tid: u64| {
             let (mut tc, mut tu, mut round, mut k) = (Duration::ZERO, Duration::ZERO, 0u64, 0);
             while t0.elapsed() < cap && k < max_ops {
@@ -163,17 +167,35 @@ fn main() {
                     let a = fs.open_path(p.as_bytes(), flags, 0o644).expect("create");
                     fs.release(a.ino).expect("release");
                 }
+                let cc = Instant::now();
+                let renamed: Vec<String> = if rename {
+                    // The benchmark's stat, open and rename phases (untimed here), so
+                    // that the unlinks meet the directory and inodes the benchmark's do.
+                    let news: Vec<String> = (0..files).map(|i| format!("{d}/g{i}")).collect();
+                    for (p, q) in names.iter().zip(&news) {
+                        fs.stat_path(p.as_bytes()).expect("stat");
+                        let a = fs.open_path(p.as_bytes(), Default::default(), 0).expect("open");
+                        fs.release(a.ino).expect("release");
+                        let (sd, sn) = fs.resolve_parent(p.as_bytes()).expect("resolve");
+                        let (dd, dn) = fs.resolve_parent(q.as_bytes()).expect("resolve");
+                        fs.rename(sd, sn, dd, dn, Default::default()).expect("rename");
+                    }
+                    news
+                } else {
+                    names.clone()
+                };
                 let c1 = Instant::now();
-                for p in &names {
+                for p in &renamed {
                     let (dir, name) = fs.resolve_parent(p.as_bytes()).expect("resolve");
                     fs.unlink(dir, name).expect("unlink");
                 }
-                tu += c1.elapsed();
-                tc += c1 - c0;
+                let c2 = Instant::now();
+                tu += c2 - c1;
+                tc += cc - c0;
                 if tid == 0 && (round < 4 || round.is_power_of_two()) {
                     // The first rounds take new inode slots, log pages and DRAM;
                     // later ones reuse what the unlinks freed.
-                    let (c, u) = ((c1 - c0).as_secs_f64(), c1.elapsed().as_secs_f64());
+                    let (c, u) = ((cc - c0).as_secs_f64(), (c2 - c1).as_secs_f64());
                     let per = files as f64 * 1e-6;
                     println!(
                         "round {round}: create+close {:.2} us, unlink {:.2} us",

@@ -66,6 +66,11 @@ pub enum CoreFault {
     /// which let the write lock go before its fence, to fence: a crash can then keep
     /// the later operation and tear the earlier one (`tail-before-prev-fence`).
     NoFenceWait,
+    /// Fast GC and the paths that free an inode do not flush the journal headers a
+    /// lazily finished transaction left active on media, so a word it names can
+    /// come back to its old value while recovery would still undo it
+    /// (`unsettled-journal-mark`).
+    UnsettledMarks,
 }
 
 /// Attributes of an inode, as `stat` reports them.
@@ -522,6 +527,9 @@ pub struct Fs<M: Medium> {
     pub(crate) ialloc: InodeAlloc,
     pub(crate) cache: Vec<RwLock<HashMap<u64, Arc<Inode>>>>,
     pub(crate) txids: Vec<StepMutex<u64>>,
+    /// Journals whose last transaction's inactive mark may still be in flight
+    /// (`journal::finish_lazy`; a pool this process alone uses).
+    pub(crate) marks: crate::journal::LazyMarks,
     pub(crate) rename_lock: StepMutex<()>,
     pub(crate) read_only: bool,
     pub(crate) fault: Option<CoreFault>,
@@ -1533,7 +1541,13 @@ impl<M: Medium> Fs<M> {
         let mut created: Option<Arc<Inode>> = None;
         let mut freed_from: SmallVec<[u64; 2]> = SmallVec::new();
         let mut freed_logs: SmallVec<[SmallVec<[u64; 4]>; 1]> = SmallVec::new();
-        self.journal_run(tx, &recs, |at| match at {
+        // Freed slots and their log pages: no lazily finished transaction may stay
+        // active on media once they can be reused (`journal::LazyMarks`); this
+        // transaction's begin rewrites its own shard's header.
+        let settling =
+            if free.is_empty() { Default::default() } else { self.settle_marks(Some(tx.shard)) };
+        let lazy = parts.iter().all(|p| !free.contains(&p.ino));
+        self.journal_run(tx, &recs, lazy, |at| match at {
             Drain::Records => {
                 for (p, a) in parts.iter().zip(&appended) {
                     let f = Self::apply_committed(locked.st_mut(p.ino), a, &p.entries);
@@ -1564,6 +1578,7 @@ impl<M: Medium> Fs<M> {
                 }
             }
         });
+        self.marks.settled(&settling);
         for &ino in &freed_from {
             self.note_free(ino);
         }
@@ -1594,7 +1609,7 @@ impl<M: Medium> Fs<M> {
     /// finish. Also used by thorough GC.
     pub(crate) fn journal_commit(&self, recs: &[Record]) -> Result<()> {
         let tx = self.journal_open()?;
-        self.journal_run(tx, recs, |_| {});
+        self.journal_run(tx, recs, true, |_| {});
         Ok(())
     }
 
@@ -1631,6 +1646,7 @@ impl<M: Medium> Fs<M> {
         &self,
         mut tx: JournalTx<'_>,
         recs: &[Record],
+        lazy: bool,
         mut dram: impl FnMut(Drain),
     ) {
         let shard = tx.shard;
@@ -1656,8 +1672,30 @@ impl<M: Medium> Fs<M> {
             dram(Drain::Words);
             self.m.fence();
         }
-        journal::finish(&self.m, &self.geo, shard, txid);
+        // A pool this process alone uses leaves the inactive mark in the cache (see
+        // `journal::LazyMarks`): the release of the locks below no longer waits for
+        // its flush. A shared pool's parties cannot see each other's marks, and a
+        // transaction that names a slot it also frees would leave a word free to
+        // come back under its own mark: both flush it, as before.
+        match &tx.held {
+            Held::Local(_) if lazy => {
+                journal::finish_lazy(&self.m, &self.geo, shard, txid);
+                self.marks.stored(shard, txid);
+            }
+            _ => journal::finish(&self.m, &self.geo, shard, txid),
+        }
         drop(tx);
+    }
+
+    /// Flush the journal headers whose lazy marks may not be on media (but
+    /// `skip`'s): called before the fence that precedes freeing a log page or an
+    /// inode slot, holding the inode's lock; pass the result to
+    /// `self.marks.settled` after that fence.
+    pub(crate) fn settle_marks(&self, skip: Option<u32>) -> crate::journal::Settling {
+        if self.fault == Some(CoreFault::UnsettledMarks) {
+            return crate::journal::Settling::new();
+        }
+        self.marks.settle(&self.m, &self.geo, skip)
     }
 
     /// Free an inode whose last link is gone and that is no longer open: one
@@ -1667,7 +1705,9 @@ impl<M: Medium> Fs<M> {
         let off = self.geo.slot_off(inode.ino) + SLOT_STATE;
         persist_u64(&self.m, off, inode.state_word + 1);
         crate::replica::sync_slot(&self.m, &self.geo, inode.ino);
+        let settling = self.settle_marks(None); // the slot and its log pages go
         self.m.fence();
+        self.marks.settled(&settling);
         self.note_free(inode.ino);
         let runs = st.data_runs();
         self.free_runs(&runs);

@@ -201,8 +201,12 @@ impl<M: Medium> Fs<M> {
             }
             st.log.pages.remove(d);
         }
+        // The pages can come back to this log with its epoch (module comment of
+        // `journal`): lazily finished transactions that named its tail are settled.
+        let settling = self.settle_marks(None);
         if self.fault != Some(CoreFault::EarlyGc) {
             self.m.fence();
+            self.marks.settled(&settling);
         }
         for d in dead.iter().filter(|&&d| Some(d) != live_victim) {
             st.refs.remove(*d);
@@ -251,11 +255,14 @@ impl<M: Medium> Fs<M> {
                 p.own(pg / BLOCK, 1);
             }
         }
+        // The old pages are freed below: settled by the commit's fences.
+        let settling = self.settle_marks(None);
         if let Err(e) = self.journal_commit(&recs) {
             self.free_pages(&taken);
             self.free_pages(&[first]);
             return Err(e);
         }
+        self.marks.settled(&settling);
         let old_pages = std::mem::take(&mut st.log.pages).to_vec();
         let mut fresh = InodeState::new(st.ftype);
         fresh.log.head = new_head;

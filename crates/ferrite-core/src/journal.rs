@@ -9,22 +9,28 @@
 //!    flushed; **fence**;
 //! 2. each word is set to its new value with an 8-byte atomic store and flushed;
 //!    **fence** — the operation is now durable;
-//! 3. the header is marked inactive (store + flush, no fence: the locked instructions
-//!    that release the operation's inode locks wait for the flush, so the mark is on
-//!    media before a later operation changes any of its words).
+//! 3. the header is marked inactive. On a shared pool (and for a transaction that
+//!    names a slot it also frees) the mark is stored and flushed, no fence: the
+//!    locked instructions that release the operation's inode locks wait for the
+//!    flush. On a pool this process alone uses it is only stored ([`finish_lazy`]):
+//!    it reaches media with the shard's next `begin` or with a [`LazyMarks::settle`].
 //!
 //! Recovery of an active, checksum-valid journal: if some record's word still holds
 //! its *old* value (and old != new) the transaction did not finish step 2: every word
 //! that holds its *new* value is set back to its old value, and **fence** before the
 //! journal is marked inactive (else a crash could keep "inactive" and lose the
 //! rollback). Otherwise it finished and nothing is done. This is sound because a
-//! later operation changes a word only after step 2 (inode locks) and after step 3's
-//! mark reached media (the locks' release waits for its flush), so while the journal
-//! is active on media only this transaction changes its words. The flush cannot be
-//! dropped: a word can come back to an old value later (a reused slot's new log
-//! starts at epoch 0 again; fast GC frees a dead log page without a new epoch, and the
-//! same log may take that page again), and a transaction left active on media across
-//! that would be undone over later operations (docs/CONSISTENCY.md, step 6).
+//! later operation changes a word only after step 2 (inode locks), and while a
+//! finished transaction is still active on media no word it names comes back to its
+//! old value. Words only move forward but in two ways: a reused slot's new log starts
+//! at epoch 0 again, and fast GC frees a dead log page without a new epoch, which the
+//! same log may take again. Both free something first (a slot, a log page), and every
+//! path that frees one settles the lazy marks — flushes the headers whose mark may be
+//! in flight — before the fence that precedes the free, holding the inode's lock (so
+//! every mark of a transaction that named the inode is visible to it). A flushed
+//! mark is on media once its locks are released. A transaction left active on media
+//! across a reuse would be undone over later operations (docs/CONSISTENCY.md, step 6;
+//! the crash simulator's `unsettled-journal-mark` fault shows it).
 
 use crate::error::{Error, Result};
 use crate::layout::{Geometry, Reader, JOURNAL_SIZE};
@@ -149,11 +155,97 @@ fn sync_slots<M: Medium + ?Sized>(m: &M, geo: &Geometry, recs: &[Record]) {
     }
 }
 
-/// Step 3: mark every copy inactive (flushed, not fenced: see the module comment;
-/// `the_inactive_mark_is_on_media_after_the_next_fence` pins the flush).
+/// Step 3 of a shared pool: mark every copy inactive (flushed, not fenced: see the
+/// module comment; `the_inactive_mark_is_on_media_after_the_next_fence` pins the
+/// flush).
 pub fn finish<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32, txid: u64) {
     for base in copies(geo, shard) {
         persist_u64(m, base, txid << 1);
+    }
+}
+
+/// Step 3 of a pool this process alone uses: mark every copy inactive with a plain
+/// store, neither flushed nor fenced. The mark reaches media with the shard's next
+/// `begin` (which rewrites the header) or with a [`LazyMarks::settle`] before any
+/// word of the transaction can come back to an old value; until then recovery
+/// finds the transaction active and finished (no word holds its old value).
+pub fn finish_lazy<M: Medium + ?Sized>(m: &M, geo: &Geometry, shard: u32, txid: u64) {
+    for base in copies(geo, shard) {
+        m.store_u64(base, txid << 1);
+    }
+}
+
+/// Which shards' last transaction was marked inactive by [`finish_lazy`] and may
+/// not have its mark on media (DRAM only).
+///
+/// Invariants: `stored` is the id of the shard's last lazily finished transaction,
+/// set by the journal's holder before it lets the journal and the operation's inode
+/// locks go; `durable` only grows and never passes a mark that some thread flushed
+/// and fenced (or that a later `begin` of the shard overwrote and fenced). A word a
+/// transaction names can come back to an old value only when a log page or an
+/// inode slot is freed (module comment); each such path calls
+/// [`LazyMarks::settle`] before the fence that precedes the free, holding the
+/// locks of the inode it frees from, so every mark of a transaction that named
+/// that inode is visible to it.
+pub(crate) struct LazyMarks {
+    shards: Box<[Mark]>,
+}
+
+/// One shard's marks, on a line of its own (the holder stores, GC reads).
+#[repr(align(64))]
+#[derive(Default)]
+struct Mark {
+    stored: std::sync::atomic::AtomicU64,
+    durable: std::sync::atomic::AtomicU64,
+}
+
+/// Marks [`LazyMarks::settle`] flushed: `(shard, txid)`, durable after the
+/// caller's next fence ([`LazyMarks::settled`]).
+pub(crate) type Settling = smallvec::SmallVec<[(u32, u64); 2]>;
+
+impl LazyMarks {
+    /// No lazy mark in any of `nshards` shards.
+    pub fn new(nshards: u32) -> LazyMarks {
+        LazyMarks { shards: (0..nshards).map(|_| Mark::default()).collect() }
+    }
+
+    /// Shard `shard`'s transaction `txid` was finished by [`finish_lazy`] (called
+    /// by the journal's holder, right after it).
+    pub fn stored(&self, shard: u32, txid: u64) {
+        use std::sync::atomic::Ordering;
+        let k = &self.shards[shard as usize];
+        debug_assert!(txid > k.stored.load(Ordering::Relaxed), "txids only grow");
+        k.stored.store(txid, Ordering::Release);
+    }
+
+    /// Flush the header of every shard whose last lazy mark may not be on media
+    /// (but `skip`'s, whose header the caller's own `begin` rewrites before its
+    /// fence). The caller fences, then passes the result to [`LazyMarks::settled`].
+    pub fn settle<M: Medium + ?Sized>(&self, m: &M, geo: &Geometry, skip: Option<u32>) -> Settling {
+        use std::sync::atomic::Ordering;
+        let mut out = Settling::new();
+        for (s, k) in self.shards.iter().enumerate() {
+            let s = s as u32;
+            let stored = k.stored.load(Ordering::Acquire);
+            if Some(s) == skip || stored <= k.durable.load(Ordering::Acquire) {
+                continue;
+            }
+            // A flush writes the line back whole, with the mark another thread
+            // stored: this thread's fence then makes it durable.
+            for base in copies(geo, s) {
+                m.flush(base, 8);
+            }
+            out.push((s, stored));
+        }
+        out
+    }
+
+    /// The caller fenced after [`LazyMarks::settle`]: those marks are durable.
+    pub fn settled(&self, done: &Settling) {
+        use std::sync::atomic::Ordering;
+        for &(s, txid) in done {
+            self.shards[s as usize].durable.fetch_max(txid, Ordering::Release);
+        }
     }
 }
 
@@ -510,6 +602,49 @@ mod tests {
         stale.store_u64(tail, 0x10);
         assert_eq!(recover(&stale, &g, 0).unwrap(), JournalOutcome::RolledBack);
         assert_eq!(stale.load_u64(state), 1, "the freed slot in use again");
+    }
+
+    /// A lazy mark is not on media after its own thread's fences; another thread's
+    /// settle (a flush of the header) and fence put it there, once, and the shard
+    /// a settle skips keeps its mark in flight.
+    #[test]
+    fn a_lazy_mark_is_durable_after_a_settle_and_its_fence() {
+        let g = Geometry::compute(256, 2, 64).unwrap();
+        let m = SimMedium::new(256 * BLOCK);
+        let marks = LazyMarks::new(2);
+        let tail = g.slot_off(1) + 16;
+        let recs = [Record { addr: tail, old: 0x10, new: 0x20 }];
+        let mark_of = |img: &[u8], shard: u32| {
+            let base = g.journal_offs(shard)[0].expect("primary journal") as usize;
+            u64::from_le_bytes(img[base..][..8].try_into().unwrap())
+        };
+        for shard in 0..2 {
+            begin(&m, &g, shard, 1, &recs);
+            m.fence();
+            apply(&m, &g, &recs);
+            m.fence();
+            finish_lazy(&m, &g, shard, 1);
+            marks.stored(shard, 1);
+        }
+        m.fence(); // the thread's next operation
+        assert_eq!(mark_of(&m.durable_image(), 0), (1 << 1) | 1, "still active on media");
+        let done = std::thread::scope(|s| {
+            s.spawn(|| {
+                crate::sim::set_sim_thread(7);
+                let done = marks.settle(&m, &g, Some(1));
+                m.fence();
+                marks.settled(&done);
+                done
+            })
+            .join()
+            .unwrap()
+        });
+        assert_eq!(done.as_slice(), &[(0, 1)], "shard 1 was skipped");
+        let img = m.durable_image();
+        assert_eq!(mark_of(&img, 0), 1 << 1, "the settled mark is durable");
+        assert_eq!(mark_of(&img, 1), (1 << 1) | 1, "the skipped one is not");
+        assert_eq!(marks.settle(&m, &g, Some(1)).len(), 0, "a settled mark is not flushed again");
+        assert_eq!(marks.settle(&m, &g, None).as_slice(), &[(1, 1)]);
     }
 
     #[test]

@@ -274,6 +274,7 @@ impl<M: Medium> Fs<M> {
             geo,
             cache: Fs::<M>::new_cache(),
             txids,
+            marks: crate::journal::LazyMarks::new(geo.nshards),
             rename_lock: crate::locks::StepMutex::new(()),
             read_only: opts.read_only,
             fault: opts.fault,
@@ -334,6 +335,11 @@ impl<M: Medium> Fs<M> {
         for ino in 1..=self.geo.ninodes {
             crate::replica::resync_slot(&self.m, &self.geo, ino);
         }
+        // No journal stays active on media past a clean unmount: a clean mount does
+        // not recover journals, and the next crash would find it.
+        let settling = self.settle_marks(None);
+        self.m.fence();
+        self.marks.settled(&settling);
         let blocks = self.balloc.used_bitmap();
         let inodes = self.ialloc.used_bitmap();
         let shared = crate::refs::summary(&self.shared_blocks());

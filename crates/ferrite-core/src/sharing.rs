@@ -551,6 +551,7 @@ impl<M: Medium> Fs<M> {
             geo,
             cache: Fs::<M>::new_cache(),
             txids: Vec::new(),
+            marks: crate::journal::LazyMarks::new(0),
             rename_lock: crate::locks::StepMutex::new(()),
             read_only: false,
             fault: None,
@@ -608,6 +609,11 @@ impl<M: Medium> Fs<M> {
         for (shard, txid) in self.txids.iter().enumerate() {
             party.table().set_txid(shard as u32, *txid.lock());
         }
+        // From now on marks are flushed at each commit; the lazy ones of this
+        // process's own commits so far reach media first.
+        let settling = self.settle_marks(None);
+        self.m.fence();
+        self.marks.settled(&settling);
         // The counts of shared blocks move into the table, where clients see them.
         let list = self.shared_blocks();
         self.share = Some(party);

@@ -14,12 +14,6 @@ use ferrite_core::*;
 
 const MB: u64 = 1 << 20;
 
-fn fences(fs: &Fs<SimMedium>, f: impl FnOnce()) -> u64 {
-    let before = fs.medium().fence_count();
-    f();
-    fs.medium().fence_count() - before
-}
-
 /// A file with 4 KiB of data, its access time not after its modification time.
 fn written(fs: &Fs<SimMedium>, name: &str) -> u64 {
     let ino = fs.create(fs.root(), name.as_bytes(), 0o644, 0, 0).unwrap().ino;

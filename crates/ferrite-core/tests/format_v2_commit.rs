@@ -16,13 +16,6 @@ fn file(fs: &Fs<SimMedium>, name: &str) -> u64 {
     fs.create(fs.root(), name.as_bytes(), 0o644, 0, 0).unwrap().ino
 }
 
-/// Fences issued by `f`.
-fn fences(fs: &Fs<SimMedium>, f: impl FnOnce()) -> u64 {
-    let before = fs.medium().fence_count();
-    f();
-    fs.medium().fence_count() - before
-}
-
 #[test]
 fn a_durable_write_takes_one_fence_and_fsync_none() {
     let fs = fresh_sim(64 * MB, 2);

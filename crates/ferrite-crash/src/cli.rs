@@ -332,6 +332,8 @@ fn run_inject(a: &CrashArgs, kind: &str) -> i32 {
         "mt-gc,client-gc,gc"
     } else if a.workload == "all" && kind == "tail-before-prev-fence" {
         "mt-shared-file"
+    } else if a.workload == "all" && kind == "unsettled-journal-mark" {
+        "journal-linger"
     } else {
         a.workload.as_str()
     };

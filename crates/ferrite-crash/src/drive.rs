@@ -67,6 +67,7 @@ impl Fault {
             Fault::Core(CoreFault::AdoptUnflushed) => "tail-before-other-data".into(),
             Fault::Core(CoreFault::GcReferenced) => "gc-referenced-page".into(),
             Fault::Core(CoreFault::NoFenceWait) => "tail-before-prev-fence".into(),
+            Fault::Core(CoreFault::UnsettledMarks) => "unsettled-journal-mark".into(),
         }
     }
 
@@ -88,6 +89,7 @@ impl Fault {
             None if s == "tail-before-other-data" => Fault::Core(CoreFault::AdoptUnflushed),
             None if s == "gc-referenced-page" => Fault::Core(CoreFault::GcReferenced),
             None if s == "tail-before-prev-fence" => Fault::Core(CoreFault::NoFenceWait),
+            None if s == "unsettled-journal-mark" => Fault::Core(CoreFault::UnsettledMarks),
             _ => return Err(format!("unknown fault '{s}'")),
         })
     }

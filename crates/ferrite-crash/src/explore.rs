@@ -500,7 +500,7 @@ pub fn run_suite(
 }
 
 /// The injectable fault kinds, as `--inject` names them.
-pub const FAULT_KINDS: [&str; 11] = [
+pub const FAULT_KINDS: [&str; 12] = [
     "skip-flush",
     "skip-fence",
     "skip-thread-fence",
@@ -512,6 +512,7 @@ pub const FAULT_KINDS: [&str; 11] = [
     "tail-before-other-data",
     "gc-referenced-page",
     "tail-before-prev-fence",
+    "unsettled-journal-mark",
 ];
 
 /// One scanned variant of a fault.
@@ -623,6 +624,7 @@ pub fn inject(
             "tail-before-other-data" => vec![Fault::Core(CoreFault::AdoptUnflushed)],
             "gc-referenced-page" => vec![Fault::Core(CoreFault::GcReferenced)],
             "tail-before-prev-fence" => vec![Fault::Core(CoreFault::NoFenceWait)],
+            "unsettled-journal-mark" => vec![Fault::Core(CoreFault::UnsettledMarks)],
             other => return Err(format!("unknown fault '{other}' (see --list-faults)")),
         };
         check::set_quiet(true);

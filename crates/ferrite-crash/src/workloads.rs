@@ -799,6 +799,24 @@ pub fn suite(seed: u64) -> Vec<Workload> {
             o.push(write("/h", 4096, 4096, 201));
             o
         }),
+        w("journal-linger", "a log tail comes back to the old value of a lazily finished journal record", MB, {
+            // The link is the last journaled operation: its record holds /g's tail
+            // right after the create's SETATTR, and its inactive mark is left in the
+            // cache. The overwrites kill every WRITE entry but the last, the first
+            // chmod kills both SETATTRs of the first log page, so fast GC frees that
+            // page; the chmods then fill the tail page, and the next log page is the
+            // freed one (log pages come from the top), whose first entry is a
+            // SETATTR: the tail holds the record's old value again. Recovery must not
+            // undo the link (its mark was settled before the page was freed).
+            let mut o = vec![create("/g"), link("/g", "/h")];
+            for i in 0..100u64 {
+                o.push(write("/g", 0, 4096, i as u8));
+            }
+            for i in 0..80u32 {
+                o.push(chmod("/g", 0o600 + i % 64));
+            }
+            o
+        }),
         w("remount", "clean unmount and mount, crash and recover, work continuing after both", MB, vec![
             create("/a"),
             write("/a", 0, 6000, 1),

@@ -20,6 +20,7 @@ fn plan(kind: &str) -> (&'static str, usize, u64) {
         "tail-before-other-data" => ("client-death", 1, 3000),
         "gc-referenced-page" => ("mt-gc,client-gc", 1, 1500),
         "tail-before-prev-fence" => ("mt-shared-file", 1, 3000),
+        "unsettled-journal-mark" => ("journal-linger", 1, 3000),
         other => panic!("fault kind {other} has no detection test: add it here"),
     }
 }

@@ -13,6 +13,13 @@ pub fn fresh_sim(size: u64, shards: u32) -> Fs<SimMedium> {
         .expect("mkfs on a simulated pool")
 }
 
+/// Fences issued by `f`.
+pub fn fences(fs: &Fs<SimMedium>, f: impl FnOnce()) -> u64 {
+    let before = fs.medium().fence_count();
+    f();
+    fs.medium().fence_count() - before
+}
+
 /// Assert that fsck finds nothing wrong.
 pub fn assert_fsck_clean<M: Medium>(fs: &Fs<M>, ctx: &str) {
     let r = fs.fsck().expect("fsck runs");
