@@ -49,8 +49,9 @@ enum Cmd {
     Bmap(integrity::BmapArgs),
     /// List every used block range of a pool with its owner.
     Blocks(integrity::BlocksArgs),
-    /// Convert a pool of an older format version (1 to 4) to this build's (5), in place
-    /// (without metadata replicas: those need a new pool).
+    /// Convert a pool of an older format version (1 to 6) to this build's (7), in place
+    /// (a pool older than version 5 stays without metadata replicas: those need a new
+    /// pool).
     Upgrade(admin::UpgradeArgs),
     /// List a directory.
     Ls(tools::LsArgs),
