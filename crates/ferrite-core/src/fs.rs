@@ -1698,6 +1698,13 @@ impl<M: Medium> Fs<M> {
         self.marks.settle(&self.m, &self.geo, skip)
     }
 
+    /// Fence, with every lazy mark settled by it (`settle_marks`, then the fence).
+    pub(crate) fn fence_settled(&self) {
+        let settling = self.settle_marks(None);
+        self.m.fence();
+        self.marks.settled(&settling);
+    }
+
     /// Free an inode whose last link is gone and that is no longer open: one
     /// 8-byte state store, one fence.
     pub(crate) fn free_inode_now(&self, inode: &Inode, st: &mut InodeState) {
@@ -1705,9 +1712,7 @@ impl<M: Medium> Fs<M> {
         let off = self.geo.slot_off(inode.ino) + SLOT_STATE;
         persist_u64(&self.m, off, inode.state_word + 1);
         crate::replica::sync_slot(&self.m, &self.geo, inode.ino);
-        let settling = self.settle_marks(None); // the slot and its log pages go
-        self.m.fence();
-        self.marks.settled(&settling);
+        self.fence_settled(); // the slot and its log pages go
         self.note_free(inode.ino);
         let runs = st.data_runs();
         self.free_runs(&runs);

@@ -337,9 +337,7 @@ impl<M: Medium> Fs<M> {
         }
         // No journal stays active on media past a clean unmount: a clean mount does
         // not recover journals, and the next crash would find it.
-        let settling = self.settle_marks(None);
-        self.m.fence();
-        self.marks.settled(&settling);
+        self.fence_settled();
         let blocks = self.balloc.used_bitmap();
         let inodes = self.ialloc.used_bitmap();
         let shared = crate::refs::summary(&self.shared_blocks());

@@ -611,9 +611,7 @@ impl<M: Medium> Fs<M> {
         }
         // From now on marks are flushed at each commit; the lazy ones of this
         // process's own commits so far reach media first.
-        let settling = self.settle_marks(None);
-        self.m.fence();
-        self.marks.settled(&settling);
+        self.fence_settled();
         // The counts of shared blocks move into the table, where clients see them.
         let list = self.shared_blocks();
         self.share = Some(party);
