@@ -173,7 +173,7 @@ impl<M: Medium> Fs<M> {
             }
         }
         // Keep only candidates that may still die later: the current tail page.
-        st.dead.retain(|&p| p == tail_page && st.refs.get(p) == 0);
+        st.dead.retain(|p| *p == tail_page && st.refs.get(*p) == 0);
         if dead.is_empty() {
             return;
         }

@@ -492,9 +492,13 @@ pub struct InodeState {
     /// Chain generation (see `share`) this state was built at: another party's GC
     /// since then means a replay from the head, not a catch-up from the old tail.
     pub chain_gen: u32,
-    /// Log pages whose count dropped to zero since fast GC last ran (candidates).
-    pub dead: Vec<u64>,
+    /// Log pages whose count dropped to zero since fast GC last ran (candidates;
+    /// inline, so the first page to die in a new inode's log allocates nothing).
+    pub dead: DeadPages,
 }
+
+/// Log pages of one log (dead ones: see [`InodeState::dead`]).
+pub type DeadPages = SmallVec<[u64; 4]>;
 
 /// Live entries per log page: a sorted vector, inline for the one or two pages most
 /// logs have (a new inode's costs no allocation), binary-searched up to
@@ -654,7 +658,7 @@ impl InodeState {
             gc_floor: 0,
             gc_low_at: 0,
             chain_gen: 0,
-            dead: Vec::new(),
+            dead: DeadPages::new(),
         }
     }
 
@@ -1184,12 +1188,12 @@ impl InodeState {
     /// Log pages whose entries are all dead (excluding the tail page), in chain order.
     /// Cost: proportional to the pages that died since the last fast GC (times log n
     /// for a long chain), whatever the length of the log.
-    pub fn dead_pages(&self) -> Vec<u64> {
+    pub fn dead_pages(&self) -> DeadPages {
         if self.dead.is_empty() {
-            return Vec::new();
+            return DeadPages::new();
         }
         let tail_page = page_of(crate::layout::logptr::addr(self.log.tail));
-        let mut out: Vec<u64> = self
+        let mut out: DeadPages = self
             .dead
             .iter()
             .copied()
@@ -1258,7 +1262,7 @@ mod tests {
         assert_eq!((st.refs.get(a), st.dead.len()), (1, 0), "same log page: count kept");
         st.apply(c, &tail(BLOCK + 192, 3), &mut freed);
         assert_eq!((st.refs.get(a), st.refs.get(c)), (0, 1), "the reference moved pages");
-        assert_eq!(st.dead, vec![a], "the old log page is dead");
+        assert_eq!(st.dead.as_slice(), [a], "the old log page is dead");
         assert!(freed.is_empty(), "the run's block stays mapped");
         assert_eq!(st.file().unwrap().lookup(1).map(|(b, _)| b), Some(500));
         assert_eq!(st.attr.size, BLOCK + 192);
@@ -1300,7 +1304,7 @@ mod tests {
         }
         assert!(freed.is_empty());
         assert_eq!(fast.file().unwrap().tail, None, "a full page ends the run");
-        assert_eq!(fast.dead, vec![a]);
+        assert_eq!(fast.dead.as_slice(), [a]);
     }
 
     /// `apply_cow_writes` (a copy-on-write write's apply from its plan, without a
