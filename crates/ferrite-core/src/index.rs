@@ -146,7 +146,7 @@ pub struct FileIndex {
     /// goes back at its merge, so neither allocates (a list's growth held 8-15% of a
     /// 64 B write's perf samples, mostly first-touch faults of the growing heap; the
     /// time per write did not move measurably without it).
-    spare: Vec<Vec<PageOp>>,
+    spare: Vec<Box<[PageOp]>>,
     /// The run of in-place appends ([`crate::log::FLAG_TAIL`]) the file's last
     /// entry continues, if its last entry is one: the next append may write into
     /// the same block past its end. Any other entry ends the run (DRAM only).
@@ -176,26 +176,62 @@ const FIRST_OPS: usize = 16;
 
 /// The ops of one page, in order, and the overlay bytes they carry (kept beside
 /// them so that a write deciding whether to embed reads one hash slot, not the list).
+///
+/// 24 bytes (a boxed slice with a 32-bit length, not a `Vec`), so that a map slot
+/// (key and value) is 32 bytes and, aligned to 32, never straddles two cache lines:
+/// with a `Vec` a slot was 40 bytes and half of them spanned two lines, a second
+/// miss for a random sub-page write's lookup (`profile_op randwrite64`: 29% of the
+/// embedded write's own samples, on the slot's second line).
 #[derive(Clone, Debug, Default)]
 pub struct PageOps {
-    ops: Vec<PageOp>,
+    /// Room for the ops; the first `len` are the page's, the rest are filler.
+    buf: Box<[PageOp]>,
+    len: u32,
     bytes: u32,
 }
 
+const _: () = assert!(std::mem::size_of::<PageOps>() == 24);
+
+/// What an op list's unused room holds.
+const FILL: PageOp = PageOp::Zero { off: 0, len: 0 };
+
 impl PageOps {
+    /// An empty list in `buf` (a recycled one's room, or none).
+    fn with_room(buf: Box<[PageOp]>) -> PageOps {
+        PageOps { buf, len: 0, bytes: 0 }
+    }
+
     /// Add an op at the end.
     pub fn push(&mut self, op: PageOp) {
         if let PageOp::Overlay { len, .. } = op {
             self.bytes += len as u32;
         }
-        if self.ops.len() == self.ops.capacity() {
+        let n = self.len as usize;
+        if n == self.buf.len() {
             // At once 16 ops (256 bytes): one allocation for the ops of most
             // pages, where 8 and then 16 ops of 24 bytes took two (and 384 bytes);
             // a page that reaches `MAX_PAGE_OPS` or a last page's appends double it.
-            let cap = (self.ops.len() * 2).max(FIRST_OPS);
-            self.ops.reserve_exact(cap - self.ops.len());
+            let mut grown = vec![FILL; (n * 2).max(FIRST_OPS)].into_boxed_slice();
+            grown[..n].copy_from_slice(&self.buf);
+            self.buf = grown;
         }
-        self.ops.push(op);
+        self.buf[n] = op;
+        self.len += 1;
+    }
+
+    /// Keep the ops `keep` accepts, in order (the bytes of those dropped go).
+    pub fn retain(&mut self, mut keep: impl FnMut(&PageOp) -> bool) {
+        let mut w = 0;
+        for r in 0..self.len as usize {
+            let op = self.buf[r];
+            if keep(&op) {
+                self.buf[w] = op;
+                w += 1;
+            } else if let PageOp::Overlay { len, .. } = op {
+                self.bytes -= u32::from(len);
+            }
+        }
+        self.len = w as u32;
     }
 
     /// Overlay bytes carried.
@@ -207,7 +243,7 @@ impl PageOps {
 impl std::ops::Deref for PageOps {
     type Target = [PageOp];
     fn deref(&self) -> &[PageOp] {
-        &self.ops
+        &self.buf[..self.len as usize]
     }
 }
 
@@ -215,15 +251,16 @@ impl<'a> IntoIterator for &'a PageOps {
     type Item = &'a PageOp;
     type IntoIter = std::slice::Iter<'a, PageOp>;
     fn into_iter(self) -> Self::IntoIter {
-        self.ops.iter()
+        self.iter()
     }
 }
 
 impl IntoIterator for PageOps {
     type Item = PageOp;
-    type IntoIter = std::vec::IntoIter<PageOp>;
+    type IntoIter = std::iter::Take<std::vec::IntoIter<PageOp>>;
     fn into_iter(self) -> Self::IntoIter {
-        self.ops.into_iter()
+        let n = self.len as usize;
+        self.buf.into_vec().into_iter().take(n)
     }
 }
 
@@ -236,19 +273,18 @@ impl FileIndex {
     /// The ops of page `pg`, an empty list (a spare one if kept) when it has none.
     fn ops_mut(&mut self, pg: u64) -> &mut PageOps {
         let FileIndex { ops, spare, .. } = self;
-        ops.get_or_insert_with(pg, || PageOps { ops: spare.pop().unwrap_or_default(), bytes: 0 })
+        ops.get_or_insert_with(pg, || PageOps::with_room(spare.pop().unwrap_or_default()))
     }
 
     /// Keep a removed page's op list for reuse, if it has room and there is a slot.
-    fn recycle(&mut self, mut ops: PageOps) {
-        if ops.ops.capacity() == 0 || self.spare.len() >= SPARE_OPS {
+    fn recycle(&mut self, ops: PageOps) {
+        if ops.buf.is_empty() || self.spare.len() >= SPARE_OPS {
             return;
         }
         if self.spare.capacity() == 0 {
             self.spare.reserve_exact(SPARE_OPS);
         }
-        ops.ops.clear();
-        self.spare.push(ops.ops);
+        self.spare.push(ops.buf);
     }
 
     /// Pages mapped by runs.
@@ -1109,7 +1145,7 @@ impl InodeState {
     /// page ([`lay_ops`]); one lookup serves both.
     pub fn page_op_list(&self, pg: u64) -> &[PageOp] {
         match &self.body {
-            Body::File(f) => f.ops.get(&pg).map_or(&[], |o| &o.ops),
+            Body::File(f) => f.ops.get(&pg).map_or(&[], |o| &o[..]),
             Body::Dir(_) => &[],
         }
     }
@@ -1128,18 +1164,17 @@ impl InodeState {
                 (u32::from(off), u32::from(off) + u32::from(len))
             }
         };
-        let Some(newest) = ops.ops.last() else { return 0 };
+        let Some(newest) = ops.last() else { return 0 };
         let (c, d) = span(newest);
         let mut dead: SmallVec<[u64; 8]> = SmallVec::new();
-        let (n, bytes) = (ops.ops.len(), &mut ops.bytes);
+        let n = ops.len();
         let (mut k, mut dropped) = (0, 0);
-        ops.ops.retain(|op| {
+        ops.retain(|op| {
             k += 1;
             let (a, b) = span(op);
             let hidden = k < n && c <= a && b <= d;
             dropped += usize::from(hidden);
-            if let (true, PageOp::Overlay { loc, len, .. }) = (hidden, *op) {
-                *bytes -= u32::from(len);
+            if let (true, PageOp::Overlay { loc, .. }) = (hidden, *op) {
                 dead.push(loc.get());
             }
             !hidden
@@ -1165,7 +1200,7 @@ impl InodeState {
                     "page {pg}: overlay byte count out of step"
                 );
                 // Where the page's next op goes: a write that asks is about to add one.
-                crate::pmem::prefetch_dram(v.ops.as_ptr().wrapping_add(v.len()));
+                crate::pmem::prefetch_dram(v.buf.as_ptr().wrapping_add(v.len()));
                 (v.len(), v.bytes())
             }),
             Body::Dir(_) => (0, 0),

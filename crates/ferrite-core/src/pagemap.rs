@@ -11,6 +11,8 @@
 //! ([`prefetch_hinted`]) long before it looks the page up.
 //!
 //! Invariants:
+//! - Slots are aligned to 32 bytes: a slot of a page's op list (32 bytes) lies in
+//!   one cache line, the line a lookup loads (and a hint prefetches).
 //! - The slot count is 0 (no allocation: most files never have overlays) or a
 //!   power of two of at least `MIN_SLOTS`; at most three quarters of the slots
 //!   are full.
@@ -33,7 +35,10 @@ const MIN_SLOTS: usize = 8;
 /// The multiplier of the hash (Fibonacci hashing: the top bits of the product).
 const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
 
+/// Aligned to 32 bytes: a slot of up to 32 bytes (a page's op list's is exactly
+/// that) lies in one cache line, so a lookup loads one line.
 #[derive(Clone)]
+#[repr(align(32))]
 struct Slot<V> {
     key: u64,
     val: V,
@@ -343,8 +348,15 @@ mod tests {
 
     #[test]
     fn a_slot_is_a_key_and_a_value() {
-        // 40 bytes for a page's overlay list: its lines are what a lookup loads.
-        assert_eq!(std::mem::size_of::<Slot<crate::index::PageOps>>(), 40);
+        // 32 bytes for a page's overlay list, aligned: the one line a lookup loads.
+        assert_eq!(std::mem::size_of::<Slot<crate::index::PageOps>>(), 32);
+        assert_eq!(std::mem::align_of::<Slot<crate::index::PageOps>>(), 32);
+        let m: PageMap<crate::index::PageOps> = {
+            let mut m = PageMap::default();
+            m.get_or_insert_with(1, Default::default);
+            m
+        };
+        assert_eq!(m.slots.as_ptr() as usize % 32, 0, "a slot never spans two lines");
     }
 
     #[test]
