@@ -179,9 +179,9 @@ const FIRST_OPS: usize = 16;
 ///
 /// 24 bytes (a boxed slice with a 32-bit length, not a `Vec`), so that a map slot
 /// (key and value) is 32 bytes and, aligned to 32, never straddles two cache lines:
-/// with a `Vec` a slot was 40 bytes and half of them spanned two lines, a second
-/// miss for a random sub-page write's lookup (`profile_op randwrite64`: 29% of the
-/// embedded write's own samples, on the slot's second line).
+/// with a `Vec` a slot was 40 bytes and half of them spanned two lines (no time
+/// change measured: a random sub-page write's lookup misses on the key's line
+/// either way; docs/BENCHMARKS.md, stop of 2026-12-03).
 #[derive(Clone, Debug, Default)]
 pub struct PageOps {
     /// Room for the ops; the first `len` are the page's, the rest are filler.
