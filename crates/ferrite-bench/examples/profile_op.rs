@@ -43,7 +43,12 @@ fn main() {
     let span = env_u64("FERRITE_PROFILE_PAGES").unwrap_or(16384).clamp(1, 16384);
     let m = MmapMedium::create(pool.as_ref(), size, &MapOptions::default()).expect("pool");
     ferrite_bench::target::lib::prefault(&m);
-    let fs = Fs::mkfs(m, &MkfsOptions::default()).expect("mkfs");
+    let mut fs = Fs::mkfs(m, &MkfsOptions::default()).expect("mkfs");
+    // FERRITE_PROFILE_VERIFY: the read verification mode (always, first-touch, off).
+    if let Some(v) = std::env::var("FERRITE_PROFILE_VERIFY").ok() {
+        fs.set_verify_mode(ferrite_core::VerifyMode::parse(&v).expect("verify mode"));
+    }
+    let fs = fs;
     let root = fs.root();
     let dir = fs.mkdir(root, b"d", 0o755, 0, 0).expect("mkdir").ino;
     let f = fs.create(root, b"f", 0o644, 0, 0).expect("create").ino;

@@ -545,7 +545,73 @@ pub enum PageRefs {
     /// Few pages: sorted by page.
     Small(SmallVec<[(u64, u32); 2]>),
     /// Many pages.
-    Large(HashMap<u64, u32, foldhash::fast::RandomState>),
+    Large(LargeRefs),
+}
+
+/// The counts of a long log: a hash map, and the count of the page that
+/// [`PageRefs::entry`] asked for last kept apart from it. Every commit adds to the
+/// count of the page its entries went to, the log's tail page, so one commit after
+/// another finds it there without hashing (`profile_op rewrite64` under callgrind:
+/// the map's entry was about 110 of a 64 B write's 2,180 instructions).
+///
+/// Invariant: the map holds no count for `hot_page`; `hot` is that page's count.
+#[derive(Clone, Debug)]
+pub struct LargeRefs {
+    map: HashMap<u64, u32, foldhash::fast::RandomState>,
+    /// The page whose count is `hot` ([`NO_PAGE`]: none).
+    hot_page: u64,
+    hot: u32,
+}
+
+/// No page (log pages are block-aligned addresses).
+const NO_PAGE: u64 = u64::MAX;
+
+impl LargeRefs {
+    fn from_counts(counts: impl Iterator<Item = (u64, u32)>) -> Self {
+        LargeRefs { map: counts.collect(), hot_page: NO_PAGE, hot: 0 }
+    }
+
+    /// The count of `page`, inserted as 0 if absent; `page` becomes the hot one.
+    fn entry(&mut self, page: u64) -> &mut u32 {
+        debug_assert_ne!(page, NO_PAGE);
+        if self.hot_page != page {
+            if self.hot_page != NO_PAGE {
+                let prev = self.map.insert(self.hot_page, self.hot);
+                debug_assert!(prev.is_none(), "the hot page's count is kept apart");
+            }
+            self.hot = self.map.remove(&page).unwrap_or(0);
+            self.hot_page = page;
+        }
+        &mut self.hot
+    }
+
+    fn get_mut(&mut self, page: u64) -> Option<&mut u32> {
+        if page == self.hot_page {
+            return Some(&mut self.hot);
+        }
+        self.map.get_mut(&page)
+    }
+
+    fn get(&self, page: u64) -> Option<u32> {
+        if page == self.hot_page {
+            return Some(self.hot);
+        }
+        self.map.get(&page).copied()
+    }
+
+    fn remove(&mut self, page: u64) {
+        if page == self.hot_page {
+            self.hot_page = NO_PAGE;
+            self.hot = 0;
+        } else {
+            self.map.remove(&page);
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        let hot = (self.hot_page != NO_PAGE).then_some((self.hot_page, self.hot));
+        self.map.iter().map(|(&p, &c)| (p, c)).chain(hot)
+    }
 }
 
 /// Pages kept in [`PageRefs::Small`] before it becomes a map.
@@ -562,8 +628,7 @@ impl PageRefs {
     pub fn entry(&mut self, page: u64) -> &mut u32 {
         if let PageRefs::Small(v) = self {
             if v.len() >= PAGE_REFS_SMALL && v.binary_search_by_key(&page, |e| e.0).is_err() {
-                let map = v.iter().copied().collect();
-                *self = PageRefs::Large(map);
+                *self = PageRefs::Large(LargeRefs::from_counts(v.iter().copied()));
             }
         }
         match self {
@@ -577,21 +642,21 @@ impl PageRefs {
                 };
                 &mut v[i].1
             }
-            PageRefs::Large(m) => m.entry(page).or_insert(0),
+            PageRefs::Large(m) => m.entry(page),
         }
     }
     /// The count of `page`, if it is known.
     pub fn get_mut(&mut self, page: u64) -> Option<&mut u32> {
         match self {
             PageRefs::Small(v) => v.binary_search_by_key(&page, |e| e.0).ok().map(|i| &mut v[i].1),
-            PageRefs::Large(m) => m.get_mut(&page),
+            PageRefs::Large(m) => m.get_mut(page),
         }
     }
     /// The count of `page` (0 if unknown).
     pub fn get(&self, page: u64) -> u32 {
         match self {
             PageRefs::Small(v) => v.binary_search_by_key(&page, |e| e.0).map_or(0, |i| v[i].1),
-            PageRefs::Large(m) => m.get(&page).copied().unwrap_or(0),
+            PageRefs::Large(m) => m.get(page).unwrap_or(0),
         }
     }
     /// Forget `page`.
@@ -602,16 +667,14 @@ impl PageRefs {
                     v.remove(i);
                 }
             }
-            PageRefs::Large(m) => {
-                m.remove(&page);
-            }
+            PageRefs::Large(m) => m.remove(page),
         }
     }
     /// (page, count), in no particular order.
     pub fn iter(&self) -> Box<dyn Iterator<Item = (u64, u32)> + '_> {
         match self {
             PageRefs::Small(v) => Box::new(v.iter().copied()),
-            PageRefs::Large(m) => Box::new(m.iter().map(|(&p, &c)| (p, c))),
+            PageRefs::Large(m) => Box::new(m.iter()),
         }
     }
 }
@@ -1523,6 +1586,11 @@ mod tests {
             if x.is_multiple_of(3) {
                 r.remove(page);
                 model.remove(&page);
+            } else if x % 3 == 1 && model.contains_key(&page) {
+                // A change through `get_mut` (the path of a decrement), of the hot
+                // page or another.
+                *r.get_mut(page).expect("a known page") += 1;
+                *model.get_mut(&page).expect("known") += 1;
             } else {
                 *r.entry(page) += 1;
                 *model.entry(page).or_insert(0u32) += 1;

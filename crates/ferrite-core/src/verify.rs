@@ -6,7 +6,9 @@
 //! - [`VerifyMode::FirstTouch`] (the default) checks a block the first time a read
 //!   touches it after mount and records that in [`Verified`], one DRAM bit per
 //!   pool block (no allocation per read). A block's bit is cleared when the block
-//!   is freed, so a block reused for new data is checked again.
+//!   is freed, so a block reused for new data is checked again. A block that a
+//!   merge of this process filled and committed is marked at its commit (its
+//!   content and checksum came from one DRAM page; see `Fs::mark_written`).
 //! - [`VerifyMode::Always`] checks at every read; [`VerifyMode::Off`] never does.
 //! - Blocks mapped by entries without page checksums (version 2 pools, thorough GC
 //!   of such entries) cannot be checked: they read as before and are marked.

@@ -143,3 +143,37 @@ fn pages_stay_checkable_after_partial_rewrites_gc_and_fallocate() {
         expect_corrupt(fs.read(ino, pg * 4096 + 4080, &mut buf), ino, pg * 4096, blk / 4096);
     }
 }
+
+#[test]
+fn a_page_merged_this_mount_is_not_checked_again_until_the_next_mount() {
+    // A merge writes a page's new block and its checksum from one DRAM page, so
+    // first-touch marks it verified at its commit (the next merge of the page
+    // reads it without a check); the next mount checks it, and `always` at once.
+    for mode in [VerifyMode::FirstTouch, VerifyMode::Always] {
+        let (m, mut data) = pool();
+        let fs = mount(m, mode);
+        let ino = fs.lookup(fs.root(), b"f").unwrap().ino;
+        let before = block_of(&fs, ino, 1);
+        // Distinct 64 B ranges of page 1 until the page merges into a new block.
+        let mut k = 0usize;
+        while block_of(&fs, ino, 1) == before {
+            assert!(k < 2 * MAX_PAGE_OPS, "page 1 never merged");
+            let at = PAGE + k * 64;
+            let bytes = pattern(k as u8 + 7, 64);
+            fs.write(ino, at as u64, &bytes).unwrap();
+            data[at..at + 64].copy_from_slice(&bytes);
+            k += 1;
+        }
+        let blk = block_of(&fs, ino, 1);
+        damage(&fs, blk + 5);
+        let mut buf = vec![0u8; PAGE];
+        if mode == VerifyMode::Always {
+            expect_corrupt(fs.read(ino, 4096, &mut buf), ino, 4096, blk / 4096);
+            continue;
+        }
+        assert_eq!(fs.read(ino, 4096, &mut buf).unwrap(), PAGE, "merged this mount");
+        assert_ne!(buf, data[PAGE..2 * PAGE]);
+        let fs = mount(fs.unmount().unwrap(), VerifyMode::FirstTouch);
+        expect_corrupt(fs.read(ino, 4096, &mut buf), ino, 4096, blk / 4096);
+    }
+}
