@@ -45,7 +45,7 @@ fn main() {
     ferrite_bench::target::lib::prefault(&m);
     let mut fs = Fs::mkfs(m, &MkfsOptions::default()).expect("mkfs");
     // FERRITE_PROFILE_VERIFY: the read verification mode (always, first-touch, off).
-    if let Some(v) = std::env::var("FERRITE_PROFILE_VERIFY").ok() {
+    if let Ok(v) = std::env::var("FERRITE_PROFILE_VERIFY") {
         fs.set_verify_mode(ferrite_core::VerifyMode::parse(&v).expect("verify mode"));
     }
     let fs = fs;
