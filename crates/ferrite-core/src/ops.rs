@@ -498,7 +498,15 @@ impl<M: Medium> Fs<M> {
         let _h = self.hold(&i)?;
         let _r = i.ranges.lock(off / BLOCK, end.div_ceil(BLOCK));
         self.write_locked_range(&i, off, data, lacks_fsetid)?;
+        self.note_written(ino);
         Ok(data.len())
+    }
+
+    /// Remember `ino` as the file this thread last wrote (see [`crate::fs::WriteMemo`]).
+    fn note_written(&self, ino: u64) {
+        let frees = self.inode_frees.load(Ordering::Acquire);
+        let memo = crate::fs::WriteMemo { fs: self.id, ino, frees };
+        let _ = crate::fs::LAST_WRITTEN.try_with(|c| c.set(memo));
     }
 
     /// copy_file_range(2) between two files of this pool (or within one): up to
@@ -644,6 +652,7 @@ impl<M: Medium> Fs<M> {
             return Err(Error::FileTooBig);
         }
         self.write_locked_range(&i, off, data, lacks_fsetid)?;
+        self.note_written(ino);
         Ok(off)
     }
 
@@ -1216,6 +1225,19 @@ impl<M: Medium> Fs<M> {
     /// (Stores into a DAX mapping of a file are the mapping's to persist; this
     /// build maps pools only through its own commits.)
     pub fn fsync(&self, ino: u64, _datasync: bool) -> Result<()> {
+        // The file this thread wrote last, with no inode freed since (the common
+        // write + fsync) exists without a look at the cache; a direct-access
+        // client's inodes are freed by other processes too.
+        if !self.is_client() {
+            let memo = crate::fs::LAST_WRITTEN.try_with(|c| c.get()).ok();
+            if memo.is_some_and(|m| {
+                m.fs == self.id
+                    && m.ino == ino
+                    && m.frees == self.inode_frees.load(Ordering::Acquire)
+            }) {
+                return Ok(());
+            }
+        }
         // An inode in this process's cache exists (a direct-access client's entry
         // may be stale: `inode` checks it), and no reference to it is taken.
         if !self.is_client() && self.is_loaded(ino) {

@@ -289,6 +289,8 @@ impl<M: Medium> Fs<M> {
             poisoned: Default::default(),
             atime: std::sync::atomic::AtomicU8::new(opts.atime.code()),
             time_floor: Default::default(),
+            id: crate::fs::next_fs_id(),
+            inode_frees: AtomicU64::new(0),
             verify: opts.verify,
             verified,
             atomics: Default::default(),

@@ -566,6 +566,8 @@ impl<M: Medium> Fs<M> {
             poisoned: Default::default(),
             atime: Default::default(),
             time_floor: Default::default(),
+            id: crate::fs::next_fs_id(),
+            inode_frees: AtomicU64::new(0),
             verify: Default::default(),
             verified,
             atomics: Default::default(),

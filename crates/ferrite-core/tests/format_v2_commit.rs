@@ -261,3 +261,31 @@ fn a_lone_overwrite_streams_its_entry_and_tail_and_flushes_nothing() {
     }
     assert_fsck_clean(&fs, "after the overwrites");
 }
+
+#[test]
+fn fsync_after_the_write_is_free_and_still_tells_a_freed_inode() {
+    // fsync of the file this thread just wrote answers from a per-thread memo (no
+    // inode cache lookup); a free of any inode since then sends it the long way,
+    // which finds a freed inode gone, whichever thread or pool freed it.
+    let fs = fresh_sim(16 * MB, 1);
+    let a = file(&fs, "a");
+    let b = file(&fs, "b");
+    fs.write(a, 0, &[1u8; 64]).unwrap();
+    fs.fsync(a, false).unwrap();
+    fs.fsync(b, false).unwrap();
+    // Freed on another thread after this thread's write of it.
+    fs.append(a, &[2u8; 64]).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| fs.unlink(fs.root(), b"a").unwrap());
+    });
+    assert!(matches!(fs.fsync(a, false), Err(Error::NotFound)), "a freed inode");
+    fs.fsync(b, false).unwrap();
+    // The memo belongs to one pool: another pool's inode of the same number.
+    let other = fresh_sim(16 * MB, 1);
+    let c = file(&other, "c");
+    other.write(c, 0, &[3u8; 64]).unwrap();
+    fs.write(b, 0, &[4u8; 64]).unwrap();
+    other.unlink(other.root(), b"c").unwrap();
+    assert!(matches!(other.fsync(c, false), Err(Error::NotFound)), "freed in its pool");
+    fs.fsync(b, false).unwrap();
+}
