@@ -983,6 +983,10 @@ impl<M: Medium> Fs<M> {
             if fine && !i.shared {
                 i.times_seen.store(false, Ordering::Relaxed);
             }
+            // Called on commit under the state lock, as the blocks join the file: a
+            // free of them (a truncate, the inode's own free) takes the lock after
+            // this and clears the marks.
+            self.mark_written(&merged_blocks);
         };
         // Past the end of file an in-place append's block must read as zero again
         // when its commit fails: cleared before the lock goes, as the next append
@@ -1022,9 +1026,6 @@ impl<M: Medium> Fs<M> {
         let r = self
             .commit_release(i, st, &mut entries, seen, unwrite, fence_locked, nt, apply)
             .inspect_err(|_| self.free_runs(&runs));
-        if r.is_ok() {
-            self.mark_written(&merged_blocks);
-        }
         // An embedded write too long for an entry's inline bytes (a 256-byte
         // append) keeps its heap buffer for this thread's next one.
         if long {
