@@ -1227,22 +1227,20 @@ impl<M: Medium> Fs<M> {
     /// build maps pools only through its own commits.)
     pub fn fsync(&self, ino: u64, _datasync: bool) -> Result<()> {
         // The file this thread wrote last, with no inode freed since (the common
-        // write + fsync) exists without a look at the cache; a direct-access
-        // client's inodes are freed by other processes too.
+        // write + fsync), exists without a look at the cache; so does an inode in
+        // this process's cache (no reference to it is taken). Not for a
+        // direct-access client: other processes free its inodes, and its cache
+        // entry may be stale (`inode` checks it).
         if !self.is_client() {
             let memo = crate::fs::LAST_WRITTEN.try_with(|c| c.get()).ok();
             if memo.is_some_and(|m| {
                 m.fs == self.id
                     && m.ino == ino
                     && m.frees == self.inode_frees.load(Ordering::Acquire)
-            }) {
+            }) || self.is_loaded(ino)
+            {
                 return Ok(());
             }
-        }
-        // An inode in this process's cache exists (a direct-access client's entry
-        // may be stale: `inode` checks it), and no reference to it is taken.
-        if !self.is_client() && self.is_loaded(ino) {
-            return Ok(());
         }
         self.inode(ino)?;
         Ok(())
