@@ -10,19 +10,27 @@
 //!   inode slot's line (a partial line), fence;
 //! - the entry, then the tail stored to the cache and flushed, fence;
 //! - the entry, then the tail's whole line streamed (64 B), fence;
-//! - the 64 B of data at a random line and the tail's partial line, fence.
+//! - the 64 B of data at a random line and the tail's partial line, fence;
+//! - 4 KiB streamed to a random page (a copy-on-write page's data): alone (no fence
+//!   in the loop), with a fence, and with a locked add to a DRAM word instead of the
+//!   fence (what a lock's release does on x86): whether a locked instruction waits
+//!   for the streamed stores as a fence does, which decides whether a commit can
+//!   let its inode's lock go before its fence (docs/CONSISTENCY.md).
 //!
 //!     cargo run --release -p ferrite-core --example commit_floor
 use ferrite_core::{MapOptions, Medium, MmapMedium};
 use std::time::Instant;
 
-const SHAPES: [&str; 6] = [
+const SHAPES: [&str; 9] = [
     "64 B random line, fence (hw-ntstore)",
     "128 B log entry, fence",
     "128 B entry + 8 B streamed tail, fence",
     "128 B entry + tail stored, flushed, fence",
     "128 B entry + 64 B streamed tail line, fence",
     "64 B random line + 8 B streamed tail, fence",
+    "4 KiB random page, no fence",
+    "4 KiB random page, fence",
+    "4 KiB random page, locked add, no fence",
 ];
 
 fn main() {
@@ -40,6 +48,8 @@ fn main() {
     let iters = 400_000u64;
     let line = [0x5au8; 64];
     let entry = [0xa5u8; 128];
+    let page = [0x3cu8; 4096];
+    let word = std::sync::atomic::AtomicU64::new(0);
     let mut best = [f64::MAX; SHAPES.len()];
     let mut x = 0x9e37_79b9u64;
     for _round in 0..7 {
@@ -53,6 +63,7 @@ fn main() {
                 let rnd = x % (data_len / 64) * 64;
                 match v {
                     0 | 5 => m.write_nt(rnd, &line),
+                    6..=8 => m.write_nt(rnd / 4096 * 4096, &page),
                     _ => {
                         m.write_nt(log_at + log, &entry);
                         log = (log + 128) % log_len;
@@ -65,10 +76,16 @@ fn main() {
                         m.flush(slot + 8, 8);
                     }
                     4 => m.write_nt(slot, &line),
+                    8 => {
+                        word.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                    }
                     _ => {}
                 }
-                m.fence();
+                if v != 6 && v != 8 {
+                    m.fence();
+                }
             }
+            m.fence();
             *b = b.min(t.elapsed().as_nanos() as f64 / iters as f64);
         }
     }
