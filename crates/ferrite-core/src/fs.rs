@@ -1375,8 +1375,9 @@ impl<M: Medium> Fs<M> {
             persist();
             self.after_commit(inode, &mut st, false);
             // The blocks the commit released are unreachable since `apply`, and
-            // durably so since the fence: freeing them needs no lock of the inode
-            // (as below), so another writer of the file waits less for it.
+            // durably so since the fence: freeing them (two allocator locks and
+            // the free counter) needs no lock of the inode, as below, so a reader
+            // or a newly arrived writer of the file waits less for this one.
             drop(st);
             self.release_freed(inode.ino, &freed);
             return Ok(());
