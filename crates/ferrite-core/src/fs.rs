@@ -1375,9 +1375,10 @@ impl<M: Medium> Fs<M> {
             persist();
             self.after_commit(inode, &mut st, false);
             // The blocks the commit released are unreachable since `apply`, and
-            // durably so since the fence: freeing them (two allocator locks and
-            // the free counter) needs no lock of the inode, as below, so a reader
-            // or a newly arrived writer of the file waits less for this one.
+            // durably so since the fence: freeing them (a shard's lock, the free
+            // map and counter, reference counts where blocks are shared) needs no
+            // lock of the inode, as below, so a reader or a newly arrived writer of
+            // the file waits less for this one.
             drop(st);
             self.release_freed(inode.ino, &freed);
             return Ok(());
