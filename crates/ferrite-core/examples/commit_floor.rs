@@ -15,13 +15,18 @@
 //!   in the loop), with a fence, and with a locked add to a DRAM word instead of the
 //!   fence (what a lock's release does on x86): whether a locked instruction waits
 //!   for the streamed stores as a fence does, which decides whether a commit can
-//!   let its inode's lock go before its fence (docs/CONSISTENCY.md).
+//!   let its inode's lock go before its fence (docs/CONSISTENCY.md);
+//! - 4 KiB streamed with its CRC32C taken from the same loads (`write_nt_crc`, a
+//!   copy-on-write page's copy), fence: what the checksum adds to the copy;
+//! - that, a 128 B entry and the 8 B streamed tail, fence: the persistence of a
+//!   whole 4 KiB copy-on-write commit, the floor of `ferrite bench`'s 4 KiB random
+//!   write against hw-ntstore's (the row before the last but two).
 //!
 //!     cargo run --release -p ferrite-core --example commit_floor
 use ferrite_core::{MapOptions, Medium, MmapMedium};
 use std::time::Instant;
 
-const SHAPES: [&str; 9] = [
+const SHAPES: [&str; 11] = [
     "64 B random line, fence (hw-ntstore)",
     "128 B log entry, fence",
     "128 B entry + 8 B streamed tail, fence",
@@ -31,6 +36,8 @@ const SHAPES: [&str; 9] = [
     "4 KiB random page, no fence",
     "4 KiB random page, fence",
     "4 KiB random page, locked add, no fence",
+    "4 KiB random page + its CRC32C, fence",
+    "4 KiB + CRC32C, 128 B entry, 8 B tail, fence",
 ];
 
 fn main() {
@@ -64,6 +71,15 @@ fn main() {
                 match v {
                     0 | 5 => m.write_nt(rnd, &line),
                     6..=8 => m.write_nt(rnd / 4096 * 4096, &page),
+                    9 | 10 => {
+                        let crc = m.write_nt_crc(rnd / 4096 * 4096, &page);
+                        std::hint::black_box(crc);
+                        if v == 10 {
+                            m.write_nt(log_at + log, &entry);
+                            log = (log + 128) % log_len;
+                            m.store_u64_nt(slot + 8, i);
+                        }
+                    }
                     _ => {
                         m.write_nt(log_at + log, &entry);
                         log = (log + 128) % log_len;
