@@ -128,7 +128,7 @@ fn main() {
         let total = std::sync::atomic::AtomicU64::new(0);
         std::thread::scope(|s| {
             for (tid, file) in [(1u64, f), (2, g)] {
-                let (fs, buf, total) = (&fs, &buf, &total);
+                let (fs, buf, total, op) = (&fs, &buf, &total, &op);
                 s.spawn(move || {
                     let mut x = 0x9e37_79b9u64 * tid;
                     let slots = (64u64 << 20) / size;
@@ -144,6 +144,10 @@ fn main() {
                         k += 64;
                     }
                     total.fetch_add(k, std::sync::atomic::Ordering::Relaxed);
+                    // Each thread's share: a slow round (two writers of one file are
+                    // bimodal on this host type; docs/BENCHMARKS.md) shows whether
+                    // one writer starved or both slowed.
+                    println!("{op} thread {tid}: {k} operations");
                 });
             }
         });
