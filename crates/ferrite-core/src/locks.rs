@@ -113,17 +113,8 @@ fn contended<G>(
     block()
 }
 
-/// Byte-range (page-range) lock for writers of one file. On a cache line of its
-/// own: every writer of the file changes it four times a write (its mutex taken
-/// and let go to lock, again to unlock), and beside it in the `Inode` lay fields
-/// that writers read or change on every write (the last fields of the state the
-/// lock holder updates, the log's seed), which a shared line made them fetch from
-/// the other core each time; the `Inode`, until then aligned to 8 bytes in an
-/// `Arc`, also had another line layout each run. `profile_op
-/// shared4k` (two threads writing 4 KiB at random into one file), 24 alternating
-/// pairs: median ratio 1.07, rounds under 1 M ops/s 9 -> 4 (docs/BENCHMARKS.md).
+/// Byte-range (page-range) lock for writers of one file.
 #[derive(Default)]
-#[repr(align(64))]
 pub(crate) struct RangeLock {
     held: Mutex<Vec<(u64, u64)>>,
     cv: Condvar,
@@ -135,11 +126,6 @@ pub(crate) struct RangeLock {
     /// less at each lock taken alone (stored under the mutex, read without it).
     contended: AtomicUsize,
 }
-
-const _: () = assert!(
-    std::mem::size_of::<RangeLock>() == 64 && std::mem::align_of::<RangeLock>() == 64,
-    "the range lock fills one cache line"
-);
 
 /// See `RangeLock::contended`.
 const CONTENDED_LOCKS: usize = 64;
