@@ -20,7 +20,7 @@
 //!   copy-on-write page's copy), fence: what the checksum adds to the copy;
 //! - that, a 128 B entry and the 8 B streamed tail, fence: the persistence of a
 //!   whole 4 KiB copy-on-write commit, the floor of `ferrite bench`'s 4 KiB random
-//!   write against hw-ntstore's (the row before the last but two).
+//!   write, against "4 KiB random page, fence" (hw-ntstore's).
 //!
 //!     cargo run --release -p ferrite-core --example commit_floor
 use ferrite_core::{MapOptions, Medium, MmapMedium};
@@ -68,25 +68,22 @@ fn main() {
                 x ^= x >> 7;
                 x ^= x << 17;
                 let rnd = x % (data_len / 64) * 64;
+                // The data (a line, or a page with or without its checksum),
+                // then the log entry, then the tail, as each shape has them.
                 match v {
                     0 | 5 => m.write_nt(rnd, &line),
                     6..=8 => m.write_nt(rnd / 4096 * 4096, &page),
                     9 | 10 => {
-                        let crc = m.write_nt_crc(rnd / 4096 * 4096, &page);
-                        std::hint::black_box(crc);
-                        if v == 10 {
-                            m.write_nt(log_at + log, &entry);
-                            log = (log + 128) % log_len;
-                            m.store_u64_nt(slot + 8, i);
-                        }
+                        std::hint::black_box(m.write_nt_crc(rnd / 4096 * 4096, &page));
                     }
-                    _ => {
-                        m.write_nt(log_at + log, &entry);
-                        log = (log + 128) % log_len;
-                    }
+                    _ => {}
+                }
+                if matches!(v, 1..=4 | 10) {
+                    m.write_nt(log_at + log, &entry);
+                    log = (log + 128) % log_len;
                 }
                 match v {
-                    2 | 5 => m.store_u64_nt(slot + 8, i),
+                    2 | 5 | 10 => m.store_u64_nt(slot + 8, i),
                     3 => {
                         m.store_u64(slot + 8, i);
                         m.flush(slot + 8, 8);
