@@ -98,6 +98,13 @@ fn main() {
         std::thread::sleep(Duration::from_millis(500));
         c
     });
+    // Two writers' rounds follow where the host has the two CPUs (`xcore`): the line
+    // transfer time before and after says which kind of round this was.
+    let two = op.starts_with("shared") || op.starts_with("private");
+    let transfer = || {
+        ferrite_bench::xcore::line_transfer_ns().map_or_else(|| "-".into(), |ns| format!("{ns:.0}"))
+    };
+    let before = if two { transfer() } else { String::new() };
     let t0 = Instant::now();
     let cap = Duration::from_secs_f64(secs);
     let mut n = 0u64;
@@ -310,5 +317,8 @@ fn main() {
         fs.gc_stats().thorough_runs.load(std::sync::atomic::Ordering::Relaxed),
         fs.medium().huge_mapped() >> 20,
     );
+    if two {
+        println!("cross-core line transfer before and after: {before} {} ns", transfer());
+    }
     drop(fs);
 }

@@ -152,6 +152,19 @@ fn vs_case(res: &mut Results, goal: &str, exp: &str, case: &str, base: &str, min
     }
 }
 
+/// `g` with the median cross-core line transfer time of the case's repetitions
+/// appended to its measurement, when they have one (see `crate::xcore`): two threads
+/// on one file move lines between cores, and the host decides how far apart they are.
+fn with_transfer(res: &Results, mut g: Goal, exp: &str, case: &str) -> Goal {
+    if g.status != GoalStatus::NotMeasured {
+        let key = crate::exp::micro::LINE_TRANSFER;
+        if let Some(ns) = res.extra_median(exp, case, LIB, key) {
+            g.measured = format!("{}; cross-core line transfer {ns:.0} ns", g.measured);
+        }
+    }
+    g
+}
+
 /// The library's software-counted fences per operation in each of `cases`, all at
 /// most `max`.
 fn fences_at_most(res: &Results, goal: &str, cases: &[(&str, String)], max: f64) -> Goal {
@@ -241,15 +254,16 @@ pub fn evaluate(res: &mut Results) -> Vec<Goal> {
             &[("micro", rw64.clone()), ("micro", rw.clone())],
             1.1,
         ),
-        vs_case(
-            res,
-            &format!("{k4} random write + fsync, 2 threads on one shared file >= 1.0x one thread"),
-            "micro",
-            &t2s,
-            &rw,
-            1.0,
-        ),
     ]);
+    let shared = vs_case(
+        res,
+        &format!("{k4} random write + fsync, 2 threads on one shared file >= 1.0x one thread"),
+        "micro",
+        &t2s,
+        &rw,
+        1.0,
+    );
+    g.push(with_transfer(res, shared, "micro", &t2s));
     // Direct access (the preload library): the mount's speed reaches programs.
     let d = crate::DIRECT;
     let ap = append::case_key("extend", 64);
@@ -580,5 +594,41 @@ mod tests {
         let g = goal(&mut r);
         assert_eq!(g.status, GoalStatus::Pass);
         assert!(!g.measured.contains(MSYNC_FLOOR.target));
+    }
+
+    #[test]
+    fn the_two_writer_row_names_the_line_transfer_time_of_its_repetitions() {
+        let one = "randwrite/4 KiB/t1";
+        let two = "randwrite/4 KiB/t2-shared";
+        let sample = |case: &str, v: f64, ns: Option<f64>| {
+            let mut s = Sample::value("micro", case, LIB, 0, v);
+            if let Some(ns) = ns {
+                s.extra.insert(crate::exp::micro::LINE_TRANSFER.into(), ns);
+            }
+            s
+        };
+        let goal = |r: &mut Results| {
+            let g = vs_case(r, "two", "micro", two, one, 1.0);
+            with_transfer(r, g, "micro", two)
+        };
+        let mut r = Results::default();
+        r.push(sample(one, 100.0, None));
+        r.push(sample(two, 90.0, None));
+        // Repetitions measured without the probe (one CPU): the plain ratio.
+        let g = goal(&mut r);
+        assert!(
+            g.measured.starts_with("0.90x") && !g.measured.contains("transfer"),
+            "{}",
+            g.measured
+        );
+        // With it, the median of the repetitions' transfer times.
+        let mut r = Results::default();
+        r.push(sample(one, 100.0, None));
+        for (v, ns) in [(90.0, 40.0), (120.0, 150.0), (95.0, 45.0)] {
+            r.push(sample(two, v, Some(ns)));
+        }
+        let g = goal(&mut r);
+        assert_eq!(g.status, GoalStatus::Miss, "0.95x of one thread: {}", g.measured);
+        assert!(g.measured.ends_with("; cross-core line transfer 45 ns"), "{}", g.measured);
     }
 }

@@ -100,6 +100,10 @@ pub fn case_key(p: Pattern, size: u64, th: Threads) -> String {
     format!("{}/{}/{}", p.id(), fmt_size(size), th.id())
 }
 
+/// Extra of a multi-threaded sample: the cross-core line transfer time measured right
+/// after it, ns ([`crate::xcore::line_transfer_ns`]).
+pub const LINE_TRANSFER: &str = "line_transfer_ns";
+
 fn thread_configs(cfg: &Config, size: u64) -> Vec<Threads> {
     let mut v = Vec::new();
     for &n in &cfg.threads {
@@ -233,7 +237,14 @@ pub fn run(ctx: &mut Ctx<'_>) -> TResult<()> {
                         if rep == 0 {
                             continue;
                         }
-                        let s = io_sample("micro", &key, t, rep - 1, ph, th.n, before);
+                        let mut s = io_sample("micro", &key, t, rep - 1, ph, th.n, before);
+                        if th.n > 1 {
+                            // Where the host had the two CPUs during this repetition
+                            // (see `xcore`): its rows follow it.
+                            if let Some(ns) = crate::xcore::line_transfer_ns() {
+                                s.extra.insert(LINE_TRANSFER.into(), ns);
+                            }
+                        }
                         ctx.res.push(s);
                     }
                     Err(e) => {
