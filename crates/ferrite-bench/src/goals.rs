@@ -152,14 +152,19 @@ fn vs_case(res: &mut Results, goal: &str, exp: &str, case: &str, base: &str, min
     }
 }
 
-/// `g` with the median cross-core line transfer time of the case's repetitions
-/// appended to its measurement, when they have one (see `crate::xcore`): two threads
+/// `g` with the median (and range) of the cross-core line transfer times of the
+/// case's repetitions appended to its measurement, when they have one (see `crate::xcore`): two threads
 /// on one file move lines between cores, and the host decides how far apart they are.
 fn with_transfer(res: &Results, mut g: Goal, exp: &str, case: &str) -> Goal {
     if g.status != GoalStatus::NotMeasured {
         let key = crate::exp::micro::LINE_TRANSFER;
-        if let Some(ns) = res.extra_median(exp, case, LIB, key) {
-            g.measured = format!("{}; cross-core line transfer {ns:.0} ns", g.measured);
+        if let Some(t) = res.extra_summary(exp, case, LIB, key) {
+            // The range too: repetitions on both sides of a move of the CPUs mix
+            // two machines in one median.
+            g.measured = format!(
+                "{}; cross-core line transfer {:.0} ns ({:.0}-{:.0} over {} repetitions)",
+                g.measured, t.median, t.min, t.max, t.n
+            );
         }
     }
     g
@@ -621,7 +626,7 @@ mod tests {
             "{}",
             g.measured
         );
-        // With it, the median of the repetitions' transfer times.
+        // With it, the median and range of the repetitions' transfer times.
         let mut r = Results::default();
         r.push(sample(one, 100.0, None));
         for (v, ns) in [(90.0, 40.0), (120.0, 150.0), (95.0, 45.0)] {
@@ -629,6 +634,10 @@ mod tests {
         }
         let g = goal(&mut r);
         assert_eq!(g.status, GoalStatus::Miss, "0.95x of one thread: {}", g.measured);
-        assert!(g.measured.ends_with("; cross-core line transfer 45 ns"), "{}", g.measured);
+        assert!(
+            g.measured.ends_with("; cross-core line transfer 45 ns (40-150 over 3 repetitions)"),
+            "{}",
+            g.measured
+        );
     }
 }

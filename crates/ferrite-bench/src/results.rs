@@ -238,13 +238,18 @@ impl Results {
 
     /// Median of an `extra` field over the samples of one cell.
     pub fn extra_median(&self, exp: &str, case: &str, target: &str, key: &str) -> Option<f64> {
+        self.extra_summary(exp, case, target, key).map(|s| s.median)
+    }
+
+    /// Summary of an `extra` field over the samples of one cell that have it.
+    pub fn extra_summary(&self, exp: &str, case: &str, target: &str, key: &str) -> Option<Summary> {
         let v: Vec<f64> = self
             .samples
             .iter()
             .filter(|s| s.experiment == exp && s.case == case && s.target == target)
             .filter_map(|s| s.extra.get(key).copied())
             .collect();
-        Summary::of(&v).map(|s| s.median)
+        Summary::of(&v)
     }
 
     /// Targets (in first-seen order) with at least one sample in `exp`.
