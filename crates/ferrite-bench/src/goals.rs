@@ -153,8 +153,9 @@ fn vs_case(res: &mut Results, goal: &str, exp: &str, case: &str, base: &str, min
 }
 
 /// `g` with the median (and range) of the cross-core line transfer times of the
-/// case's repetitions appended to its measurement, when they have one (see `crate::xcore`): two threads
-/// on one file move lines between cores, and the host decides how far apart they are.
+/// case's repetitions appended to its measurement, when they have one (see
+/// `crate::xcore`): two threads on one file move lines between cores, and the host
+/// decides how far apart they are.
 fn with_transfer(res: &Results, mut g: Goal, exp: &str, case: &str) -> Goal {
     if g.status != GoalStatus::NotMeasured {
         let key = crate::exp::micro::LINE_TRANSFER;

@@ -314,7 +314,7 @@ fn method_notes(cfg: &Config) -> Vec<String> {
          is a software count, not a DIMM counter."
             .into(),
         "Two-thread rows depend on where the host put the two CPUs: a cache line moves between \
-         them in about 40 ns on one last-level cache and 105-170 ns across the chip (EPYC \
+         them in about 40 ns on one last-level cache and 105-168 ns across the chip (EPYC \
          hosts), and a host may move them within seconds. The machine facts give that transfer \
          time at start and end, and the two-writer goal row the median and range of its \
          repetitions' (each measured right after its repetition)."
