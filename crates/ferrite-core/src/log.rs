@@ -736,6 +736,25 @@ fn write_page_crcs_in<M: Medium + ?Sized>(
     Ok(Some(crcs))
 }
 
+/// The bytes that are the page's in the block of the in-place append
+/// ([`FLAG_TAIL`]) at `loc`, as [`tail_valid`] gives them; `None` for any other
+/// entry, or one that is not there (damage: the caller's check fails as it was).
+pub fn tail_valid_at<M: Medium + ?Sized>(m: &M, loc: u64) -> Option<usize> {
+    let in_page = loc % BLOCK;
+    if in_page + WRITE_LEN as u64 > LOG_DATA_END || (loc - in_page).saturating_add(BLOCK) > m.len()
+    {
+        return None;
+    }
+    let mut h = [0u8; WRITE_LEN];
+    m.read(loc, &mut h);
+    if h[4] != etype::WRITE || h[5] & FLAG_TAIL == 0 {
+        return None;
+    }
+    let pgoff = u64::from_le_bytes(h[HDR..HDR + 8].try_into().expect("8"));
+    let size = u64::from_le_bytes(h[HDR + 24..HDR + 32].try_into().expect("8"));
+    Some(size.saturating_sub(pgoff.saturating_mul(BLOCK)).min(BLOCK) as usize)
+}
+
 /// Does the WRITE entry at `loc` carry a checksum of its data (page checksums
 /// or a whole-extent one)? A page mapped by one that does not is a DAX page (see
 /// `mapping`): it may change in place. Damage to the entry is an error.

@@ -424,7 +424,7 @@ impl<M: Medium> Fs<M> {
     ) -> Result<()> {
         let want = log::write_page_crc(&self.m, loc, blk);
         let ok = match want {
-            Ok(Some(c)) => log::page_crc(i.seed, page) == c,
+            Ok(Some(c)) => log::page_crc(i.seed, page) == c || self.past_tail_only(i, loc, page, c),
             Ok(None) => true,
             Err(_) => false,
         };
@@ -433,6 +433,24 @@ impl<M: Medium> Fs<M> {
         }
         self.verified.set(blk);
         Ok(())
+    }
+
+    /// Does `page`, the block of the in-place append at `loc` in a file other
+    /// processes write, match checksum `want` once the bytes past the size that
+    /// append gave the page are taken as zero, as its checksum takes them? Another
+    /// process's append in flight, or one committed after this process's view of
+    /// the file, streams its bytes there while this one reads (no lock of the
+    /// other process is held for a read). A file only this process writes keeps
+    /// those bytes zero (appends run under the state lock a read takes), so a
+    /// mismatch there stays one.
+    fn past_tail_only(&self, i: &Inode, loc: u64, page: &[u8], want: u32) -> bool {
+        if !i.shared {
+            return false;
+        }
+        let Some(valid) = log::tail_valid_at(&self.m, loc) else { return false };
+        let mut masked = [0u8; BLOCK as usize];
+        masked[..valid].copy_from_slice(&page[..valid]);
+        log::page_crc(i.seed, &masked) == want
     }
 
     /// Target of a symlink.
@@ -705,11 +723,13 @@ impl<M: Medium> Fs<M> {
         // So is a short write inside a page that is not the file's last one (a
         // small random overwrite): it is embedded in the log.
         // (Both take the lock the general planning would: it keeps it if neither
-        // applies.)
+        // applies.) A run goes on in a file other processes write as well: their
+        // writes wait for this process's cross-process hold, and each finds the run
+        // its DRAM state caught up to.
         let mut pre = None;
         let run = Self::may_continue_run(off, data.len());
-        let embed = Self::may_embed(off, data.len());
-        if lone && !i.shared && (run || embed) {
+        let embed = Self::may_embed(off, data.len()) && !i.shared;
+        if lone && (run || embed) {
             let mut g = i.st.write();
             if run {
                 match self.append_run(i, g, off, data) {
@@ -1064,7 +1084,7 @@ impl<M: Medium> Fs<M> {
         off: u64,
         data: &[u8],
     ) -> Shortcut<'a> {
-        debug_assert!(!i.shared && Self::may_continue_run(off, data.len()));
+        debug_assert!(Self::may_continue_run(off, data.len()));
         let (pg, v) = (off / BLOCK, off % BLOCK);
         let run = match st.file().and_then(|f| f.tail) {
             Some(r) if r.pg == pg && u64::from(r.valid) == v => r,
@@ -1075,6 +1095,7 @@ impl<M: Medium> Fs<M> {
             || st.log.pages.is_empty()
             || !log::fits_in_page_len(&st.log, log::TAIL_WRITE_LEN)
             || self.pinned(i)
+            || self.run_block_shared(i, run.block)
         {
             return Err(st);
         }
@@ -1091,7 +1112,7 @@ impl<M: Medium> Fs<M> {
         entries[0].set_tail_write(pg, run.block, size, now, dcrc, crc);
         debug_assert_eq!(entries[0].len(), log::TAIL_WRITE_LEN);
         let seen = || {
-            if fine {
+            if fine && !i.shared {
                 i.times_seen.store(false, Ordering::Relaxed);
             }
         };
@@ -1109,6 +1130,16 @@ impl<M: Medium> Fs<M> {
         // Entries and tail streamed as `write_cow` streams a lone writer's.
         let nt = i.ranges.alone_lately();
         Ok(self.commit_release(i, st, &mut entries, seen, unwrite, true, nt, apply))
+    }
+
+    /// Has another process's reflink shared the block of `i`'s run of in-place
+    /// appends since this process's state learned of the run? The reflink ends
+    /// the run only in its own process's state (it appends nothing to the source's
+    /// log); the coordination table's count, raised before its commit and under
+    /// the source's cross-process lock, which this writer holds now, tells the
+    /// others. (In one process the reflink ends the run itself.)
+    fn run_block_shared(&self, i: &Inode, block: u64) -> bool {
+        i.shared && self.extra_refs(block) > 0
     }
 
     /// Might a write of `len` bytes at `off` be a short embedded one
@@ -1183,11 +1214,15 @@ impl<M: Medium> Fs<M> {
     /// `Some(None)` to start one on a new page: a piece that starts its page, of a
     /// write shorter than a page (`record`), past the file's first page (a file
     /// written once keeps its short last page embedded in the log, where it takes
-    /// less room than a block). Only for the only writer of a
-    /// file no other process writes, planning under the state lock held for
-    /// writing: its in-place bytes stay invisible until the commit moves the end
-    /// of file over them, and a crash leaves them past the end, where recovery
-    /// clears them ([`log::clear_past_tail`]).
+    /// less room than a block). Only for the file's only writer in this process,
+    /// planning under the state lock held for writing (other processes' writers
+    /// wait for this one's cross-process hold): its in-place bytes stay invisible
+    /// until the commit moves the end of file over them; a crash leaves them past
+    /// the end, where recovery clears them ([`log::clear_past_tail`]), and so does
+    /// the daemon when it takes the file back from a client that died
+    /// (`Fs::adopt_inode`). A reader in another process, which takes no lock of
+    /// this one, may meet them past the size its entry gave the page: the page
+    /// check takes them as zero there (`Fs::verify_page`).
     fn in_place(
         &self,
         i: &Inode,
@@ -1197,7 +1232,7 @@ impl<M: Medium> Fs<M> {
         pos: u64,
         low_space: bool,
     ) -> Option<Option<index::TailRun>> {
-        if !append || i.shared || !matches!(st, Plan::W(_)) {
+        if !append || !matches!(st, Plan::W(_)) {
             return None;
         }
         // A DAX mapping taken since the write was routed here (its pin ends the
@@ -1216,6 +1251,9 @@ impl<M: Medium> Fs<M> {
             return fresh.then_some(None);
         }
         let run = f.tail.filter(|r| r.pg == pg && u64::from(r.valid) == v)?;
+        if self.run_block_shared(i, run.block) {
+            return None;
+        }
         debug_assert_eq!(f.lookup(pg).map(|(b, _)| b), Some(run.block), "a run's block");
         debug_assert_eq!(st.page_ops(pg).0, 0, "a run's page has no ops");
         Some(Some(run))

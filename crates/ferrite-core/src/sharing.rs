@@ -189,6 +189,19 @@ impl<M: Medium> Fs<M> {
         self.share.as_ref().is_some_and(|p| p.is_client())
     }
 
+    /// Does this process read `i`'s committed tail back at its next operation on
+    /// it? It does when it takes the file's cross-process lock anew for each
+    /// operation (the daemon, a client that keeps no leases), to see whether
+    /// another process committed meanwhile ([`Fs::catch_up`]); a client's lease
+    /// kept between its operations needs no look.
+    pub(crate) fn rereads_tail(&self, i: &Inode) -> bool {
+        i.shared
+            && self
+                .share
+                .as_ref()
+                .is_some_and(|p| !p.is_client() || self.leases.waker.get().is_none())
+    }
+
     /// Namespace operations belong to the daemon.
     pub(crate) fn check_namespace(&self) -> Result<()> {
         if self.is_client() {
@@ -753,6 +766,9 @@ impl<M: Medium> Fs<M> {
         // Data blocks of the operation being walked, and of the last one committed.
         let mut cur: Vec<(u64, u64)> = Vec::new();
         let mut last: Vec<(u64, u64)> = Vec::new();
+        // The in-place append (block, bytes that are the page's) of the operation
+        // being walked, and of the last one committed.
+        let (mut cur_tail, mut last_tail) = (None, None);
         let walk = log::walk_apply(
             &self.m,
             &self.geo,
@@ -760,15 +776,29 @@ impl<M: Medium> Fs<M> {
             logptr::addr(slot.head),
             logptr::addr(slot.tail),
             &mut |loc, e| {
-                if let log::Entry::Write { block, npages, .. } = e {
+                if let log::Entry::Write { block, npages, tail, .. } = e {
                     cur.push((block, npages as u64));
+                    if tail.is_some() {
+                        cur_tail = Some((block, log::tail_valid(&e) as u64));
+                    }
                 }
                 if log::entry_flags(&self.m, loc) & log::FLAG_TXEND != 0 {
                     last = std::mem::take(&mut cur);
+                    last_tail = cur_tail.take();
                 }
                 st.apply(loc, &e, &mut sink)
             },
         )?;
+        // An in-place append the party never committed left its bytes past the end
+        // of file in the block of the run the last operation left (only that one
+        // continues a run): they must read as zero again, as after a crash
+        // (`log::clear_past_tail`; a run's next append, a truncate up or a write
+        // past the end would show them).
+        if let Some(t) = last_tail {
+            if self.fault != Some(crate::fs::CoreFault::AdoptKeepsPastTail) {
+                log::clear_past_tail(&self.m, t);
+            }
+        }
         // The party's last operation may have stored its tail after flushing its
         // entries and data, and died before its fence: flush them again (a line is
         // written back whole, so this fence makes them durable), with every page

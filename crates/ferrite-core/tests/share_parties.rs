@@ -701,3 +701,82 @@ fn a_client_populates_each_granted_block_once() {
     drop(src);
     w.remount_clean();
 }
+
+/// The block of file page `pg` (panics on a hole or an embedded page).
+fn block_of(fs: &Fs<Med>, ino: u64, pg: u64) -> u64 {
+    fs.bmap(ino)
+        .unwrap()
+        .iter()
+        .find(|e| {
+            e.kind == inspect::ExtentKind::Data
+                && (e.file_offset..e.file_offset + e.len).contains(&(pg * 4096))
+        })
+        .map(|e| (e.pool_offset + pg * 4096 - e.file_offset) / 4096)
+        .unwrap_or_else(|| panic!("page {pg} has no block: {:?}", fs.bmap(ino)))
+}
+
+/// Small appends go in place in a file other parties write too: the run of them
+/// goes on from party to party (each finds it in the log as it catches up), and a
+/// reader of another party meets bytes streamed past the end of file (another
+/// party's append in flight, or one committed after the reader's view) without a
+/// false checksum failure.
+#[test]
+fn a_run_of_in_place_appends_goes_on_between_parties() {
+    let w = world(64 << 20);
+    let root = w.d.root();
+    let ino = w.d.create(root, b"f", 0o644, 0, 0).unwrap().ino;
+    let (pid, mut c) = w.client();
+    c.set_verify_mode(VerifyMode::Always);
+    let mut model = vec![1u8; 4096];
+    w.d.write(ino, 0, &model).unwrap();
+    // The client's append starts page 1 in a block of its own (not the log).
+    c.append(ino, &[2u8; 300]).unwrap();
+    model.extend_from_slice(&[2u8; 300]);
+    let run = block_of(&c, ino, 1);
+    // The daemon and the client continue it in that block.
+    w.d.append(ino, &[3u8; 200]).unwrap();
+    model.extend_from_slice(&[3u8; 200]);
+    assert_eq!(block_of(&w.d, ino, 1), run, "the daemon continued the client's run");
+    c.append(ino, &[4u8; 100]).unwrap();
+    model.extend_from_slice(&[4u8; 100]);
+    assert_eq!(block_of(&c, ino, 1), run, "the client continued the daemon's run");
+    assert_eq!(read_all(&c, ino), model);
+    // Bytes past the end of file in the run's block, as an append in flight in
+    // another process streams them: a read checks the page all the same.
+    let end = run * 4096 + 600;
+    w.m.write(end, &[0xeeu8; 64]);
+    assert_eq!(read_all(&c, ino), model, "a checked read of the page");
+    assert_eq!(read_all(&w.d, ino), model);
+    w.m.write(end, &[0u8; 64]);
+    // A reflink by the daemon shares the run's block with another file: the run
+    // ends there for the client too, which learns of it only from the block's
+    // count (the source's log gains no entry). (The daemon's reads above ended
+    // the run with an atime update: the client starts it again.)
+    let g = w.d.create(root, b"g", 0o644, 0, 0).unwrap().ino;
+    c.append(ino, &[6u8; 3596]).unwrap();
+    model.extend_from_slice(&[6u8; 3596]);
+    c.append(ino, &[7u8; 100]).unwrap();
+    model.extend_from_slice(&[7u8; 100]);
+    let run = block_of(&c, ino, 2);
+    c.append(ino, &[8u8; 100]).unwrap();
+    model.extend_from_slice(&[8u8; 100]);
+    assert_eq!(block_of(&c, ino, 2), run, "the client's run goes on");
+    let len = model.len() as u64;
+    assert_eq!(w.d.clone_range(ino, 0, g, 0, len).unwrap(), len);
+    assert_eq!(block_of(&w.d, g, 2), run, "the clone shares the run's block");
+    let copy = model.clone();
+    c.append(ino, &[5u8; 100]).unwrap();
+    model.extend_from_slice(&[5u8; 100]);
+    // The clone's page past its end still reads as zeros (a truncate up shows it).
+    let mut copy = copy;
+    copy.resize(4 * 4096, 0);
+    w.d.setattr(g, &SetAttr { size: Some(4 * 4096), ..Default::default() }).unwrap();
+    assert_eq!(read_all(&w.d, g), copy, "the clone kept its bytes");
+    assert_eq!(read_all(&c, ino), model);
+    drop(c.detach());
+    w.d.resolve_party(pid).unwrap();
+    assert_fsck_clean(&*w.d, "after appends of both parties");
+    let fs = w.remount_clean();
+    assert_eq!(read_all(&fs, ino), model);
+    assert_eq!(read_all(&fs, g), copy);
+}

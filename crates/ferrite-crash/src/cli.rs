@@ -328,6 +328,8 @@ fn run_inject(a: &CrashArgs, kind: &str) -> i32 {
         "client-revoke"
     } else if a.workload == "all" && kind == "tail-before-other-data" {
         "client-death"
+    } else if a.workload == "all" && kind == "past-tail-kept" {
+        "client-death-in-place"
     } else if a.workload == "all" && kind == "gc-referenced-page" {
         "mt-gc,client-gc,gc"
     } else if a.workload == "all" && kind == "tail-before-prev-fence" {

@@ -351,6 +351,40 @@ pub fn client_suite(seed: u64) -> Vec<Workload> {
         false,
     ));
 
+    // A client dies inside an in-place append (a run of them goes on in a file
+    // other processes write): its bytes streamed past the end of file must be
+    // gone once the daemon takes the file back. The append that starts the run's
+    // page, then one that continues it; the dying one continues it as well (the
+    // bytes, the entry, the tail, the fence: 4 steps; it dies before the entry or
+    // the tail, once its bytes are streamed: before the fence it has committed,
+    // as a process's stores outlive it).
+    // After the resolution the daemon continues the run, writes past the end in
+    // the page and truncates up: zeros must show between.
+    let mut p = Plan::new();
+    let d6 = 2 + rng.below(2);
+    p.one(op(0, create("/t")))
+        .one(op(0, write("/t", 0, 4096, 1)))
+        .one(Step::Attach(1))
+        .one(op(1, append("/t", 300, 2)))
+        .one(op(1, append("/t", 200, 3)))
+        .one(Step::Die(1, append("/t", 150, 4), d6))
+        .one(Step::Resolve(1))
+        .one(op(0, append("/t", 40, 5)))
+        .one(op(0, write("/t", 4096 + 900, 10, 6)))
+        .one(op(0, truncate("/t", 4096 + 3000)))
+        .one(Step::Attach(1))
+        .one(op(1, append("/t", 100, 7)));
+    v.push(p.build(
+        "client-death-in-place",
+        &format!(
+            "a client dies inside an in-place append (step {d6}) of a run it continues; the \
+             daemon resolves it, continues the run, writes past the end and truncates up"
+        ),
+        1,
+        seed,
+        false,
+    ));
+
     // The daemon revokes a client's lease while the client writes.
     let mut p = Plan::new();
     p.one(op(0, create("/r")))

@@ -500,7 +500,7 @@ pub fn run_suite(
 }
 
 /// The injectable fault kinds, as `--inject` names them.
-pub const FAULT_KINDS: [&str; 12] = [
+pub const FAULT_KINDS: [&str; 13] = [
     "skip-flush",
     "skip-fence",
     "skip-thread-fence",
@@ -510,6 +510,7 @@ pub const FAULT_KINDS: [&str; 12] = [
     "unchecked-data",
     "client-stale-lease",
     "tail-before-other-data",
+    "past-tail-kept",
     "gc-referenced-page",
     "tail-before-prev-fence",
     "unsettled-journal-mark",
@@ -622,6 +623,7 @@ pub fn inject(
             "unchecked-data" => vec![Fault::Core(CoreFault::UncheckedData)],
             "client-stale-lease" => vec![Fault::Core(CoreFault::StaleLease)],
             "tail-before-other-data" => vec![Fault::Core(CoreFault::AdoptUnflushed)],
+            "past-tail-kept" => vec![Fault::Core(CoreFault::AdoptKeepsPastTail)],
             "gc-referenced-page" => vec![Fault::Core(CoreFault::GcReferenced)],
             "tail-before-prev-fence" => vec![Fault::Core(CoreFault::NoFenceWait)],
             "unsettled-journal-mark" => vec![Fault::Core(CoreFault::UnsettledMarks)],

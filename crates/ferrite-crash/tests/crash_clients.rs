@@ -15,13 +15,13 @@ use ferrite_crash::explore::{self, run_suite, Config};
 use ferrite_crash::model::Op;
 use ferrite_crash::workloads::{self, Workload};
 
-const CLIENTS: &str =
-    "client-handover,client-death,client-revoke,client-gc,client-reflink,client-parallel";
+const CLIENTS: &str = "client-handover,client-death,client-revoke,client-gc,client-reflink,\
+                       client-parallel,client-death-in-place";
 
 #[test]
 fn client_workloads_pass_and_interleave() {
     let ws = workloads::select(CLIENTS, 1).unwrap();
-    assert_eq!(ws.len(), 6);
+    assert_eq!(ws.len(), 7);
     for w in &ws {
         let d = explore::survey(w, None).unwrap_or_else(|f| panic!("{}: {}", w.name, f.message));
         assert!(d.live_fscks > 0, "{}: the live daemon was checked", w.name);
@@ -61,7 +61,8 @@ fn a_client_run_is_a_function_of_its_seed() {
 #[test]
 fn every_dying_client_dies_inside_its_operation() {
     for seed in 1..=10 {
-        for (name, n) in [("client-death", 5), ("client-reflink", 5)] {
+        for (name, n) in [("client-death", 5), ("client-reflink", 5), ("client-death-in-place", 1)]
+        {
             let w = &workloads::select(name, seed).unwrap()[0];
             let d = explore::survey(w, None).unwrap_or_else(|f| panic!("{name}: {}", f.message));
             assert_eq!(d.deaths, n, "{name} seed {seed}: {}", w.about);

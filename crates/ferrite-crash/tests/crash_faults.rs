@@ -18,6 +18,7 @@ fn plan(kind: &str) -> (&'static str, usize, u64) {
         "early-gc" => ("gc-reuse", 1, 6000),
         "client-stale-lease" => ("client-revoke", 1, 1000),
         "tail-before-other-data" => ("client-death", 1, 3000),
+        "past-tail-kept" => ("client-death-in-place", 1, 3000),
         "gc-referenced-page" => ("mt-gc,client-gc", 1, 1500),
         "tail-before-prev-fence" => ("mt-shared-file", 1, 3000),
         "unsettled-journal-mark" => ("journal-linger", 1, 3000),
