@@ -7,6 +7,8 @@
 //!     cargo run --release -p ferrite-bench --example share_cost -- [OPS] [ROUNDS] [SIZE]
 //!
 //! Prints ns per operation for each round and the medians.
+//! `FERRITE_SHARE_COST_OP=overwrite`: writes of SIZE bytes at random offsets of a
+//! 16 MiB file instead of appends.
 //! `FERRITE_SHARE_COST_ONLY=private|daemon|client` runs only that one (to profile it).
 use ferrite_core::share::HeapRegion;
 use ferrite_core::*;
@@ -26,14 +28,41 @@ fn pool(name: &str) -> Result<(Med, String)> {
     Ok((Arc::new(m), p))
 }
 
+/// Pages of the file random overwrites go to (`FERRITE_SHARE_COST_OP=overwrite`).
+const SPAN_PAGES: u64 = 4096;
+
 /// `ops` appends + fsync by `fs` to a new file `name` that `ns` makes (a client
-/// makes no names).
-fn run(ns: &Fs<Med>, fs: &Fs<Med>, name: &[u8], ops: u64, data: &[u8]) -> Result<f64> {
+/// makes no names); with `overwrite`, writes + fsync at random offsets of a
+/// 16 MiB file written first (none on its last page).
+fn run(
+    ns: &Fs<Med>,
+    fs: &Fs<Med>,
+    name: &[u8],
+    ops: u64,
+    data: &[u8],
+    overwrite: bool,
+) -> Result<f64> {
     let _ = ns.unlink(ns.root(), name);
     let a = ns.create(ns.root(), name, 0o644, 0, 0)?;
+    if overwrite {
+        let page = vec![1u8; 1 << 20];
+        for k in 0..SPAN_PAGES / 256 {
+            fs.write(a.ino, k << 20, &page)?;
+        }
+    }
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let t = Instant::now();
     for _ in 0..ops {
-        fs.append(a.ino, data)?;
+        if overwrite {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let pg = x % (SPAN_PAGES - 1);
+            let at = (x >> 32) % (4096 - data.len() as u64 + 1);
+            fs.write(a.ino, pg * 4096 + at, data)?;
+        } else {
+            fs.append(a.ino, data)?;
+        }
         fs.fsync(a.ino, false)?;
     }
     Ok(t.elapsed().as_nanos() as f64 / ops as f64)
@@ -79,11 +108,13 @@ fn main() -> Result<()> {
     // profile); the others print 0.
     let only = std::env::var("FERRITE_SHARE_COST_ONLY").ok();
     let on = |k: &str| only.as_deref().is_none_or(|o| o == k);
+    // FERRITE_SHARE_COST_OP=overwrite: random overwrites instead of appends.
+    let ow = std::env::var("FERRITE_SHARE_COST_OP").is_ok_and(|v| v == "overwrite");
     let mut res: [Vec<f64>; 3] = Default::default();
     for r in 0..rounds {
-        let a = if on("private") { run(&private, &private, b"p", ops, &data)? } else { 0.0 };
-        let b = if on("daemon") { run(&daemon, &daemon, b"d", ops, &data)? } else { 0.0 };
-        let c = if on("client") { run(&daemon, &client, b"c", ops, &data)? } else { 0.0 };
+        let a = if on("private") { run(&private, &private, b"p", ops, &data, ow)? } else { 0.0 };
+        let b = if on("daemon") { run(&daemon, &daemon, b"d", ops, &data, ow)? } else { 0.0 };
+        let c = if on("client") { run(&daemon, &client, b"c", ops, &data, ow)? } else { 0.0 };
         println!("round {r}: private {a:.0} ns, daemon {b:.0} ns, client {c:.0} ns");
         for (v, x) in res.iter_mut().zip([a, b, c]) {
             v.push(x);

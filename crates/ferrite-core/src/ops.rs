@@ -723,12 +723,12 @@ impl<M: Medium> Fs<M> {
         // So is a short write inside a page that is not the file's last one (a
         // small random overwrite): it is embedded in the log.
         // (Both take the lock the general planning would: it keeps it if neither
-        // applies.) A run goes on in a file other processes write as well: their
-        // writes wait for this process's cross-process hold, and each finds the run
-        // its DRAM state caught up to.
+        // applies.) Both serve files other processes write as well: their writes
+        // wait for this process's cross-process hold, and a run goes on from the
+        // state each caught up to.
         let mut pre = None;
         let run = Self::may_continue_run(off, data.len());
-        let embed = Self::may_embed(off, data.len()) && !i.shared;
+        let embed = Self::may_embed(off, data.len());
         if lone && (run || embed) {
             let mut g = i.st.write();
             if run {
@@ -1192,7 +1192,7 @@ impl<M: Medium> Fs<M> {
         entries[0].set_inline(off, size, now, data);
         debug_assert_eq!(entries[0].len(), elen);
         let seen = || {
-            if fine {
+            if fine && !i.shared {
                 i.times_seen.store(false, Ordering::Relaxed);
             }
         };
