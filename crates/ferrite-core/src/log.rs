@@ -700,15 +700,7 @@ fn write_page_crcs_in<M: Medium + ?Sized>(
 ) -> Result<Option<smallvec::SmallVec<[u32; 8]>>> {
     let bad = || Error::corrupt(format!("WRITE entry at {loc:#x} does not map block {block}"));
     let in_page = loc % BLOCK;
-    if in_page + WRITE_LEN as u64 > LOG_DATA_END || (loc - in_page).saturating_add(BLOCK) > m.len()
-    {
-        return Err(bad());
-    }
-    let mut h = [0u8; WRITE_LEN];
-    m.read(loc, &mut h);
-    if h[4] != etype::WRITE {
-        return Err(bad());
-    }
+    let h = write_header(m, loc).ok_or_else(bad)?;
     if h[5] & FLAG_PCRC == 0 {
         return Ok(None);
     }
@@ -740,16 +732,7 @@ fn write_page_crcs_in<M: Medium + ?Sized>(
 /// ([`FLAG_TAIL`]) at `loc`, as [`tail_valid`] gives them; `None` for any other
 /// entry, or one that is not there (damage: the caller's check fails as it was).
 pub fn tail_valid_at<M: Medium + ?Sized>(m: &M, loc: u64) -> Option<usize> {
-    let in_page = loc % BLOCK;
-    if in_page + WRITE_LEN as u64 > LOG_DATA_END || (loc - in_page).saturating_add(BLOCK) > m.len()
-    {
-        return None;
-    }
-    let mut h = [0u8; WRITE_LEN];
-    m.read(loc, &mut h);
-    if h[4] != etype::WRITE || h[5] & FLAG_TAIL == 0 {
-        return None;
-    }
+    let h = write_header(m, loc).filter(|h| h[5] & FLAG_TAIL != 0)?;
     let pgoff = u64::from_le_bytes(h[HDR..HDR + 8].try_into().expect("8"));
     let size = u64::from_le_bytes(h[HDR + 24..HDR + 32].try_into().expect("8"));
     Some(size.saturating_sub(pgoff.saturating_mul(BLOCK)).min(BLOCK) as usize)
@@ -759,17 +742,23 @@ pub fn tail_valid_at<M: Medium + ?Sized>(m: &M, loc: u64) -> Option<usize> {
 /// or a whole-extent one)? A page mapped by one that does not is a DAX page (see
 /// `mapping`): it may change in place. Damage to the entry is an error.
 pub fn write_is_checked<M: Medium + ?Sized>(m: &M, loc: u64) -> Result<bool> {
+    let h = write_header(m, loc)
+        .ok_or_else(|| Error::corrupt(format!("no WRITE entry at {loc:#x}")))?;
+    Ok(h[5] & (FLAG_PCRC | FLAG_DCRC) != 0)
+}
+
+/// The fixed part of the WRITE entry at `loc` (header and body), read once its
+/// place is checked: `None` when no WRITE entry fits there or the bytes there are
+/// not one (damage, for the callers' errors).
+fn write_header<M: Medium + ?Sized>(m: &M, loc: u64) -> Option<[u8; WRITE_LEN]> {
     let in_page = loc % BLOCK;
     if in_page + WRITE_LEN as u64 > LOG_DATA_END || (loc - in_page).saturating_add(BLOCK) > m.len()
     {
-        return Err(Error::corrupt(format!("no WRITE entry at {loc:#x}")));
+        return None;
     }
-    let mut h = [0u8; HDR];
+    let mut h = [0u8; WRITE_LEN];
     m.read(loc, &mut h);
-    if h[4] != etype::WRITE {
-        return Err(Error::corrupt(format!("no WRITE entry at {loc:#x}")));
-    }
-    Ok(h[5] & (FLAG_PCRC | FLAG_DCRC) != 0)
+    (h[4] == etype::WRITE).then_some(h)
 }
 
 /// The stored checksums of blocks `[block, block + n)` mapped by the WRITE at
