@@ -1026,10 +1026,9 @@ pub struct Walk {
     /// Bytes between `end` and the stored tail that were discarded.
     pub discarded_entries: usize,
     /// The block and valid bytes ([`tail_valid`]) of the in-place append
-    /// ([`FLAG_TAIL`]) in the last operation kept, if it is one (found only by
-    /// walks that check data, as recovery's do): after a crash
-    /// its block may hold a later, uncommitted append's bytes past them
-    /// ([`clear_past_tail`]).
+    /// ([`FLAG_TAIL`]) in the last operation kept, if it is one: after a crash, or
+    /// the death of the client that wrote last, its block may hold a later,
+    /// uncommitted append's bytes past them ([`clear_past_tail`]).
     pub last_tail: Option<(u64, u64)>,
 }
 
@@ -1250,7 +1249,7 @@ fn walk_span<M: Medium + ?Sized>(
         held.clear();
         last_commit = prev_commit;
         w.last_tail = prev_tail;
-    } else if verify_last {
+    } else {
         w.last_tail = tail_of(&held);
     }
     for (loc, e) in held.drain(..) {

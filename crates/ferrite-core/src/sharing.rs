@@ -766,9 +766,6 @@ impl<M: Medium> Fs<M> {
         // Data blocks of the operation being walked, and of the last one committed.
         let mut cur: Vec<(u64, u64)> = Vec::new();
         let mut last: Vec<(u64, u64)> = Vec::new();
-        // The in-place append (block, bytes that are the page's) of the operation
-        // being walked, and of the last one committed.
-        let (mut cur_tail, mut last_tail) = (None, None);
         let walk = log::walk_apply(
             &self.m,
             &self.geo,
@@ -776,15 +773,11 @@ impl<M: Medium> Fs<M> {
             logptr::addr(slot.head),
             logptr::addr(slot.tail),
             &mut |loc, e| {
-                if let log::Entry::Write { block, npages, tail, .. } = e {
+                if let log::Entry::Write { block, npages, .. } = e {
                     cur.push((block, npages as u64));
-                    if tail.is_some() {
-                        cur_tail = Some((block, log::tail_valid(&e) as u64));
-                    }
                 }
                 if log::entry_flags(&self.m, loc) & log::FLAG_TXEND != 0 {
                     last = std::mem::take(&mut cur);
-                    last_tail = cur_tail.take();
                 }
                 st.apply(loc, &e, &mut sink)
             },
@@ -794,7 +787,7 @@ impl<M: Medium> Fs<M> {
         // continues a run): they must read as zero again, as after a crash
         // (`log::clear_past_tail`; a run's next append, a truncate up or a write
         // past the end would show them).
-        if let Some(t) = last_tail {
+        if let Some(t) = walk.last_tail {
             if self.fault != Some(crate::fs::CoreFault::AdoptKeepsPastTail) {
                 log::clear_past_tail(&self.m, t);
             }
